@@ -1,0 +1,34 @@
+"""Default plugin: the built-in serdes and the query handlers of the built-in layers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from iqstate.hookspecs import hookimpl
+from iqstate.layers.caching import CachingKeyValueStore, caching_key_query, caching_range_query
+from iqstate.layers.metered import (
+    MeteredKeyValueStore,
+    MeteredWindowStore,
+    metered_key_query,
+    metered_range_query,
+    metered_window_key_query,
+    metered_window_range_query,
+)
+from iqstate.queries import KeyQuery, RangeQuery, WindowKeyQuery, WindowRangeQuery
+from iqstate.serdes import BUILTIN_SERDES
+
+
+@hookimpl
+def iqstate_register_query_handlers(register: Any) -> None:
+    register(KeyQuery, MeteredKeyValueStore.kind, metered_key_query)
+    register(RangeQuery, MeteredKeyValueStore.kind, metered_range_query)
+    register(WindowKeyQuery, MeteredWindowStore.kind, metered_window_key_query)
+    register(WindowRangeQuery, MeteredWindowStore.kind, metered_window_range_query)
+    register(KeyQuery, CachingKeyValueStore.kind, caching_key_query)
+    register(RangeQuery, CachingKeyValueStore.kind, caching_range_query)
+
+
+@hookimpl
+def iqstate_register_serdes(register: Any) -> None:
+    for name, serde in BUILTIN_SERDES.items():
+        register(name, serde)

@@ -1,0 +1,60 @@
+"""The changelog interface: where the change-logging layer sends every write.
+
+A changelog is a log of `(key, value, position)` records per store partition, from
+which a replica can be rebuilt. The Kafka plugin writes it to a topic; the
+`InMemoryChangelog` here keeps it in a list, for tests and for single-process use.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from iqstate.position import Position, TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class ChangelogRecord:
+    """One change of one store partition: `value` is `None` for a delete."""
+
+    partition: TopicPartition
+    key: bytes
+    value: bytes | None
+    position: Position
+
+
+class ChangelogWriter(Protocol):
+    """Receives every change of the stores it is given to, in write order."""
+
+    def send(self, record: ChangelogRecord) -> None:
+        """Append a record (it may be buffered until `flush`)."""
+
+    def flush(self) -> Mapping[TopicPartition, int]:
+        """Make sent records durable; the offset of the last record per changelog partition."""
+
+
+class InMemoryChangelog:
+    """A changelog held in memory: records get consecutive offsets per partition from 0."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: dict[TopicPartition, list[ChangelogRecord]] = {}
+
+    def send(self, record: ChangelogRecord) -> None:
+        with self._lock:
+            self._records.setdefault(record.partition, []).append(record)
+
+    def flush(self) -> Mapping[TopicPartition, int]:
+        with self._lock:
+            return {tp: len(records) - 1 for tp, records in self._records.items() if records}
+
+    def records(self, partition: TopicPartition) -> list[ChangelogRecord]:
+        """The records of one changelog partition, offset `i` at index `i`."""
+        with self._lock:
+            return list(self._records.get(partition, ()))
+
+    def partitions(self) -> list[TopicPartition]:
+        with self._lock:
+            return sorted(self._records)

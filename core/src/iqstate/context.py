@@ -1,0 +1,90 @@
+"""What a store receives at `init`: where it lives, which partition it is, how to behave."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
+
+from iqstate.changelog import ChangelogWriter
+from iqstate.errors import IqstateError
+from iqstate.position import TopicPartition
+
+if TYPE_CHECKING:
+    from iqstate.dispatch import QueryHandlerRegistry
+    from iqstate.store import StateStore
+
+ProcessingGuarantee = Literal["exactly_once", "at_least_once"]
+RestoreCallback = Callable[[Iterable[tuple[bytes, bytes | None]]], None]
+"""Applies a batch of changelog `(key, value)` records to a store being restored."""
+CommitCallback = Callable[[], None]
+"""Invoked after a successful commit, when the store is known to be consistent (KIP-796)."""
+
+
+@dataclass
+class _Registration:
+    restore_callback: RestoreCallback | None
+    commit_callback: CommitCallback | None
+
+
+@dataclass
+class StateStoreContext:
+    """The environment of one store partition.
+
+    `directory` is the store partition's own directory (`None` for a store that keeps
+    nothing on disk); `config` holds per-store engine options. Stores register restore
+    and commit callbacks with `register` during `init`; the runtime runs the commit
+    callbacks after each successful commit.
+    """
+
+    application_id: str
+    store_name: str
+    partition: int
+    directory: Path | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
+    processing_guarantee: ProcessingGuarantee = "exactly_once"
+    changelog_partition: TopicPartition | None = None
+    changelog_writer: ChangelogWriter | None = None
+    query_handlers: QueryHandlerRegistry | None = None
+    _registrations: dict[int, _Registration] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.config = MappingProxyType(dict(self.config))
+        if self.processing_guarantee not in ("exactly_once", "at_least_once"):
+            raise ValueError(
+                "processing_guarantee must be 'exactly_once' or 'at_least_once', "
+                f"got {self.processing_guarantee!r}"
+            )
+        if self.query_handlers is None:
+            from iqstate.plugins import default_registry
+
+            self.query_handlers = default_registry().query_handlers
+
+    @property
+    def handlers(self) -> QueryHandlerRegistry:
+        assert self.query_handlers is not None  # set in __post_init__
+        return self.query_handlers
+
+    def register(
+        self,
+        store: StateStore,
+        restore_callback: RestoreCallback | None = None,
+        commit_callback: CommitCallback | None = None,
+    ) -> None:
+        """Register a store's restore and commit callbacks (once per store)."""
+        key = id(store)
+        if key in self._registrations:
+            raise IqstateError(f"store {store.name!r} is already registered with this context")
+        self._registrations[key] = _Registration(restore_callback, commit_callback)
+
+    def restore_callback(self, store: StateStore) -> RestoreCallback | None:
+        registration = self._registrations.get(id(store))
+        return registration.restore_callback if registration else None
+
+    def run_commit_callbacks(self) -> None:
+        """Called by the runtime after a successful commit of this store partition."""
+        for registration in self._registrations.values():
+            if registration.commit_callback is not None:
+                registration.commit_callback()

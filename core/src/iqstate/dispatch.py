@@ -1,0 +1,116 @@
+"""Query dispatch: which store kind answers which query type, as tables built once.
+
+Plugins register a handler per `(store kind, query type)`; a store (engine or layer)
+copies the table for its `kind` at `init`, so answering a query costs one dictionary
+look-up per layer. A layer passes a query it has no handler for to the store beneath;
+an engine without a handler answers `UNKNOWN_QUERY_TYPE`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+from iqstate.errors import PluginError
+from iqstate.position import PositionBound
+from iqstate.queries import Query
+from iqstate.results import FailureReason, QueryResult, describe_store
+from iqstate.store import QueryConfig, StateStore
+
+QueryHandler: TypeAlias = Callable[[Any, Any, PositionBound, QueryConfig], QueryResult[Any]]
+"""`handler(store, query, position_bound, config) -> QueryResult`."""
+
+HandlerTable: TypeAlias = dict[type, QueryHandler]
+
+
+class QueryHandlerRegistry:
+    """Handlers by store kind and query type, remembering which plugin registered each."""
+
+    def __init__(self) -> None:
+        self._tables: dict[str, HandlerTable] = {}
+        self._owners: dict[tuple[str, type], str] = {}
+
+    def register(
+        self,
+        query_type: type[Query[Any]],
+        kind: str,
+        handler: QueryHandler,
+        *,
+        plugin: str = "<direct>",
+    ) -> None:
+        """Make stores of `kind` answer `query_type` with `handler`."""
+        if not (isinstance(query_type, type) and issubclass(query_type, Query)):
+            raise PluginError(
+                f"plugin {plugin!r} registered a handler for {query_type!r}, which is not a "
+                "Query subclass"
+            )
+        if not callable(handler):
+            raise PluginError(f"plugin {plugin!r} registered a non-callable handler {handler!r}")
+        owner = self._owners.get((kind, query_type))
+        if owner is not None:
+            raise PluginError(
+                f"plugins {owner!r} and {plugin!r} both register a handler for "
+                f"{query_type.__name__} on store kind {kind!r}; block one of them "
+                "(IQSTATE_BLOCK_PLUGINS) or uninstall it"
+            )
+        self._owners[(kind, query_type)] = plugin
+        self._tables.setdefault(kind, {})[query_type] = handler
+
+    def table_for(self, kind: str) -> HandlerTable:
+        """A private copy of the handlers for `kind` (empty when none are registered)."""
+        return dict(self._tables.get(kind, {}))
+
+    def kinds(self) -> list[str]:
+        return sorted(self._tables)
+
+    def query_types(self) -> list[type[Query[Any]]]:
+        types = {query_type for table in self._tables.values() for query_type in table}
+        return sorted(types, key=lambda t: (t.__module__, t.__qualname__))
+
+    def answered_by(self, query_type: type[Query[Any]]) -> list[str]:
+        """The store kinds with a handler for `query_type`."""
+        return sorted(kind for kind, table in self._tables.items() if query_type in table)
+
+    def owner(self, kind: str, query_type: type[Query[Any]]) -> str | None:
+        return self._owners.get((kind, query_type))
+
+
+def answer(
+    store: StateStore,
+    partition: int | None,
+    handler: QueryHandler,
+    query: Query[Any],
+    bound: PositionBound,
+    config: QueryConfig,
+) -> QueryResult[Any]:
+    """Run a handler the way a store that answers must: bound first, exceptions caught.
+
+    The bound is checked against the store's position; an exception inside the handler
+    becomes `STORE_EXCEPTION` naming its type and message; the result always carries the
+    position the store had when it answered (unless the handler set a more precise one).
+    """
+    position = store.position
+    if not bound.is_unbounded() and not position.dominates(bound.position):
+        return QueryResult.not_up_to_bound(position, bound, partition)
+    try:
+        result = handler(store, query, bound, config)
+    except Exception as exc:  # a store failure is a per-partition result, not an exception
+        result = QueryResult.for_failure(
+            FailureReason.STORE_EXCEPTION,
+            f"{describe_store(store)} (partition {partition}) failed to handle query "
+            f"{query!r}: {type(exc).__name__}: {exc}",
+        )
+    if result.position is None:
+        result.position = position
+    return result
+
+
+def note_execution(
+    result: QueryResult[Any], store: StateStore, query: Query[Any], verb: str, start_ns: int
+) -> None:
+    """Append this store's execution-info entry: which layer, what it did, how long."""
+    result.add_execution_info(
+        f"{describe_store(store)} {verb} {type(query).__name__} "
+        f"in {time.perf_counter_ns() - start_ns}ns"
+    )

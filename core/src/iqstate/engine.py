@@ -1,0 +1,115 @@
+"""What an engine plugin provides: a registration record and a base class for its stores.
+
+An `Engine` names factories for the engine's key-value and window stores over bytes.
+`EngineStore` gives an engine's store classes the shared plumbing: the handler table
+built at `init`, query answering with bound checks and `STORE_EXCEPTION`, the position,
+and the open/closed state, so an engine only writes its data operations.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from iqstate.context import StateStoreContext
+from iqstate.dispatch import HandlerTable, answer, note_execution
+from iqstate.errors import ClosedStoreError
+from iqstate.position import Position, PositionBound
+from iqstate.queries import Query
+from iqstate.results import QueryResult
+from iqstate.store import KeyValueStore, QueryConfig, StateStore, WindowStore
+
+R = TypeVar("R")
+
+KeyValueStoreFactory = Callable[[str], KeyValueStore[bytes, bytes]]
+"""`factory(store_name)` -> an uninitialised key-value store over bytes."""
+WindowStoreFactory = Callable[[str, int, int], WindowStore[bytes, bytes]]
+"""`factory(store_name, window_size_ms, retention_ms)` -> an uninitialised window store."""
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A storage engine as a plugin registers it with `iqstate_register_engines`."""
+
+    name: str
+    key_value_store: KeyValueStoreFactory
+    window_store: WindowStoreFactory | None = None
+    persistent: bool = False
+    description: str = ""
+
+
+_UNBOUNDED = PositionBound.unbounded()
+
+
+class EngineStore(StateStore):
+    """Base class of engine stores: everything but the data operations."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._context: StateStoreContext | None = None
+        self._handlers: HandlerTable = {}
+        self._position = Position.empty()
+        self._open = False
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    @property
+    def context(self) -> StateStoreContext:
+        if self._context is None:
+            raise ClosedStoreError(f"{self.kind} store {self._name!r} has not been initialised")
+        return self._context
+
+    @property
+    def partition(self) -> int | None:
+        return self._context.partition if self._context is not None else None
+
+    def init(self, context: StateStoreContext) -> None:
+        if self._open:
+            raise ClosedStoreError(f"{self.kind} store {self._name!r} is already open")
+        self._context = context
+        self._handlers = context.handlers.table_for(self.kind)
+        self._position = Position.empty()
+        self._open = True
+
+    def close(self) -> None:
+        self._open = False
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise ClosedStoreError(
+                f"{self.kind} store {self._name!r} is not open (closed, or not initialised)"
+            )
+
+    @property
+    def position(self) -> Position:
+        return self._position
+
+    def update_position(self, position: Position) -> None:
+        self._check_open()
+        self._position = self._position.merge(position)
+
+    def query(
+        self,
+        query: Query[R],
+        position_bound: PositionBound = _UNBOUNDED,
+        config: QueryConfig = QueryConfig.DEFAULT,
+    ) -> QueryResult[R]:
+        handler = self._handlers.get(type(query))
+        start = time.perf_counter_ns() if config.collect_execution_info else 0
+        result: QueryResult[Any]
+        if handler is None:
+            result = QueryResult.for_unknown_query_type(query, self)
+            result.position = self._position
+        else:
+            result = answer(self, self.partition, handler, query, position_bound, config)
+        if config.collect_execution_info:
+            note_execution(result, self, query, "handled" if handler else "has no handler for", start)
+        return result

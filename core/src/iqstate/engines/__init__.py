@@ -1,0 +1,1 @@
+"""Engines that ship with the core distribution."""

@@ -1,0 +1,43 @@
+"""The hooks an iqstate plugin implements.
+
+Plugins are modules (or objects) with `@hookimpl` functions, found through the
+entry-point group `iqstate`. Each hook receives a `register` callback, so a plugin
+says what it provides instead of returning it:
+
+    from iqstate.hookspecs import hookimpl
+
+    @hookimpl
+    def iqstate_register_engines(register):
+        register(Engine(name="mine", key_value_store=MyStore))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+PROJECT = "iqstate"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def iqstate_register_engines(register: Any) -> None:
+    """Register storage engines: `register(engine: iqstate.engine.Engine)`."""
+
+
+@hookspec
+def iqstate_register_query_handlers(register: Any) -> None:
+    """Register query handlers: `register(query_type, store_kind, handler)`.
+
+    `handler(store, query, position_bound, config) -> QueryResult` answers `query_type`
+    on stores whose `kind` is `store_kind` (for example `"memory.key_value"`,
+    `"rocksdb.key_value"` or a layer such as `"metered.key_value"`).
+    """
+
+
+@hookspec
+def iqstate_register_serdes(register: Any) -> None:
+    """Register serdes by name: `register(name: str, serde: iqstate.serdes.Serde)`."""

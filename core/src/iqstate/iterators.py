@@ -1,0 +1,101 @@
+"""Closeable iterators over store contents, as returned by range and window queries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
+from typing import Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+K2 = TypeVar("K2")
+V2 = TypeVar("V2")
+
+_NOTHING = object()
+
+
+class KeyValueIterator(Generic[K, V]):
+    """An iterator of `(key, value)` pairs that holds store resources until closed.
+
+    Use it as a context manager, or call `close()`; iterating past the end closes it
+    too. Reading from a closed iterator raises `ValueError`.
+    """
+
+    __slots__ = ("_closed", "_on_close", "_peeked", "_source")
+
+    def __init__(
+        self,
+        source: Iterable[tuple[K, V]],
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        self._source: Iterator[tuple[K, V]] = iter(source)
+        self._on_close = on_close
+        self._peeked: object = _NOTHING
+        self._closed = False
+
+    @classmethod
+    def empty(cls) -> KeyValueIterator[K, V]:
+        return cls(())
+
+    def __iter__(self) -> KeyValueIterator[K, V]:
+        return self
+
+    def __next__(self) -> tuple[K, V]:
+        if self._closed:
+            raise ValueError("cannot read from a closed KeyValueIterator")
+        peeked = self._peeked
+        if peeked is not _NOTHING:
+            self._peeked = _NOTHING
+            return peeked  # type: ignore[return-value]
+        try:
+            return next(self._source)
+        except StopIteration:
+            self.close()
+            raise
+
+    def has_next(self) -> bool:
+        """True iff another pair is available (reads one ahead)."""
+        if self._closed:
+            return False
+        if self._peeked is _NOTHING:
+            try:
+                self._peeked = next(self._source)
+            except StopIteration:
+                self.close()
+                return False
+        return True
+
+    def peek_next_key(self) -> K:
+        """The key of the next pair, without consuming it; `StopIteration` at the end."""
+        if not self.has_next():
+            raise StopIteration("no more entries")
+        return self._peeked[0]  # type: ignore[index, no-any-return]
+
+    def map(self, fn: Callable[[tuple[K, V]], tuple[K2, V2]]) -> KeyValueIterator[K2, V2]:
+        """A lazily transformed iterator that closes this one when it is closed."""
+        return KeyValueIterator(map(fn, self), self.close)
+
+    def close(self) -> None:
+        """Release what the iterator holds; safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        self._peeked = _NOTHING
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> KeyValueIterator[K, V]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,303 @@
+"""The metered layer: typed keys and values in, bytes out, with latency metrics per operation.
+
+It is the top of every store chain. Its query handlers turn a typed query into the
+same query over serialized keys, pass it down, and turn a successful byte result back
+into typed values (lazily, for iterators). Failures from below pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, Generic, TypeVar
+
+from iqstate.errors import SerializationError
+from iqstate.iterators import KeyValueIterator
+from iqstate.layers.wrapped import WrappedStore
+from iqstate.metrics import StoreMetrics
+from iqstate.position import PositionBound, TopicPartition
+from iqstate.queries import KeyQuery, RangeQuery, Windowed, WindowKeyQuery, WindowRangeQuery
+from iqstate.results import FailureReason, QueryResult
+from iqstate.serdes import Serde
+from iqstate.store import KeyValueStore, QueryConfig, StateStore, WindowStore
+
+K = TypeVar("K")
+V = TypeVar("V")
+S = TypeVar("S", bound=StateStore)
+
+_now = time.perf_counter_ns
+
+
+def _serde_name(serde: Serde[Any]) -> str:
+    return getattr(serde, "name", type(serde).__name__)
+
+
+class _SerdeLayer(WrappedStore[S], Generic[S, K, V]):
+    """Shared by the metered key-value and window layers: serdes and sensors."""
+
+    def __init__(self, wrapped: S, key_serde: Serde[K], value_serde: Serde[V]) -> None:
+        super().__init__(wrapped)
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.metrics = StoreMetrics(wrapped.name)
+        self._commit_sensor = self.metrics.sensor("commit")
+
+    def encode_key(self, key: K) -> bytes:
+        return self._encode(self.key_serde, key, "key")
+
+    def encode_value(self, value: V | None) -> bytes | None:
+        return None if value is None else self._encode(self.value_serde, value, "value")
+
+    def _encode(self, serde: Serde[Any], value: Any, what: str) -> bytes:
+        try:
+            return serde.serialize(value)
+        except Exception as exc:
+            raise SerializationError(
+                f"store {self.name!r}: serde {_serde_name(serde)} cannot encode the {what} "
+                f"{value!r:.80} of type {type(value).__name__}"
+                + ("" if isinstance(exc, SerializationError) else f" ({type(exc).__name__}: {exc})")
+            ) from exc
+
+    def decode_key(self, data: bytes) -> K:
+        return self._decode(self.key_serde, data, "key")
+
+    def decode_value(self, data: bytes | None) -> V | None:
+        return None if data is None else self._decode(self.value_serde, data, "value")
+
+    def _decode(self, serde: Serde[Any], data: bytes, what: str) -> Any:
+        try:
+            return serde.deserialize(data)
+        except Exception as exc:
+            raise SerializationError(
+                f"store {self.name!r}: serde {_serde_name(serde)} cannot decode the stored "
+                f"{what} {bytes(data)[:40]!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
+        start = _now()
+        self.wrapped.commit(changelog_offsets)
+        end = _now()
+        self._commit_sensor.record(end - start, end)
+
+    def serde_failure(self, error: SerializationError) -> QueryResult[Any]:
+        """A failed result for a query whose key or stored value the serdes rejected."""
+        result = QueryResult.for_failure(FailureReason.STORE_EXCEPTION, str(error))
+        result.position = self.position
+        return result
+
+
+class MeteredKeyValueStore(_SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyValueStore[K, V]):
+    """Typed key-value store over a bytes store, recording per-operation latency."""
+
+    kind = "metered.key_value"
+
+    def __init__(
+        self, wrapped: KeyValueStore[bytes, bytes], key_serde: Serde[K], value_serde: Serde[V]
+    ) -> None:
+        super().__init__(wrapped, key_serde, value_serde)
+        sensor = self.metrics.sensor
+        self._get_sensor = sensor("get")
+        self._put_sensor = sensor("put")
+        self._put_all_sensor = sensor("put-all")
+        self._delete_sensor = sensor("delete")
+        self._range_sensor = sensor("range")
+        self._prefix_scan_sensor = sensor("prefix-scan")
+
+    def get(self, key: K) -> V | None:
+        start = _now()
+        raw = self.wrapped.get(self.encode_key(key))
+        value = None if raw is None else self._decode(self.value_serde, raw, "value")
+        end = _now()
+        self._get_sensor.record(end - start, end)
+        return value
+
+    def put(self, key: K, value: V | None) -> None:
+        start = _now()
+        self.wrapped.put(self.encode_key(key), self.encode_value(value))
+        end = _now()
+        self._put_sensor.record(end - start, end)
+
+    def put_all(self, entries: Iterable[tuple[K, V | None]]) -> None:
+        start = _now()
+        encode_key, encode_value = self.encode_key, self.encode_value
+        self.wrapped.put_all([(encode_key(k), encode_value(v)) for k, v in entries])
+        end = _now()
+        self._put_all_sensor.record(end - start, end)
+
+    def delete(self, key: K) -> V | None:
+        start = _now()
+        old = self.decode_value(self.wrapped.delete(self.encode_key(key)))
+        end = _now()
+        self._delete_sensor.record(end - start, end)
+        return old
+
+    def _decode_pair(self, pair: tuple[bytes, bytes]) -> tuple[K, V]:
+        return self.decode_key(pair[0]), self._decode(self.value_serde, pair[1], "value")
+
+    def typed(self, raw: KeyValueIterator[bytes, bytes]) -> KeyValueIterator[K, V]:
+        """A lazily deserializing view of a byte iterator from the store beneath."""
+        return raw.map(self._decode_pair)
+
+    def _bound(self, key: K | None) -> bytes | None:
+        return None if key is None else self.encode_key(key)
+
+    def range(self, lower: K | None, upper: K | None) -> KeyValueIterator[K, V]:
+        start = _now()
+        result = self.typed(self.wrapped.range(self._bound(lower), self._bound(upper)))
+        end = _now()
+        self._range_sensor.record(end - start, end)
+        return result
+
+    def reverse_range(self, lower: K | None, upper: K | None) -> KeyValueIterator[K, V]:
+        start = _now()
+        result = self.typed(self.wrapped.reverse_range(self._bound(lower), self._bound(upper)))
+        end = _now()
+        self._range_sensor.record(end - start, end)
+        return result
+
+    def prefix_scan(self, prefix: K) -> KeyValueIterator[K, V]:
+        start = _now()
+        result = self.typed(self.wrapped.prefix_scan(self.encode_key(prefix)))
+        end = _now()
+        self._prefix_scan_sensor.record(end - start, end)
+        return result
+
+    def approximate_num_entries(self) -> int:
+        return self.wrapped.approximate_num_entries()
+
+
+class MeteredWindowStore(_SerdeLayer[WindowStore[bytes, bytes], K, V], WindowStore[K, V]):
+    """Typed window store over a bytes window store."""
+
+    kind = "metered.window"
+
+    def __init__(
+        self, wrapped: WindowStore[bytes, bytes], key_serde: Serde[K], value_serde: Serde[V]
+    ) -> None:
+        super().__init__(wrapped, key_serde, value_serde)
+        self._put_sensor = self.metrics.sensor("put")
+        self._fetch_sensor = self.metrics.sensor("fetch")
+
+    @property
+    def window_size_ms(self) -> int:
+        return self.wrapped.window_size_ms
+
+    @property
+    def retention_ms(self) -> int:
+        return self.wrapped.retention_ms
+
+    def put(self, key: K, value: V | None, window_start: int) -> None:
+        start = _now()
+        self.wrapped.put(self.encode_key(key), self.encode_value(value), window_start)
+        end = _now()
+        self._put_sensor.record(end - start, end)
+
+    def put_all(self, entries: Iterable[tuple[K, int, V | None]]) -> None:
+        start = _now()
+        encode_key, encode_value = self.encode_key, self.encode_value
+        self.wrapped.put_all([(encode_key(k), ws, encode_value(v)) for k, ws, v in entries])
+        end = _now()
+        self._put_sensor.record(end - start, end)
+
+    def _decode_window_value(self, pair: tuple[int, bytes]) -> tuple[int, V]:
+        return pair[0], self._decode(self.value_serde, pair[1], "value")
+
+    def _decode_windowed(self, pair: tuple[Windowed[bytes], bytes]) -> tuple[Windowed[K], V]:
+        windowed, value = pair
+        return (
+            Windowed(self.decode_key(windowed.key), windowed.start_ms, windowed.end_ms),
+            self._decode(self.value_serde, value, "value"),
+        )
+
+    def typed_fetch(self, raw: KeyValueIterator[int, bytes]) -> KeyValueIterator[int, V]:
+        return raw.map(self._decode_window_value)
+
+    def typed_windows(
+        self, raw: KeyValueIterator[Windowed[bytes], bytes]
+    ) -> KeyValueIterator[Windowed[K], V]:
+        return raw.map(self._decode_windowed)
+
+    def fetch(self, key: K, time_from: int, time_to: int) -> KeyValueIterator[int, V]:
+        start = _now()
+        result = self.typed_fetch(self.wrapped.fetch(self.encode_key(key), time_from, time_to))
+        end = _now()
+        self._fetch_sensor.record(end - start, end)
+        return result
+
+    def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator[Windowed[K], V]:
+        start = _now()
+        result = self.typed_windows(self.wrapped.fetch_all(time_from, time_to))
+        end = _now()
+        self._fetch_sensor.record(end - start, end)
+        return result
+
+
+# Query handlers of the metered layers, registered by iqstate.builtin_plugin.
+
+
+def metered_key_query(
+    store: MeteredKeyValueStore[Any, Any],
+    query: KeyQuery[Any, Any],
+    bound: PositionBound,
+    config: QueryConfig,
+) -> QueryResult[Any]:
+    try:
+        raw_key = store.encode_key(query.key)
+    except SerializationError as error:
+        return store.serde_failure(error)
+    raw = store.wrapped.query(KeyQuery(raw_key, query.is_skip_cache), bound, config)
+    if raw.is_failure:
+        return raw
+    value = raw.result
+    if value is None:
+        return raw
+    try:
+        return raw.swap_result(store.decode_value(value))
+    except SerializationError as error:
+        return store.serde_failure(error)
+
+
+def metered_range_query(
+    store: MeteredKeyValueStore[Any, Any],
+    query: RangeQuery[Any, Any],
+    bound: PositionBound,
+    config: QueryConfig,
+) -> QueryResult[Any]:
+    try:
+        raw_query: RangeQuery[bytes, bytes] = RangeQuery(
+            store._bound(query.lower_bound), store._bound(query.upper_bound), query.result_order
+        )
+    except SerializationError as error:
+        return store.serde_failure(error)
+    raw = store.wrapped.query(raw_query, bound, config)
+    if raw.is_failure:
+        return raw
+    return raw.swap_result(store.typed(raw.result))
+
+
+def metered_window_key_query(
+    store: MeteredWindowStore[Any, Any],
+    query: WindowKeyQuery[Any, Any],
+    bound: PositionBound,
+    config: QueryConfig,
+) -> QueryResult[Any]:
+    try:
+        raw_key = store.encode_key(query.key)
+    except SerializationError as error:
+        return store.serde_failure(error)
+    raw = store.wrapped.query(WindowKeyQuery(raw_key, query.time_from, query.time_to), bound, config)
+    if raw.is_failure:
+        return raw
+    return raw.swap_result(store.typed_fetch(raw.result))
+
+
+def metered_window_range_query(
+    store: MeteredWindowStore[Any, Any],
+    query: WindowRangeQuery[Any, Any],
+    bound: PositionBound,
+    config: QueryConfig,
+) -> QueryResult[Any]:
+    raw = store.wrapped.query(query, bound, config)
+    if raw.is_failure:
+        return raw
+    return raw.swap_result(store.typed_windows(raw.result))

@@ -1,0 +1,188 @@
+"""The plugin manager: loads `iqstate` entry points and collects what plugins register.
+
+Built-in engines, handlers and serdes are registered as default plugins, exactly like
+installed ones, so there is one path for everything. Registration happens once, into a
+`PluginRegistry`; the query path only ever reads the tables that registry built.
+
+Environment:
+* `IQSTATE_BLOCK_PLUGINS`: comma-separated plugin names to block (entry-point names,
+  or a default plugin's name such as `memory`);
+* `IQSTATE_DISABLE_PLUGIN_AUTOLOAD`: set to skip loading entry points.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from iqstate import hookspecs
+from iqstate.dispatch import QueryHandler, QueryHandlerRegistry
+from iqstate.engine import Engine
+from iqstate.errors import PluginError, UnknownEngineError
+from iqstate.queries import Query
+from iqstate.serdes import Serde
+
+ENTRY_POINT_GROUP = "iqstate"
+BLOCK_ENV = "IQSTATE_BLOCK_PLUGINS"
+DISABLE_AUTOLOAD_ENV = "IQSTATE_DISABLE_PLUGIN_AUTOLOAD"
+
+DEFAULT_PLUGINS: dict[str, str] = {
+    "memory": "iqstate.engines.memory",
+    "builtins": "iqstate.builtin_plugin",
+}
+"""Default plugins by name: module to import."""
+
+
+def blocked_from_env() -> set[str]:
+    return {name.strip() for name in os.environ.get(BLOCK_ENV, "").split(",") if name.strip()}
+
+
+def make_plugin_manager(
+    *,
+    load_entry_points: bool | None = None,
+    blocked: Iterable[str] | None = None,
+    extra_plugins: Iterable[tuple[str, object]] = (),
+) -> pluggy.PluginManager:
+    """A plugin manager with the default plugins, installed entry points and `extra_plugins`.
+
+    `blocked` defaults to `IQSTATE_BLOCK_PLUGINS`; entry points load unless
+    `IQSTATE_DISABLE_PLUGIN_AUTOLOAD` is set or `load_entry_points` is False.
+    """
+    manager = pluggy.PluginManager(hookspecs.PROJECT)
+    manager.add_hookspecs(hookspecs)
+    for name in blocked_from_env() if blocked is None else set(blocked):
+        manager.set_blocked(name)
+    for name, module in DEFAULT_PLUGINS.items():
+        if not manager.is_blocked(name):
+            manager.register(importlib.import_module(module), name=name)
+    if load_entry_points is None:
+        load_entry_points = not os.environ.get(DISABLE_AUTOLOAD_ENV)
+    if load_entry_points:
+        manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    for name, plugin in extra_plugins:
+        manager.register(plugin, name=name)
+    manager.check_pending()
+    return manager
+
+
+@dataclass
+class PluginRegistry:
+    """Everything the installed plugins registered: engines, query handlers, serdes."""
+
+    engines: dict[str, Engine] = field(default_factory=dict)
+    engine_owners: dict[str, str] = field(default_factory=dict)
+    query_handlers: QueryHandlerRegistry = field(default_factory=QueryHandlerRegistry)
+    serdes: dict[str, Serde[Any]] = field(default_factory=dict)
+    serde_owners: dict[str, str] = field(default_factory=dict)
+    plugin_names: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_plugin_manager(cls, manager: pluggy.PluginManager) -> PluginRegistry:
+        registry = cls()
+        registry.plugin_names = sorted(
+            name for name, plugin in manager.list_name_plugin() if plugin is not None
+        )
+        hook = manager.hook
+        # Each implementation gets its own `register`, so conflicts can name both plugins.
+        for impl in reversed(hook.iqstate_register_engines.get_hookimpls()):
+            impl.function(register=registry._engine_registrar(impl.plugin_name))
+        for impl in reversed(hook.iqstate_register_query_handlers.get_hookimpls()):
+            impl.function(register=registry._handler_registrar(impl.plugin_name))
+        for impl in reversed(hook.iqstate_register_serdes.get_hookimpls()):
+            impl.function(register=registry._serde_registrar(impl.plugin_name))
+        return registry
+
+    def _engine_registrar(self, plugin: str) -> Callable[[Engine], None]:
+        def register(engine: Engine) -> None:
+            if not isinstance(engine, Engine):
+                raise PluginError(
+                    f"plugin {plugin!r} registered {engine!r}; iqstate_register_engines takes "
+                    "iqstate.engine.Engine records"
+                )
+            owner = self.engine_owners.get(engine.name)
+            if owner is not None:
+                raise PluginError(
+                    f"plugins {owner!r} and {plugin!r} both register an engine named "
+                    f"{engine.name!r}; uninstall one or block it with {BLOCK_ENV}={plugin}"
+                )
+            self.engines[engine.name] = engine
+            self.engine_owners[engine.name] = plugin
+
+        return register
+
+    def _handler_registrar(self, plugin: str) -> Callable[[type[Query[Any]], str, QueryHandler], None]:
+        def register(query_type: type[Query[Any]], kind: str, handler: QueryHandler) -> None:
+            self.query_handlers.register(query_type, kind, handler, plugin=plugin)
+
+        return register
+
+    def _serde_registrar(self, plugin: str) -> Callable[[str, Serde[Any]], None]:
+        def register(name: str, serde: Serde[Any]) -> None:
+            if not (hasattr(serde, "serialize") and hasattr(serde, "deserialize")):
+                raise PluginError(f"plugin {plugin!r} registered serde {name!r} = {serde!r}, "
+                                  "which has no serialize/deserialize")
+            owner = self.serde_owners.get(name)
+            if owner is not None:
+                raise PluginError(
+                    f"plugins {owner!r} and {plugin!r} both register a serde named {name!r}"
+                )
+            self.serdes[name] = serde
+            self.serde_owners[name] = plugin
+
+        return register
+
+    def engine(self, name: str, *, store: str | None = None) -> Engine:
+        """The engine called `name`; the error lists the installed engines."""
+        engine = self.engines.get(name)
+        if engine is None:
+            who = f"store {store!r} names engine {name!r}" if store else f"engine {name!r}"
+            installed = ", ".join(sorted(self.engines)) or "none"
+            raise UnknownEngineError(
+                f"{who}, which no installed plugin provides; installed engines: {installed}. "
+                f"Install the plugin that provides it (for example `pip install iqstate-{name}`)."
+            )
+        return engine
+
+    def serde(self, serde: str | Serde[Any], *, store: str | None = None) -> Serde[Any]:
+        """Resolve a serde given by name (or pass a serde object through)."""
+        if not isinstance(serde, str):
+            if not (hasattr(serde, "serialize") and hasattr(serde, "deserialize")):
+                raise TypeError(f"expected a Serde or a serde name, got {type(serde).__name__}")
+            return serde
+        found = self.serdes.get(serde)
+        if found is None:
+            where = f"store {store!r}: " if store else ""
+            raise PluginError(
+                f"{where}no serde named {serde!r}; registered serdes: "
+                f"{', '.join(sorted(self.serdes))}"
+            )
+        return found
+
+
+_default_registry: PluginRegistry | None = None
+_default_lock = threading.Lock()
+
+
+def default_registry() -> PluginRegistry:
+    """The registry of the default plugin manager, built on first use."""
+    global _default_registry
+    registry = _default_registry
+    if registry is None:
+        with _default_lock:
+            if _default_registry is None:
+                _default_registry = PluginRegistry.from_plugin_manager(make_plugin_manager())
+            registry = _default_registry
+    return registry
+
+
+def reset_default_registry() -> None:
+    """Forget the default registry, so the next use loads plugins again."""
+    global _default_registry
+    with _default_lock:
+        _default_registry = None

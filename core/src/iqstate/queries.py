@@ -1,0 +1,220 @@
+"""Query types: immutable value objects that name what to read from a store.
+
+A query is answered by whichever layer of a store chain has a handler for its type
+(see `iqstate.dispatch`); the built-in types here are answered by every built-in
+engine. The same classes carry typed keys above the metered layer and bytes below it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from iqstate.iterators import KeyValueIterator
+
+K = TypeVar("K")
+V = TypeVar("V")
+R = TypeVar("R")
+
+
+class Query(Generic[R]):
+    """Base class of every query; `R` is the type of a successful result.
+
+    Subclasses list their fields in `__slots__`; equality, hashing and `repr` come from
+    those fields, and instances refuse attribute assignment once built.
+    """
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, slot) for slot in type(self).__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._fields() == other._fields()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._fields()))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{slot}={getattr(self, slot)!r}" for slot in type(self).__slots__)
+        return f"{type(self).__name__}({fields})"
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        return (_rebuild_query, (type(self), self._fields()))
+
+
+def _rebuild_query(cls: type[Query[Any]], fields: tuple[object, ...]) -> Query[Any]:
+    instance = object.__new__(cls)
+    for slot, value in zip(cls.__slots__, fields, strict=True):
+        object.__setattr__(instance, slot, value)
+    return instance
+
+
+_set = object.__setattr__
+
+
+class KeyQuery(Query[V | None], Generic[K, V]):
+    """The value of one key, or `None` when the key is absent."""
+
+    __slots__ = ("key", "is_skip_cache")
+
+    key: K
+    is_skip_cache: bool
+
+    def __init__(self, key: K, skip_cache: bool = False) -> None:
+        if key is None:
+            raise ValueError("KeyQuery: the key must not be None")
+        _set(self, "key", key)
+        _set(self, "is_skip_cache", skip_cache)
+
+    @classmethod
+    def with_key(cls, key: K) -> KeyQuery[K, V]:
+        return cls(key)
+
+    def skip_cache(self) -> KeyQuery[K, V]:
+        """The same query, answered from the store beneath the cache."""
+        return KeyQuery(self.key, True)
+
+
+class ResultOrder(enum.Enum):
+    """Key order of a range result within a partition; `ANY` is answered ascending."""
+
+    ANY = "any"
+    ASCENDING = "ascending"
+    DESCENDING = "descending"
+
+
+class RangeQuery(Query[KeyValueIterator[K, V]], Generic[K, V]):
+    """The pairs whose keys lie between two inclusive bounds (`None` = open)."""
+
+    __slots__ = ("lower_bound", "upper_bound", "result_order")
+
+    lower_bound: K | None
+    upper_bound: K | None
+    result_order: ResultOrder
+
+    def __init__(
+        self,
+        lower_bound: K | None = None,
+        upper_bound: K | None = None,
+        result_order: ResultOrder = ResultOrder.ANY,
+    ) -> None:
+        if not isinstance(result_order, ResultOrder):
+            raise TypeError(f"RangeQuery: result_order must be a ResultOrder, got {result_order!r}")
+        _set(self, "lower_bound", lower_bound)
+        _set(self, "upper_bound", upper_bound)
+        _set(self, "result_order", result_order)
+
+    @classmethod
+    def with_range(cls, lower: K | None, upper: K | None) -> RangeQuery[K, V]:
+        return cls(lower, upper)
+
+    @classmethod
+    def with_lower_bound(cls, lower: K) -> RangeQuery[K, V]:
+        if lower is None:
+            raise ValueError("RangeQuery.with_lower_bound: the bound must not be None")
+        return cls(lower, None)
+
+    @classmethod
+    def with_upper_bound(cls, upper: K) -> RangeQuery[K, V]:
+        if upper is None:
+            raise ValueError("RangeQuery.with_upper_bound: the bound must not be None")
+        return cls(None, upper)
+
+    @classmethod
+    def with_no_bounds(cls) -> RangeQuery[K, V]:
+        return cls()
+
+    def with_descending_keys(self) -> RangeQuery[K, V]:
+        return RangeQuery(self.lower_bound, self.upper_bound, ResultOrder.DESCENDING)
+
+    def with_ascending_keys(self) -> RangeQuery[K, V]:
+        return RangeQuery(self.lower_bound, self.upper_bound, ResultOrder.ASCENDING)
+
+    @property
+    def is_descending(self) -> bool:
+        return self.result_order is ResultOrder.DESCENDING
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Windowed(Generic[K]):
+    """A key in one window: `[start_ms, end_ms)`."""
+
+    key: K
+    start_ms: int
+    end_ms: int
+
+
+def _check_time_range(query: str, time_from: int, time_to: int) -> None:
+    for label, value in (("time_from", time_from), ("time_to", time_to)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{query}: {label} must be an int (ms), got {type(value).__name__}")
+
+
+class WindowKeyQuery(Query[KeyValueIterator[int, V]], Generic[K, V]):
+    """The windows of one key whose start lies in `[time_from, time_to]`, as `(start_ms, value)`."""
+
+    __slots__ = ("key", "time_from", "time_to")
+
+    key: K
+    time_from: int
+    time_to: int
+
+    def __init__(self, key: K, time_from: int, time_to: int) -> None:
+        if key is None:
+            raise ValueError("WindowKeyQuery: the key must not be None")
+        _check_time_range("WindowKeyQuery", time_from, time_to)
+        _set(self, "key", key)
+        _set(self, "time_from", time_from)
+        _set(self, "time_to", time_to)
+
+    @classmethod
+    def with_key_and_window_start_range(
+        cls, key: K, time_from: int, time_to: int
+    ) -> WindowKeyQuery[K, V]:
+        return cls(key, time_from, time_to)
+
+
+class WindowRangeQuery(Query[KeyValueIterator[Windowed[K], V]], Generic[K, V]):
+    """Every key's windows whose start lies in `[time_from, time_to]`."""
+
+    __slots__ = ("time_from", "time_to")
+
+    time_from: int
+    time_to: int
+
+    def __init__(self, time_from: int, time_to: int) -> None:
+        _check_time_range("WindowRangeQuery", time_from, time_to)
+        _set(self, "time_from", time_from)
+        _set(self, "time_to", time_to)
+
+    @classmethod
+    def with_window_start_range(cls, time_from: int, time_to: int) -> WindowRangeQuery[K, V]:
+        return cls(time_from, time_to)
+
+
+BUILTIN_QUERY_TYPES: tuple[type[Query[Any]], ...] = (
+    KeyQuery,
+    RangeQuery,
+    WindowKeyQuery,
+    WindowRangeQuery,
+)
+"""The query types every built-in engine answers."""
+
+__all__ = [
+    "BUILTIN_QUERY_TYPES",
+    "KeyQuery",
+    "Query",
+    "RangeQuery",
+    "ResultOrder",
+    "WindowKeyQuery",
+    "WindowRangeQuery",
+    "Windowed",
+]
+

@@ -1,0 +1,172 @@
+"""`StateQueryRequest`: an immutable description of one IQv2 query against one store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Generic, TypeVar
+
+from iqstate.position import PositionBound
+from iqstate.queries import Query
+
+R = TypeVar("R")
+
+
+class StateQueryRequest(Generic[R]):
+    """Which store to ask, which query, which partitions, and under which consistency terms.
+
+    Every option returns a new request; a request is never modified.
+    """
+
+    __slots__ = ("_bound", "_execution_info", "_partitions", "_query", "_require_active", "_store")
+
+    _store: str
+    _query: Query[R]
+    _partitions: frozenset[int] | None
+    _bound: PositionBound
+    _require_active: bool
+    _execution_info: bool
+
+    def __init__(self) -> None:
+        raise TypeError('use StateQueryRequest.in_store("name").with_query(query)')
+
+    @staticmethod
+    def in_store(name: str) -> InStore:
+        """Start a request against the store `name`."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"StateQueryRequest.in_store needs a store name, got {name!r}")
+        return InStore(name)
+
+    @classmethod
+    def _build(
+        cls,
+        store: str,
+        query: Query[R],
+        partitions: frozenset[int] | None,
+        bound: PositionBound,
+        require_active: bool,
+        execution_info: bool,
+    ) -> StateQueryRequest[R]:
+        instance = object.__new__(cls)
+        object.__setattr__(instance, "_store", store)
+        object.__setattr__(instance, "_query", query)
+        object.__setattr__(instance, "_partitions", partitions)
+        object.__setattr__(instance, "_bound", bound)
+        object.__setattr__(instance, "_require_active", require_active)
+        object.__setattr__(instance, "_execution_info", execution_info)
+        return instance
+
+    def _replace(self, **changes: Any) -> StateQueryRequest[R]:
+        fields = {
+            "store": self._store,
+            "query": self._query,
+            "partitions": self._partitions,
+            "bound": self._bound,
+            "require_active": self._require_active,
+            "execution_info": self._execution_info,
+        }
+        fields.update(changes)
+        return StateQueryRequest._build(**fields)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("StateQueryRequest is immutable")
+
+    def with_partitions(self, partitions: Iterable[int]) -> StateQueryRequest[R]:
+        """Ask only these partitions (a copy of the iterable is kept)."""
+        chosen = frozenset(partitions)
+        for partition in chosen:
+            if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+                raise ValueError(
+                    f"StateQueryRequest.with_partitions: partitions must be ints >= 0, "
+                    f"got {partition!r}"
+                )
+        return self._replace(partitions=chosen)
+
+    def with_all_partitions(self) -> StateQueryRequest[R]:
+        return self._replace(partitions=None)
+
+    def with_position_bound(self, bound: PositionBound) -> StateQueryRequest[R]:
+        if not isinstance(bound, PositionBound):
+            raise TypeError(
+                f"with_position_bound needs a PositionBound, got {type(bound).__name__}"
+            )
+        return self._replace(bound=bound)
+
+    def require_active(self) -> StateQueryRequest[R]:
+        """Answer only from running active replicas; the position bound still applies."""
+        return self._replace(require_active=True)
+
+    def enable_execution_info(self) -> StateQueryRequest[R]:
+        return self._replace(execution_info=True)
+
+    @property
+    def store_name(self) -> str:
+        return self._store
+
+    @property
+    def query(self) -> Query[R]:
+        return self._query
+
+    @property
+    def position_bound(self) -> PositionBound:
+        return self._bound
+
+    @property
+    def is_require_active(self) -> bool:
+        return self._require_active
+
+    @property
+    def is_execution_info_enabled(self) -> bool:
+        return self._execution_info
+
+    @property
+    def is_all_partitions(self) -> bool:
+        return self._partitions is None
+
+    @property
+    def partitions(self) -> frozenset[int]:
+        """The requested partitions; raises `ValueError` on an all-partitions request."""
+        if self._partitions is None:
+            raise ValueError("Cannot list partitions of an 'all partitions' request")
+        return self._partitions
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StateQueryRequest):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple[object, ...]:
+        return (
+            self._store,
+            self._query,
+            self._partitions,
+            self._bound,
+            self._require_active,
+            self._execution_info,
+        )
+
+    def __repr__(self) -> str:
+        partitions = "all" if self._partitions is None else sorted(self._partitions)
+        return (
+            f"StateQueryRequest(store={self._store!r}, query={self._query!r}, "
+            f"partitions={partitions}, bound={self._bound!r}, "
+            f"require_active={self._require_active}, execution_info={self._execution_info})"
+        )
+
+
+class InStore:
+    """The first half of a request: the store is chosen, the query is not yet."""
+
+    __slots__ = ("store_name",)
+
+    def __init__(self, store_name: str) -> None:
+        self.store_name = store_name
+
+    def with_query(self, query: Query[R]) -> StateQueryRequest[R]:
+        if not isinstance(query, Query):
+            raise TypeError(f"with_query needs a Query, got {type(query).__name__}")
+        return StateQueryRequest._build(
+            self.store_name, query, None, PositionBound.unbounded(), False, False
+        )

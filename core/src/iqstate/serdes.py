@@ -1,0 +1,187 @@
+"""Serdes: how typed keys and values become the bytes engines store.
+
+Engines order keys by their bytes, so a key serde that is *order-preserving* makes
+range queries follow the natural order of its type. `string`, `bytes`, `int64` and
+`float64` are order-preserving (negative numbers included); `json` is not.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Generic, TypeVar
+
+from iqstate.errors import SerializationError
+
+T = TypeVar("T")
+
+_SIGN_BIT = 1 << 63
+_MASK = (1 << 64) - 1
+_U64 = struct.Struct(">Q")
+
+
+class Serde(ABC, Generic[T]):
+    """Encodes values of one type to bytes and back."""
+
+    name: ClassVar[str]
+    order_preserving: ClassVar[bool] = False
+
+    @abstractmethod
+    def serialize(self, value: T) -> bytes:
+        """The bytes of `value`; raises `SerializationError` naming the serde and the type."""
+
+    @abstractmethod
+    def deserialize(self, data: bytes) -> T:
+        """The value encoded in `data`."""
+
+    def _refuse(self, value: object, why: str = "") -> SerializationError:
+        detail = f": {why}" if why else ""
+        return SerializationError(
+            f"serde {self.name} cannot encode a value of type {type(value).__name__}{detail}"
+        )
+
+    def __repr__(self) -> str:
+        return f"Serdes.{self.name}()"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+class StringSerde(Serde[str]):
+    """UTF-8, byte for byte what Kafka's `StringSerializer` writes."""
+
+    name = "string"
+    order_preserving = True
+
+    def serialize(self, value: str) -> bytes:
+        if not isinstance(value, str):
+            raise self._refuse(value)
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise self._refuse(value, str(exc)) from exc
+
+    def deserialize(self, data: bytes) -> str:
+        return bytes(data).decode("utf-8")
+
+
+class BytesSerde(Serde[bytes]):
+    """Bytes as they are."""
+
+    name = "bytes"
+    order_preserving = True
+
+    def serialize(self, value: bytes) -> bytes:
+        if isinstance(value, bytes):
+            return value
+        if isinstance(value, bytearray | memoryview):
+            return bytes(value)
+        raise self._refuse(value)
+
+    def deserialize(self, data: bytes) -> bytes:
+        return bytes(data)
+
+
+class Int64Serde(Serde[int]):
+    """A signed 64-bit integer in 8 bytes whose byte order is numeric order.
+
+    Big-endian with the sign bit flipped, so -1 sorts just below 0.
+    """
+
+    name = "int64"
+    order_preserving = True
+
+    def serialize(self, value: int) -> bytes:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._refuse(value)
+        if not -_SIGN_BIT <= value < _SIGN_BIT:
+            raise self._refuse(value, f"{value} is outside the signed 64-bit range")
+        return _U64.pack((value + _SIGN_BIT) & _MASK)
+
+    def deserialize(self, data: bytes) -> int:
+        return int(_U64.unpack(data)[0]) - _SIGN_BIT
+
+
+class Float64Serde(Serde[float]):
+    """An IEEE-754 double in 8 bytes whose byte order is numeric order.
+
+    Positive numbers get the sign bit set; negative numbers have every bit flipped, so
+    more negative numbers sort lower. `-0.0` sorts just below `0.0`.
+    """
+
+    name = "float64"
+    order_preserving = True
+
+    def serialize(self, value: float) -> bytes:
+        if isinstance(value, bool) or not isinstance(value, float | int):
+            raise self._refuse(value)
+        try:
+            (bits,) = _U64.unpack(struct.pack(">d", value))
+        except OverflowError as exc:
+            raise self._refuse(value, str(exc)) from exc
+        bits = (~bits & _MASK) if bits & _SIGN_BIT else bits | _SIGN_BIT
+        return _U64.pack(bits)
+
+    def deserialize(self, data: bytes) -> float:
+        (bits,) = _U64.unpack(data)
+        bits = bits & ~_SIGN_BIT if bits & _SIGN_BIT else ~bits & _MASK
+        return float(struct.unpack(">d", _U64.pack(bits))[0])
+
+
+class JsonSerde(Serde[Any]):
+    """Any JSON value as compact UTF-8 JSON. Not order-preserving: do not range over JSON keys."""
+
+    name = "json"
+    order_preserving = False
+
+    _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    _decoder = json.JSONDecoder()
+
+    def serialize(self, value: Any) -> bytes:
+        try:
+            return self._encoder.encode(value).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise self._refuse(value, str(exc)) from exc
+
+    def deserialize(self, data: bytes) -> Any:
+        return self._decoder.decode(bytes(data).decode("utf-8"))
+
+
+class Serdes:
+    """Factories for the built-in serdes (plugins add more through `iqstate_register_serdes`)."""
+
+    _string: ClassVar[StringSerde] = StringSerde()
+    _bytes: ClassVar[BytesSerde] = BytesSerde()
+    _int64: ClassVar[Int64Serde] = Int64Serde()
+    _float64: ClassVar[Float64Serde] = Float64Serde()
+    _json: ClassVar[JsonSerde] = JsonSerde()
+
+    @classmethod
+    def string(cls) -> StringSerde:
+        return cls._string
+
+    @classmethod
+    def bytes(cls) -> BytesSerde:
+        return cls._bytes
+
+    @classmethod
+    def int64(cls) -> Int64Serde:
+        return cls._int64
+
+    @classmethod
+    def float64(cls) -> Float64Serde:
+        return cls._float64
+
+    @classmethod
+    def json(cls) -> JsonSerde:
+        return cls._json
+
+
+BUILTIN_SERDES: dict[str, Serde[Any]] = {
+    serde.name: serde
+    for serde in (Serdes.string(), Serdes.bytes(), Serdes.int64(), Serdes.float64(), Serdes.json())
+}

@@ -1,0 +1,213 @@
+"""The state store contract (KIP-796 queries, KIP-1035 commits and managed offsets).
+
+A store is one partition of a named store. Engines implement it over bytes; the
+wrapper layers in `iqstate.layers` implement it too, so a store as the runtime builds
+it is a chain of `StateStore`s. Three rules hold for every store:
+
+* writes are visible to reads on the same store at once, and become durable only at
+  `commit`, together with the changelog offsets and the position, atomically; a crash
+  (or a `close` without `commit`) loses exactly the writes since the last commit;
+* `update_position` merges a source position into the store's position; the runtime
+  calls it before the writes of a batch, and the position is durable with them;
+* `query` answers the query types the store has handlers for and reports the rest as
+  `UNKNOWN_QUERY_TYPE`, with the store's position set on every result.
+"""
+
+from __future__ import annotations
+
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+
+from iqstate.iterators import KeyValueIterator
+from iqstate.position import Position, PositionBound, TopicPartition
+from iqstate.queries import Query, Windowed
+from iqstate.results import QueryResult
+
+if TYPE_CHECKING:
+    from iqstate.context import StateStoreContext
+
+K = TypeVar("K")
+V = TypeVar("V")
+R = TypeVar("R")
+
+
+class QueryConfig:
+    """Per-query options a store needs while answering (today: whether to collect execution info)."""
+
+    __slots__ = ("collect_execution_info",)
+
+    DEFAULT: ClassVar[QueryConfig]
+    WITH_EXECUTION_INFO: ClassVar[QueryConfig]
+
+    def __init__(self, collect_execution_info: bool = False) -> None:
+        self.collect_execution_info = collect_execution_info
+
+    @classmethod
+    def of(cls, collect_execution_info: bool) -> QueryConfig:
+        return cls.WITH_EXECUTION_INFO if collect_execution_info else cls.DEFAULT
+
+    def __repr__(self) -> str:
+        return f"QueryConfig(collect_execution_info={self.collect_execution_info})"
+
+
+QueryConfig.DEFAULT = QueryConfig(False)
+QueryConfig.WITH_EXECUTION_INFO = QueryConfig(True)
+
+_UNBOUNDED = PositionBound.unbounded()
+
+
+class StateStore(ABC):
+    """One partition of a named store: lifecycle, queries, position and commits."""
+
+    kind: ClassVar[str] = "state_store"
+    """The dispatch key of this store class: query handlers are registered per kind."""
+
+    @property
+    @abstractmethod
+    def name(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def persistent(self) -> bool: ...
+
+    @abstractmethod
+    def init(self, context: StateStoreContext) -> None:
+        """Open the store for the partition and directory the context names."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the store; writes since the last `commit` are discarded."""
+
+    @property
+    @abstractmethod
+    def is_open(self) -> bool: ...
+
+    def query(
+        self,
+        query: Query[R],
+        position_bound: PositionBound = _UNBOUNDED,
+        config: QueryConfig = QueryConfig.DEFAULT,
+    ) -> QueryResult[R]:
+        """Answer `query`; this default knows no query type."""
+        result: QueryResult[R] = QueryResult.for_unknown_query_type(query, self)
+        result.position = self.position
+        return result
+
+    @property
+    @abstractmethod
+    def position(self) -> Position:
+        """The source position the store's data reflects (including uncommitted writes)."""
+
+    @abstractmethod
+    def update_position(self, position: Position) -> None:
+        """Merge `position` into the store's position; durable at the next `commit`."""
+
+    @abstractmethod
+    def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
+        """Make every write since the last commit durable with these offsets and the position.
+
+        Atomic: after a crash the store reopens with data, committed offsets and position
+        from one commit. A `None` offset removes that partition's offset; an empty mapping
+        removes all offsets. Stores that do not manage offsets ignore them.
+        """
+
+    def committed_offset(self, partition: TopicPartition) -> int | None:
+        """The changelog offset committed for `partition`, if this store manages offsets."""
+        return None
+
+    @property
+    def manages_offsets(self) -> bool:
+        """True iff the store keeps changelog offsets and position in its own storage."""
+        return False
+
+    def flush(self) -> None:
+        """Deprecated no-op: durability comes from `commit` (KIP-1035)."""
+        warnings.warn(
+            f"{type(self).__name__}.flush() is deprecated and does nothing; "
+            "the runtime makes writes durable with commit(changelog_offsets) (KIP-1035)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+
+
+class KeyValueStore(StateStore, Generic[K, V]):
+    """A sorted key-value store. Iterators reflect the store as of their creation."""
+
+    @abstractmethod
+    def get(self, key: K) -> V | None: ...
+
+    @abstractmethod
+    def put(self, key: K, value: V | None) -> None:
+        """Set `key` to `value`; a `None` value deletes the key."""
+
+    def put_all(self, entries: Iterable[tuple[K, V | None]]) -> None:
+        """Apply many puts (and `None`-valued deletes) in order."""
+        for key, value in entries:
+            self.put(key, value)
+
+    def put_if_absent(self, key: K, value: V) -> V | None:
+        """Put `value` unless `key` has one; returns the value that was there."""
+        existing = self.get(key)
+        if existing is None:
+            self.put(key, value)
+        return existing
+
+    @abstractmethod
+    def delete(self, key: K) -> V | None:
+        """Remove `key`; returns the value it had."""
+
+    @abstractmethod
+    def range(self, lower: K | None, upper: K | None) -> KeyValueIterator[K, V]:
+        """Pairs with `lower <= key <= upper` in ascending key order (`None` = open)."""
+
+    @abstractmethod
+    def reverse_range(self, lower: K | None, upper: K | None) -> KeyValueIterator[K, V]:
+        """The same pairs as `range`, in descending key order."""
+
+    def all(self) -> KeyValueIterator[K, V]:
+        return self.range(None, None)
+
+    def reverse_all(self) -> KeyValueIterator[K, V]:
+        return self.reverse_range(None, None)
+
+    @abstractmethod
+    def prefix_scan(self, prefix: K) -> KeyValueIterator[K, V]:
+        """Pairs whose serialized key starts with the serialized `prefix`, ascending."""
+
+    @abstractmethod
+    def approximate_num_entries(self) -> int: ...
+
+
+class WindowStore(StateStore, Generic[K, V]):
+    """Values per key and fixed-size window, kept for `retention_ms` of stream time."""
+
+    @property
+    @abstractmethod
+    def window_size_ms(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def retention_ms(self) -> int: ...
+
+    @abstractmethod
+    def put(self, key: K, value: V | None, window_start: int) -> None:
+        """Set the value of `key` in the window starting at `window_start`; `None` deletes."""
+
+    def put_all(self, entries: Iterable[tuple[K, int, V | None]]) -> None:
+        """Apply many `(key, window_start, value)` puts in order."""
+        for key, window_start, value in entries:
+            self.put(key, value, window_start)
+
+    @abstractmethod
+    def fetch(self, key: K, time_from: int, time_to: int) -> KeyValueIterator[int, V]:
+        """`(window_start, value)` of `key` for starts in `[time_from, time_to]`, ascending."""
+
+    @abstractmethod
+    def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator[Windowed[K], V]:
+        """Every key's windows with starts in `[time_from, time_to]`, by key then start."""
+
+    def all(self) -> KeyValueIterator[Windowed[K], V]:
+        return self.fetch_all(-(1 << 63), (1 << 63) - 1)
+
