@@ -57,6 +57,13 @@ class QueryHandlerRegistry:
         self._owners[(kind, query_type)] = plugin
         self._tables.setdefault(kind, {})[query_type] = handler
 
+    def copy(self) -> QueryHandlerRegistry:
+        """An independent registry with the same handlers, to add to without side effects."""
+        duplicate = QueryHandlerRegistry()
+        duplicate._tables = {kind: dict(table) for kind, table in self._tables.items()}
+        duplicate._owners = dict(self._owners)
+        return duplicate
+
     def table_for(self, kind: str) -> HandlerTable:
         """A private copy of the handlers for `kind` (empty when none are registered)."""
         return dict(self._tables.get(kind, {}))

@@ -1,0 +1,400 @@
+"""`StoreConformance`: the tests every engine must pass, as a class to subclass.
+
+    class TestMyEngine(StoreConformance):
+        persistent = True
+        manages_offsets = True
+        window = True
+
+        @pytest.fixture
+        def store_factory(self):
+            return StoreFactory.for_engine(MY_ENGINE)
+
+Persistent engines should also override `simulate_crash` to abandon a store the way a
+killed process would (no clean-close marker, nothing flushed).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from iqstate.errors import ClosedStoreError, IqstateError
+from iqstate.iterators import KeyValueIterator
+from iqstate.plugins import default_registry
+from iqstate.position import Position, PositionBound, TopicPartition
+from iqstate.queries import (
+    KeyQuery,
+    Query,
+    RangeQuery,
+    Windowed,
+    WindowKeyQuery,
+    WindowRangeQuery,
+)
+from iqstate.results import FailureReason, QueryResult
+from iqstate.store import KeyValueStore, QueryConfig, StateStore, WindowStore
+from iqstate.testing.factory import StoreFactory, make_context
+from iqstate.testing.state_machine import StoreStateMachine
+
+CHANGELOG = "conformance-changelog"
+WINDOW_SIZE_MS = 1_000
+RETENTION_MS = 10_000
+
+
+class UnknownToEveryStore(Query[int]):
+    """A query type no handler is registered for."""
+
+    __slots__ = ()
+
+
+@pytest.mark.iqstate_conformance
+class StoreConformance:
+    """Behaviour every engine's stores must show; subclass and provide `store_factory`."""
+
+    persistent: ClassVar[bool] = False
+    manages_offsets: ClassVar[bool] = False
+    window: ClassVar[bool] = False
+    state_machine_examples: ClassVar[int] = 60
+    state_machine_steps: ClassVar[int] = 40
+
+    @pytest.fixture
+    def store_factory(self) -> StoreFactory:
+        raise NotImplementedError("a StoreConformance subclass must provide store_factory")
+
+    def simulate_crash(self, store: StateStore) -> None:
+        """Abandon `store` as a killed process would; the default closes without commit."""
+        store.close()
+
+    # -- helpers ----------------------------------------------------------------------
+
+    @pytest.fixture
+    def open_kv(
+        self, store_factory: StoreFactory, tmp_path: Path
+    ) -> Iterator[Callable[..., KeyValueStore[bytes, bytes]]]:
+        opened: list[StateStore] = []
+
+        def open_store(
+            name: str = "kv", partition: int = 0, **context: Any
+        ) -> KeyValueStore[bytes, bytes]:
+            store = store_factory.key_value(name)
+            store.init(make_context(tmp_path, name, partition, **context))
+            opened.append(store)
+            return store
+
+        yield open_store
+        for store in opened:
+            if store.is_open:
+                store.close()
+
+    @pytest.fixture
+    def kv(self, open_kv: Callable[..., KeyValueStore[bytes, bytes]]) -> KeyValueStore[bytes, bytes]:
+        return open_kv()
+
+    @pytest.fixture
+    def open_window(
+        self, store_factory: StoreFactory, tmp_path: Path
+    ) -> Iterator[Callable[..., WindowStore[bytes, bytes]]]:
+        if not self.window:
+            pytest.skip("store does not provide window stores")
+        if store_factory.window is None:
+            pytest.fail("window = True but store_factory has no window factory")
+        window_factory = store_factory.window
+        opened: list[StateStore] = []
+
+        def open_store(name: str = "win", partition: int = 0) -> WindowStore[bytes, bytes]:
+            store = window_factory(name, WINDOW_SIZE_MS, RETENTION_MS)
+            store.init(make_context(tmp_path, name, partition))
+            opened.append(store)
+            return store
+
+        yield open_store
+        for store in opened:
+            if store.is_open:
+                store.close()
+
+    # -- key-value data operations ------------------------------------------------------
+
+    def test_put_get_delete(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        assert kv.get(b"k") is None
+        kv.put(b"k", b"v1")
+        assert kv.get(b"k") == b"v1"
+        kv.put(b"k", b"v2")
+        assert kv.get(b"k") == b"v2"
+        assert kv.delete(b"k") == b"v2"
+        assert kv.get(b"k") is None
+        assert kv.delete(b"k") is None
+
+    def test_put_none_deletes(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        kv.put(b"k", b"v")
+        kv.put(b"k", None)
+        assert kv.get(b"k") is None
+        assert list(kv.all()) == []
+
+    def test_empty_value_is_a_value(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        kv.put(b"k", b"")
+        assert kv.get(b"k") == b""
+        assert list(kv.all()) == [(b"k", b"")]
+
+    def test_put_all_applies_in_order(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        kv.put_all([(b"a", b"1"), (b"b", b"2"), (b"a", b"3"), (b"b", None), (b"c", b"4")])
+        assert list(kv.all()) == [(b"a", b"3"), (b"c", b"4")]
+
+    def test_range_bounds_are_inclusive_and_ordered(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        data = {bytes([i]): bytes([i, i]) for i in (0, 1, 5, 9, 200, 255)}
+        kv.put_all(list(data.items()))
+        ordered = sorted(data.items())
+        assert list(kv.range(b"\x01", b"\x09")) == [p for p in ordered if b"\x01" <= p[0] <= b"\x09"]
+        assert list(kv.range(None, b"\x05")) == [p for p in ordered if p[0] <= b"\x05"]
+        assert list(kv.range(b"\x05", None)) == [p for p in ordered if p[0] >= b"\x05"]
+        assert list(kv.range(None, None)) == ordered
+        assert list(kv.reverse_range(b"\x01", b"\x09")) == list(
+            reversed([p for p in ordered if b"\x01" <= p[0] <= b"\x09"])
+        )
+        assert list(kv.reverse_all()) == list(reversed(ordered))
+        assert list(kv.range(b"\x09", b"\x01")) == [], "lower > upper is an empty range"
+
+    def test_keys_order_by_bytes(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        keys = [b"b", b"a", b"ab", b"\x00", b"\xff", b"a\x00", b""]
+        kv.put_all([(k, k) for k in keys if k])
+        assert [k for k, _ in kv.all()] == sorted(k for k in keys if k)
+
+    def test_prefix_scan(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        keys = [b"a", b"ab", b"abc", b"abd", b"ac", b"b", b"\xff", b"\xff\xff", b"\xff\x00"]
+        kv.put_all([(k, b"v") for k in keys])
+        assert [k for k, _ in kv.prefix_scan(b"ab")] == [b"ab", b"abc", b"abd"]
+        assert [k for k, _ in kv.prefix_scan(b"\xff")] == [b"\xff", b"\xff\x00", b"\xff\xff"]
+        assert list(kv.prefix_scan(b"zz")) == []
+
+    def test_iterators_are_snapshots_and_closeable(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        kv.put_all([(b"a", b"1"), (b"b", b"2"), (b"c", b"3")])
+        iterator = kv.range(None, None)
+        assert next(iterator) == (b"a", b"1")
+        kv.put(b"b", b"changed")
+        kv.delete(b"c")
+        kv.put(b"d", b"4")
+        assert list(iterator) == [(b"b", b"2"), (b"c", b"3")], "an iterator is a snapshot"
+        with kv.all() as scoped:
+            assert scoped.peek_next_key() == b"a"
+        assert scoped.closed
+        with pytest.raises(ValueError, match="closed"):
+            next(scoped)
+
+    def test_approximate_num_entries(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        assert kv.approximate_num_entries() == 0
+        kv.put_all([(bytes([i]), b"v") for i in range(50)])
+        assert 25 <= kv.approximate_num_entries() <= 100
+
+    def test_closed_store_refuses_use(self, open_kv: Callable[..., Any]) -> None:
+        store = open_kv()
+        assert store.is_open
+        store.close()
+        assert not store.is_open
+        with pytest.raises(IqstateError):
+            store.put(b"k", b"v")
+        with pytest.raises(ClosedStoreError):
+            store.get(b"k")
+
+    # -- queries ----------------------------------------------------------------------
+
+    def test_key_and_range_queries(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        kv.update_position(Position.from_map({"in": {0: 7}}))
+        kv.put_all([(b"a", b"1"), (b"b", b"2"), (b"c", b"3")])
+        found: QueryResult[bytes | None] = kv.query(KeyQuery.with_key(b"b"))
+        assert found.is_success and found.result == b"2"
+        assert found.position == Position.from_map({"in": {0: 7}})
+        missing = kv.query(KeyQuery.with_key(b"zz"))
+        assert missing.is_success and missing.result is None
+        ascending = kv.query(RangeQuery.with_range(b"a", b"b"))
+        assert list(ascending.result) == [(b"a", b"1"), (b"b", b"2")]
+        descending = kv.query(RangeQuery.with_lower_bound(b"b").with_descending_keys())
+        assert list(descending.result) == [(b"c", b"3"), (b"b", b"2")]
+
+    def test_unknown_query_type_fails_with_position(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        kv.update_position(Position.from_map({"in": {0: 3}}))
+        result = kv.query(UnknownToEveryStore())
+        assert result.failure_reason is FailureReason.UNKNOWN_QUERY_TYPE
+        assert kv.name in result.failure_message and "UnknownToEveryStore" in result.failure_message
+        assert result.position == Position.from_map({"in": {0: 3}})
+
+    def test_position_bound(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        kv.put(b"k", b"v")
+        kv.update_position(Position.from_map({"in": {0: 5, 1: 2}}))
+        reached = PositionBound.at(Position.from_map({"in": {0: 5}}))
+        assert kv.query(KeyQuery.with_key(b"k"), reached).result == b"v"
+        ahead = PositionBound.at(Position.from_map({"in": {0: 6}}))
+        result = kv.query(KeyQuery.with_key(b"k"), ahead)
+        assert result.failure_reason is FailureReason.NOT_UP_TO_BOUND
+        assert result.position == kv.position
+        other_topic = PositionBound.at(Position.from_map({"elsewhere": {0: 0}}))
+        assert kv.query(KeyQuery.with_key(b"k"), other_topic).is_failure
+
+    def test_store_exception_becomes_a_failure(self, open_kv: Callable[..., Any]) -> None:
+        def explode(store: Any, query: Any, bound: Any, config: Any) -> QueryResult[int]:
+            raise RuntimeError("disk on fire")
+
+        registry = default_registry().query_handlers.copy()
+        registry.register(UnknownToEveryStore, open_kv("probe").kind, explode, plugin="test")
+        store = open_kv("exploding", query_handlers=registry)
+        result = store.query(UnknownToEveryStore())
+        assert result.failure_reason is FailureReason.STORE_EXCEPTION
+        assert "RuntimeError" in result.failure_message and "disk on fire" in result.failure_message
+        assert result.position == store.position
+
+    def test_execution_info(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        plain = kv.query(KeyQuery.with_key(b"k"))
+        assert plain.execution_info == []
+        info = kv.query(KeyQuery.with_key(b"k"), config=QueryConfig.WITH_EXECUTION_INFO)
+        assert len(info.execution_info) == 1
+        assert kv.kind in info.execution_info[0] and "ns" in info.execution_info[0]
+
+    # -- positions, commits, offsets -----------------------------------------------------
+
+    def test_position_is_monotonic(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        assert kv.position == Position.empty()
+        kv.update_position(Position.from_map({"in": {0: 5}}))
+        kv.update_position(Position.from_map({"in": {0: 3, 1: 1}}))
+        assert kv.position == Position.from_map({"in": {0: 5, 1: 1}})
+
+    def test_flush_is_a_deprecated_noop(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        kv.put(b"k", b"v")
+        with pytest.warns(DeprecationWarning, match="commit"):
+            kv.flush()
+        assert kv.get(b"k") == b"v"
+
+    def test_committed_offsets(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        tp0, tp1 = TopicPartition(CHANGELOG, 0), TopicPartition(CHANGELOG, 1)
+        kv.commit({tp0: 10, tp1: 20})
+        if not self.manages_offsets:
+            assert not kv.manages_offsets
+            assert kv.committed_offset(tp0) is None
+            return
+        assert kv.manages_offsets
+        assert (kv.committed_offset(tp0), kv.committed_offset(tp1)) == (10, 20)
+        kv.commit({tp0: 11})
+        assert (kv.committed_offset(tp0), kv.committed_offset(tp1)) == (11, 20)
+        kv.commit({tp1: None})
+        assert (kv.committed_offset(tp0), kv.committed_offset(tp1)) == (11, None)
+        kv.commit({})
+        assert kv.committed_offset(tp0) is None
+
+    def test_commit_rejects_malformed_offsets(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        with pytest.raises(TypeError, match="TopicPartition"):
+            kv.commit({"topic-0": 1})  # type: ignore[dict-item]
+        with pytest.raises(TypeError, match="offset"):
+            kv.commit({TopicPartition(CHANGELOG, 0): "12"})  # type: ignore[dict-item]
+
+    def test_reopen(self, open_kv: Callable[..., KeyValueStore[bytes, bytes]]) -> None:
+        store = open_kv()
+        tp = TopicPartition(CHANGELOG, 0)
+        store.update_position(Position.from_map({"in": {0: 4}}))
+        store.put_all([(b"a", b"1"), (b"b", b"2")])
+        store.commit({tp: 41})
+        store.put(b"c", b"uncommitted")
+        store.close()
+        reopened = open_kv()
+        if not self.persistent:
+            assert list(reopened.all()) == [], "a non-persistent store reopens empty"
+            assert reopened.position == Position.empty()
+            return
+        assert list(reopened.all()) == [(b"a", b"1"), (b"b", b"2")]
+        if self.manages_offsets:
+            assert reopened.committed_offset(tp) == 41
+            assert reopened.position == Position.from_map({"in": {0: 4}})
+
+    def test_crash_loses_exactly_the_uncommitted_writes(
+        self, open_kv: Callable[..., KeyValueStore[bytes, bytes]]
+    ) -> None:
+        if not self.persistent:
+            pytest.skip("only persistent stores survive a crash")
+        store = open_kv()
+        tp = TopicPartition(CHANGELOG, 0)
+        store.update_position(Position.from_map({"in": {0: 1}}))
+        store.put(b"a", b"committed")
+        store.commit({tp: 1})
+        store.update_position(Position.from_map({"in": {0: 2}}))
+        store.put(b"a", b"lost")
+        store.put(b"b", b"lost")
+        self.simulate_crash(store)
+        reopened = open_kv(processing_guarantee="at_least_once")
+        assert list(reopened.all()) == [(b"a", b"committed")]
+        if self.manages_offsets:
+            assert reopened.committed_offset(tp) == 1
+            assert reopened.position == Position.from_map({"in": {0: 1}})
+
+    # -- window stores --------------------------------------------------------------------
+
+    def test_window_put_fetch(self, open_window: Callable[..., WindowStore[bytes, bytes]]) -> None:
+        store = open_window()
+        assert store.window_size_ms == WINDOW_SIZE_MS and store.retention_ms == RETENTION_MS
+        store.put(b"k", b"v0", 0)
+        store.put(b"k", b"v1", 1_000)
+        store.put(b"k", b"v2", 2_000)
+        store.put(b"j", b"w1", 1_000)
+        assert list(store.fetch(b"k", 1_000, 2_000)) == [(1_000, b"v1"), (2_000, b"v2")]
+        assert list(store.fetch(b"k", 500, 999)) == []
+        store.put(b"k", None, 1_000)
+        assert list(store.fetch(b"k", 0, 5_000)) == [(0, b"v0"), (2_000, b"v2")]
+        assert list(store.fetch_all(0, 1_000)) == [
+            (Windowed(b"j", 1_000, 2_000), b"w1"),
+            (Windowed(b"k", 0, 1_000), b"v0"),
+        ]
+
+    def test_window_retention_drops_expired(
+        self, open_window: Callable[..., WindowStore[bytes, bytes]]
+    ) -> None:
+        store = open_window()
+        store.put(b"k", b"old", 0)
+        store.put(b"k", b"new", RETENTION_MS + 5_000)
+        assert list(store.fetch(b"k", 0, 10 * RETENTION_MS)) == [(RETENTION_MS + 5_000, b"new")]
+        store.put(b"k", b"late", 1_000)
+        assert list(store.fetch(b"k", 0, 2_000)) == [], "a window already expired is not stored"
+
+    def test_window_queries(self, open_window: Callable[..., WindowStore[bytes, bytes]]) -> None:
+        store = open_window()
+        store.update_position(Position.from_map({"in": {0: 9}}))
+        store.put(b"k", b"v1", 1_000)
+        store.put(b"z", b"v2", 3_000)
+        by_key = store.query(WindowKeyQuery.with_key_and_window_start_range(b"k", 0, 5_000))
+        assert list(by_key.result) == [(1_000, b"v1")]
+        assert by_key.position == Position.from_map({"in": {0: 9}})
+        every = store.query(WindowRangeQuery.with_window_start_range(2_000, 3_000))
+        assert list(every.result) == [(Windowed(b"z", 3_000, 4_000), b"v2")]
+        wrong = store.query(KeyQuery.with_key(b"k"))
+        assert wrong.failure_reason is FailureReason.UNKNOWN_QUERY_TYPE
+
+    def test_window_iterator_is_snapshot(
+        self, open_window: Callable[..., WindowStore[bytes, bytes]]
+    ) -> None:
+        store = open_window()
+        store.put(b"k", b"v1", 1_000)
+        iterator: KeyValueIterator[int, bytes] = store.fetch(b"k", 0, 9_000)
+        store.put(b"k", b"v2", 2_000)
+        assert list(iterator) == [(1_000, b"v1")]
+
+    # -- the model-based state machine --------------------------------------------------------
+
+    @pytest.mark.iqstate_slow
+    def test_state_machine(self, store_factory: StoreFactory, tmp_path: Path) -> None:
+        machine = StoreStateMachine.bind(
+            store_factory,
+            persistent=self.persistent,
+            manages_offsets=self.manages_offsets,
+            crash=self.simulate_crash,
+            root=tmp_path,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            run_state_machine_as_test(
+                machine,
+                settings=settings(
+                    max_examples=self.state_machine_examples,
+                    stateful_step_count=self.state_machine_steps,
+                    deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow],
+                ),
+            )

@@ -1,0 +1,52 @@
+"""How the conformance suite obtains stores: a factory per store type, and contexts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from iqstate.context import ProcessingGuarantee, StateStoreContext
+from iqstate.dispatch import QueryHandlerRegistry
+from iqstate.engine import Engine
+from iqstate.store import KeyValueStore, WindowStore
+
+
+@dataclass(frozen=True)
+class StoreFactory:
+    """Builds uninitialised engine stores over bytes, as an engine plugin would."""
+
+    key_value: Callable[[str], KeyValueStore[bytes, bytes]]
+    window: Callable[[str, int, int], WindowStore[bytes, bytes]] | None = None
+
+    @classmethod
+    def for_engine(cls, engine: Engine) -> StoreFactory:
+        return cls(key_value=engine.key_value_store, window=engine.window_store)
+
+
+def store_directory(root: Path, store_name: str, partition: int) -> Path:
+    """`<root>/<store>/<partition>/`, the layout the runtime uses below an application."""
+    directory = root / store_name / str(partition)
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def make_context(
+    root: Path,
+    store_name: str,
+    partition: int = 0,
+    *,
+    processing_guarantee: ProcessingGuarantee = "exactly_once",
+    query_handlers: QueryHandlerRegistry | None = None,
+    config: dict[str, object] | None = None,
+) -> StateStoreContext:
+    """A context for one store partition whose directory lives under `root`."""
+    return StateStoreContext(
+        application_id="conformance",
+        store_name=store_name,
+        partition=partition,
+        directory=store_directory(root, store_name, partition),
+        config=config or {},
+        processing_guarantee=processing_guarantee,
+        query_handlers=query_handlers,
+    )
