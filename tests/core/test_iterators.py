@@ -1,7 +1,6 @@
 """KeyValueIterator: iteration, peeking, closing and mapping."""
 
 import pytest
-
 from iqstate import KeyValueIterator
 
 

@@ -5,7 +5,6 @@ import pickle
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from iqstate import Position, PositionBound, TopicPartition
 
 components = st.dictionaries(

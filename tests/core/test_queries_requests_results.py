@@ -3,7 +3,6 @@
 import pickle
 
 import pytest
-
 from iqstate import (
     FailureReason,
     IllegalQueryResultAccess,

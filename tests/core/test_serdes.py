@@ -6,8 +6,7 @@ import struct
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from iqstate import SerializationError, Serdes
+from iqstate import Serdes, SerializationError
 
 int64s = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 floats = st.floats(allow_nan=False)
@@ -57,11 +56,17 @@ def test_string_is_utf8_and_preserves_code_point_order(a: str, b: str) -> None:
     assert (a < b) == (serde.serialize(a) < serde.serialize(b))
 
 
-@given(st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False, allow_infinity=False),
-    lambda children: st.lists(children) | st.dictionaries(st.text(), children),
-    max_leaves=10,
-))
+@given(
+    st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.text()
+        | st.floats(allow_nan=False, allow_infinity=False),
+        lambda children: st.lists(children) | st.dictionaries(st.text(), children),
+        max_leaves=10,
+    )
+)
 def test_json_round_trip(value: object) -> None:
     assert Serdes.json().deserialize(Serdes.json().serialize(value)) == value
 

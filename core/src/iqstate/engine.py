@@ -111,5 +111,7 @@ class EngineStore(StateStore):
         else:
             result = answer(self, self.partition, handler, query, position_bound, config)
         if config.collect_execution_info:
-            note_execution(result, self, query, "handled" if handler else "has no handler for", start)
+            note_execution(
+                result, self, query, "handled" if handler else "has no handler for", start
+            )
         return result

@@ -33,7 +33,7 @@ class InvalidStateStorePartitionError(InvalidStateStoreError):
 
 
 class UnsupportedOperationError(IqstateError):
-    """The operation is not allowed through this handle (for example `commit` from pipeline code)."""
+    """The operation is not allowed through this handle (e.g. `commit` from pipeline code)."""
 
 
 class IllegalQueryResultAccess(IqstateError, ValueError):

@@ -116,7 +116,9 @@ class PluginRegistry:
 
         return register
 
-    def _handler_registrar(self, plugin: str) -> Callable[[type[Query[Any]], str, QueryHandler], None]:
+    def _handler_registrar(
+        self, plugin: str
+    ) -> Callable[[type[Query[Any]], str, QueryHandler], None]:
         def register(query_type: type[Query[Any]], kind: str, handler: QueryHandler) -> None:
             self.query_handlers.register(query_type, kind, handler, plugin=plugin)
 
@@ -125,8 +127,10 @@ class PluginRegistry:
     def _serde_registrar(self, plugin: str) -> Callable[[str, Serde[Any]], None]:
         def register(name: str, serde: Serde[Any]) -> None:
             if not (hasattr(serde, "serialize") and hasattr(serde, "deserialize")):
-                raise PluginError(f"plugin {plugin!r} registered serde {name!r} = {serde!r}, "
-                                  "which has no serialize/deserialize")
+                raise PluginError(
+                    f"plugin {plugin!r} registered serde {name!r} = {serde!r}, "
+                    "which has no serialize/deserialize"
+                )
             owner = self.serde_owners.get(name)
             if owner is not None:
                 raise PluginError(

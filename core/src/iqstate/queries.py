@@ -18,6 +18,21 @@ V = TypeVar("V")
 R = TypeVar("R")
 
 
+_SLOT_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _slot_names(cls: type) -> tuple[str, ...]:
+    """Every slot a query class declares, base classes first (computed once per class)."""
+    names = _SLOT_NAMES.get(cls)
+    if names is None:
+        collected: list[str] = []
+        for klass in reversed(cls.__mro__):
+            slots = klass.__dict__.get("__slots__", ())
+            collected.extend([slots] if isinstance(slots, str) else slots)
+        names = _SLOT_NAMES[cls] = tuple(collected)
+    return names
+
+
 class Query(Generic[R]):
     """Base class of every query; `R` is the type of a successful result.
 
@@ -31,18 +46,18 @@ class Query(Generic[R]):
         raise AttributeError(f"{type(self).__name__} is immutable")
 
     def _fields(self) -> tuple[object, ...]:
-        return tuple(getattr(self, slot) for slot in type(self).__slots__)
+        return tuple(getattr(self, slot) for slot in _slot_names(type(self)))
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._fields() == other._fields()  # type: ignore[attr-defined]
+        return self._fields() == other._fields()
 
     def __hash__(self) -> int:
         return hash((type(self), self._fields()))
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{slot}={getattr(self, slot)!r}" for slot in type(self).__slots__)
+        fields = ", ".join(f"{slot}={getattr(self, slot)!r}" for slot in _slot_names(type(self)))
         return f"{type(self).__name__}({fields})"
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
@@ -51,7 +66,7 @@ class Query(Generic[R]):
 
 def _rebuild_query(cls: type[Query[Any]], fields: tuple[object, ...]) -> Query[Any]:
     instance = object.__new__(cls)
-    for slot, value in zip(cls.__slots__, fields, strict=True):
+    for slot, value in zip(_slot_names(cls), fields, strict=True):
         object.__setattr__(instance, slot, value)
     return instance
 
@@ -217,4 +232,3 @@ __all__ = [
     "WindowRangeQuery",
     "Windowed",
 ]
-

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from iqstate.position import PositionBound
 from iqstate.queries import Query
@@ -55,17 +55,21 @@ class StateQueryRequest(Generic[R]):
         object.__setattr__(instance, "_execution_info", execution_info)
         return instance
 
-    def _replace(self, **changes: Any) -> StateQueryRequest[R]:
-        fields = {
-            "store": self._store,
-            "query": self._query,
-            "partitions": self._partitions,
-            "bound": self._bound,
-            "require_active": self._require_active,
-            "execution_info": self._execution_info,
-        }
-        fields.update(changes)
-        return StateQueryRequest._build(**fields)
+    def _replace(
+        self,
+        *,
+        bound: PositionBound | None = None,
+        require_active: bool | None = None,
+        execution_info: bool | None = None,
+    ) -> StateQueryRequest[R]:
+        return StateQueryRequest._build(
+            self._store,
+            self._query,
+            self._partitions,
+            self._bound if bound is None else bound,
+            self._require_active if require_active is None else require_active,
+            self._execution_info if execution_info is None else execution_info,
+        )
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("StateQueryRequest is immutable")
@@ -79,10 +83,24 @@ class StateQueryRequest(Generic[R]):
                     f"StateQueryRequest.with_partitions: partitions must be ints >= 0, "
                     f"got {partition!r}"
                 )
-        return self._replace(partitions=chosen)
+        return StateQueryRequest._build(
+            self._store,
+            self._query,
+            chosen,
+            self._bound,
+            self._require_active,
+            self._execution_info,
+        )
 
     def with_all_partitions(self) -> StateQueryRequest[R]:
-        return self._replace(partitions=None)
+        return StateQueryRequest._build(
+            self._store,
+            self._query,
+            None,
+            self._bound,
+            self._require_active,
+            self._execution_info,
+        )
 
     def with_position_bound(self, bound: PositionBound) -> StateQueryRequest[R]:
         if not isinstance(bound, PositionBound):

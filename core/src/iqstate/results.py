@@ -36,7 +36,6 @@ def describe_store(store: object) -> str:
     return f"{kind} store {name!r}" if name is not None else f"{kind} store"
 
 
-
 class QueryResult(Generic[R]):
     """The answer of one store partition: a result, or a failure reason and message.
 

@@ -34,7 +34,7 @@ R = TypeVar("R")
 
 
 class QueryConfig:
-    """Per-query options a store needs while answering (today: whether to collect execution info)."""
+    """Per-query options a store needs while answering (whether to collect execution info)."""
 
     __slots__ = ("collect_execution_info",)
 
@@ -210,4 +210,3 @@ class WindowStore(StateStore, Generic[K, V]):
 
     def all(self) -> KeyValueIterator[Windowed[K], V]:
         return self.fetch_all(-(1 << 63), (1 << 63) - 1)
-

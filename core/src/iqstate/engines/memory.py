@@ -185,15 +185,15 @@ class MemoryWindowStore(EngineStore, WindowStore[bytes, bytes]):
         slots = data.irange((key, time_from), (key, time_to))
         return KeyValueIterator([(slot[1], data[slot]) for slot in slots])
 
-    def fetch_all(
-        self, time_from: int, time_to: int
-    ) -> KeyValueIterator[Windowed[bytes], bytes]:
+    def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator[Windowed[bytes], bytes]:
         self._check_open()
         size = self._window_size_ms
         data = self._data
         in_range = sorted(
             (key, start)
-            for start, key in self._by_time.irange((time_from, b""), (time_to + 1, b""), (True, False))
+            for start, key in self._by_time.irange(
+                (time_from, b""), (time_to + 1, b""), (True, False)
+            )
         )
         return KeyValueIterator(
             [(Windowed(key, start, start + size), data[(key, start)]) for key, start in in_range]

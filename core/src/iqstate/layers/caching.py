@@ -132,8 +132,12 @@ class CachingKeyValueStore(WrappedStore[KeyValueStore[bytes, bytes]], KeyValueSt
         return [(key, buffer[key]) for key in keys]
 
     def merged_range(
-        self, stored: KeyValueIterator[bytes, bytes], lower: bytes | None, upper: bytes | None,
-        descending: bool, inclusive_upper: bool = True,
+        self,
+        stored: KeyValueIterator[bytes, bytes],
+        lower: bytes | None,
+        upper: bytes | None,
+        descending: bool,
+        inclusive_upper: bool = True,
     ) -> KeyValueIterator[bytes, bytes]:
         """`stored` (a range of the store beneath) with the buffer's entries merged in."""
         buffered = self._buffered(lower, upper, descending, inclusive_upper)
@@ -163,7 +167,9 @@ class CachingKeyValueStore(WrappedStore[KeyValueStore[bytes, bytes]], KeyValueSt
 
 
 def _cached_key_query(
-    store: CachingKeyValueStore, query: KeyQuery[bytes, bytes], bound: PositionBound,
+    store: CachingKeyValueStore,
+    query: KeyQuery[bytes, bytes],
+    bound: PositionBound,
     config: QueryConfig,
 ) -> QueryResult[Any]:
     if query.is_skip_cache:
@@ -177,7 +183,9 @@ def _cached_key_query(
 
 
 def _cached_range_query(
-    store: CachingKeyValueStore, query: RangeQuery[bytes, bytes], bound: PositionBound,
+    store: CachingKeyValueStore,
+    query: RangeQuery[bytes, bytes],
+    bound: PositionBound,
     config: QueryConfig,
 ) -> QueryResult[Any]:
     result = store.wrapped.query(query, _UNBOUNDED, config)
@@ -192,7 +200,9 @@ def _cached_range_query(
 
 
 def caching_key_query(
-    store: CachingKeyValueStore, query: KeyQuery[bytes, bytes], bound: PositionBound,
+    store: CachingKeyValueStore,
+    query: KeyQuery[bytes, bytes],
+    bound: PositionBound,
     config: QueryConfig,
 ) -> QueryResult[Any]:
     """`KeyQuery` from the buffer, or from beneath on a miss or with `skip_cache`."""
@@ -200,7 +210,9 @@ def caching_key_query(
 
 
 def caching_range_query(
-    store: CachingKeyValueStore, query: RangeQuery[bytes, bytes], bound: PositionBound,
+    store: CachingKeyValueStore,
+    query: RangeQuery[bytes, bytes],
+    bound: PositionBound,
     config: QueryConfig,
 ) -> QueryResult[Any]:
     """`RangeQuery` from beneath with the buffer merged in, deletes included."""

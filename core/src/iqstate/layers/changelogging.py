@@ -121,7 +121,5 @@ class ChangeLoggingWindowStore(
     def fetch(self, key: bytes, time_from: int, time_to: int) -> KeyValueIterator[int, bytes]:
         return self.wrapped.fetch(key, time_from, time_to)
 
-    def fetch_all(
-        self, time_from: int, time_to: int
-    ) -> KeyValueIterator[Windowed[bytes], bytes]:
+    def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator[Windowed[bytes], bytes]:
         return self.wrapped.fetch_all(time_from, time_to)

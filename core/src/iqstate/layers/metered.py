@@ -59,7 +59,8 @@ class _SerdeLayer(WrappedStore[S], Generic[S, K, V]):
             ) from exc
 
     def decode_key(self, data: bytes) -> K:
-        return self._decode(self.key_serde, data, "key")
+        key: K = self._decode(self.key_serde, data, "key")
+        return key
 
     def decode_value(self, data: bytes | None) -> V | None:
         return None if data is None else self._decode(self.value_serde, data, "value")
@@ -285,7 +286,10 @@ def metered_window_key_query(
         raw_key = store.encode_key(query.key)
     except SerializationError as error:
         return store.serde_failure(error)
-    raw = store.wrapped.query(WindowKeyQuery(raw_key, query.time_from, query.time_to), bound, config)
+    raw_query: WindowKeyQuery[bytes, bytes] = WindowKeyQuery(
+        raw_key, query.time_from, query.time_to
+    )
+    raw = store.wrapped.query(raw_query, bound, config)
     if raw.is_failure:
         return raw
     return raw.swap_result(store.typed_fetch(raw.result))
@@ -297,7 +301,9 @@ def metered_window_range_query(
     bound: PositionBound,
     config: QueryConfig,
 ) -> QueryResult[Any]:
-    raw = store.wrapped.query(query, bound, config)
+    raw: QueryResult[KeyValueIterator[Windowed[bytes], bytes]] = store.wrapped.query(
+        query, bound, config
+    )
     if raw.is_failure:
         return raw
     return raw.swap_result(store.typed_windows(raw.result))

@@ -7,4 +7,10 @@ from iqstate.testing.conformance import StoreConformance
 from iqstate.testing.factory import StoreFactory, make_context, store_directory
 from iqstate.testing.state_machine import StoreStateMachine
 
-__all__ = ["StoreConformance", "StoreFactory", "StoreStateMachine", "make_context", "store_directory"]
+__all__ = [
+    "StoreConformance",
+    "StoreFactory",
+    "StoreStateMachine",
+    "make_context",
+    "store_directory",
+]

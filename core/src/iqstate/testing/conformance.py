@@ -92,7 +92,9 @@ class StoreConformance:
                 store.close()
 
     @pytest.fixture
-    def kv(self, open_kv: Callable[..., KeyValueStore[bytes, bytes]]) -> KeyValueStore[bytes, bytes]:
+    def kv(
+        self, open_kv: Callable[..., KeyValueStore[bytes, bytes]]
+    ) -> KeyValueStore[bytes, bytes]:
         return open_kv()
 
     @pytest.fixture
@@ -148,7 +150,9 @@ class StoreConformance:
         data = {bytes([i]): bytes([i, i]) for i in (0, 1, 5, 9, 200, 255)}
         kv.put_all(list(data.items()))
         ordered = sorted(data.items())
-        assert list(kv.range(b"\x01", b"\x09")) == [p for p in ordered if b"\x01" <= p[0] <= b"\x09"]
+        assert list(kv.range(b"\x01", b"\x09")) == [
+            p for p in ordered if b"\x01" <= p[0] <= b"\x09"
+        ]
         assert list(kv.range(None, b"\x05")) == [p for p in ordered if p[0] <= b"\x05"]
         assert list(kv.range(b"\x05", None)) == [p for p in ordered if p[0] >= b"\x05"]
         assert list(kv.range(None, None)) == ordered
@@ -209,9 +213,12 @@ class StoreConformance:
         assert found.position == Position.from_map({"in": {0: 7}})
         missing = kv.query(KeyQuery.with_key(b"zz"))
         assert missing.is_success and missing.result is None
-        ascending = kv.query(RangeQuery.with_range(b"a", b"b"))
+        ascending: QueryResult[KeyValueIterator[bytes, bytes]] = kv.query(
+            RangeQuery.with_range(b"a", b"b")
+        )
         assert list(ascending.result) == [(b"a", b"1"), (b"b", b"2")]
-        descending = kv.query(RangeQuery.with_lower_bound(b"b").with_descending_keys())
+        from_b: RangeQuery[bytes, bytes] = RangeQuery.with_lower_bound(b"b")
+        descending = kv.query(from_b.with_descending_keys())
         assert list(descending.result) == [(b"c", b"3"), (b"b", b"2")]
 
     def test_unknown_query_type_fails_with_position(self, kv: KeyValueStore[bytes, bytes]) -> None:
@@ -359,10 +366,14 @@ class StoreConformance:
         store.update_position(Position.from_map({"in": {0: 9}}))
         store.put(b"k", b"v1", 1_000)
         store.put(b"z", b"v2", 3_000)
-        by_key = store.query(WindowKeyQuery.with_key_and_window_start_range(b"k", 0, 5_000))
+        by_key: QueryResult[KeyValueIterator[int, bytes]] = store.query(
+            WindowKeyQuery.with_key_and_window_start_range(b"k", 0, 5_000)
+        )
         assert list(by_key.result) == [(1_000, b"v1")]
         assert by_key.position == Position.from_map({"in": {0: 9}})
-        every = store.query(WindowRangeQuery.with_window_start_range(2_000, 3_000))
+        every: QueryResult[KeyValueIterator[Windowed[bytes], bytes]] = store.query(
+            WindowRangeQuery.with_window_start_range(2_000, 3_000)
+        )
         assert list(every.result) == [(Windowed(b"z", 3_000, 4_000), b"v2")]
         wrong = store.query(KeyQuery.with_key(b"k"))
         assert wrong.failure_reason is FailureReason.UNKNOWN_QUERY_TYPE

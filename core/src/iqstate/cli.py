@@ -1,0 +1,99 @@
+"""The `iqstate` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from iqstate.plugins import PluginRegistry, default_registry
+
+
+def _engine_kinds(registry: PluginRegistry, name: str) -> list[str]:
+    """The store kinds an engine's factories produce (`<engine>.key_value`, `<engine>.window`)."""
+    engine = registry.engines[name]
+    kinds = [getattr(engine.key_value_store, "kind", f"{name}.key_value")]
+    if engine.window_store is not None:
+        kinds.append(getattr(engine.window_store, "kind", f"{name}.window"))
+    return kinds
+
+
+def describe_plugins(registry: PluginRegistry) -> dict[str, Any]:
+    """What `iqstate plugins` reports, as data."""
+    handlers = registry.query_handlers
+    engines = []
+    for name in sorted(registry.engines):
+        engine = registry.engines[name]
+        kinds = _engine_kinds(registry, name)
+        engines.append(
+            {
+                "name": name,
+                "plugin": registry.engine_owners[name],
+                "persistent": engine.persistent,
+                "store_kinds": kinds,
+                "answers": sorted(
+                    query_type.__name__
+                    for query_type in handlers.query_types()
+                    if any(kind in kinds for kind in handlers.answered_by(query_type))
+                ),
+                "description": engine.description,
+            }
+        )
+    queries = [
+        {
+            "query": f"{query_type.__module__}.{query_type.__qualname__}",
+            "answered_by": [
+                {"kind": kind, "plugin": handlers.owner(kind, query_type)}
+                for kind in handlers.answered_by(query_type)
+            ],
+        }
+        for query_type in handlers.query_types()
+    ]
+    return {
+        "plugins": registry.plugin_names,
+        "engines": engines,
+        "query_types": queries,
+        "serdes": {name: registry.serde_owners[name] for name in sorted(registry.serdes)},
+    }
+
+
+def _print_plugins(report: dict[str, Any]) -> None:
+    print("Plugins: " + ", ".join(report["plugins"]))
+    print("\nEngines:")
+    for engine in report["engines"]:
+        durability = "persistent" if engine["persistent"] else "in-memory"
+        print(f"  {engine['name']}  ({durability}, from plugin {engine['plugin']})")
+        if engine["description"]:
+            print(f"      {engine['description']}")
+        print(f"      store kinds: {', '.join(engine['store_kinds'])}")
+        print(f"      answers: {', '.join(engine['answers']) or '(no query types)'}")
+    print("\nQuery types (store kind <- plugin that registered the handler):")
+    for query in report["query_types"]:
+        print(f"  {query['query']}")
+        for answer in query["answered_by"]:
+            print(f"      {answer['kind']}  <- {answer['plugin']}")
+    print("\nSerdes: " + ", ".join(f"{n} ({p})" for n, p in report["serdes"].items()))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="iqstate", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    plugins = commands.add_parser(
+        "plugins", help="list installed engines, query types and which engine answers which"
+    )
+    plugins.add_argument("--json", action="store_true", help="print JSON instead of text")
+    args = parser.parse_args(argv)
+    if args.command == "plugins":
+        report = describe_plugins(default_registry())
+        if args.json:
+            json.dump(report, sys.stdout, indent=2)
+            print()
+        else:
+            _print_plugins(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,213 @@
+"""Plugin loading: entry points, default plugins, blocking, conflicts and clear errors."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from iqstate import (
+    Engine,
+    FailureReason,
+    KeyQuery,
+    PluginError,
+    QueryResult,
+    Serdes,
+    StateStoreContext,
+    UnknownEngineError,
+)
+from iqstate.engines.memory import MemoryKeyValueStore
+from iqstate.hookspecs import hookimpl
+from iqstate.layers import build_key_value_chain
+from iqstate.plugins import BLOCK_ENV, PluginRegistry, make_plugin_manager
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "iqstate-entry-count"
+
+
+@pytest.fixture(scope="module")
+def installed_plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """pip-installs the fixture distribution into a private target on sys.path."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(FIXTURE),
+        ],
+        check=True,
+    )
+    sys.path.insert(0, str(target))
+    importlib.invalidate_caches()
+    yield target
+    sys.path.remove(str(target))
+    sys.modules.pop("iqstate_entry_count", None)
+
+
+def registry_of(**kwargs: Any) -> PluginRegistry:
+    return PluginRegistry.from_plugin_manager(make_plugin_manager(**kwargs))
+
+
+def memory_chain(registry: PluginRegistry) -> Any:
+    store = build_key_value_chain(
+        MemoryKeyValueStore("s"), Serdes.string(), Serdes.json(), caching=True
+    )
+    store.init(
+        StateStoreContext(
+            application_id="a", store_name="s", partition=0, query_handlers=registry.query_handlers
+        )
+    )
+    return store
+
+
+def test_defaults_are_registered_as_plugins() -> None:
+    registry = registry_of(load_entry_points=False)
+    assert {"memory", "builtins"} <= set(registry.plugin_names)
+    assert registry.engine("memory").persistent is False
+    assert registry.engine_owners["memory"] == "memory"
+    assert registry.serde("int64") is Serdes.int64()
+    assert registry.query_handlers.answered_by(KeyQuery) == [
+        "caching.key_value",
+        "memory.key_value",
+        "metered.key_value",
+    ]
+
+
+def test_installed_plugin_query_is_answered_by_an_unchanged_engine(installed_plugin: Path) -> None:
+    registry = registry_of()
+    assert "entry-count" in registry.plugin_names
+    from iqstate_entry_count import EntryCountQuery  # type: ignore[import-not-found]
+
+    store = memory_chain(registry)
+    store.put_all([("a", 1), ("b", 2), ("c", 3)])
+    store.commit({})
+    result = store.query(EntryCountQuery())
+    assert result.is_success and result.result == 3
+    assert registry.query_handlers.owner("memory.key_value", EntryCountQuery) == "entry-count"
+
+    without = memory_chain(registry_of(load_entry_points=False))
+    assert without.query(EntryCountQuery()).failure_reason is FailureReason.UNKNOWN_QUERY_TYPE
+
+
+def test_plugins_can_be_blocked_by_environment(
+    installed_plugin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(BLOCK_ENV, "entry-count, memory")
+    registry = registry_of()
+    assert "entry-count" not in registry.plugin_names
+    with pytest.raises(UnknownEngineError, match="installed engines: none"):
+        registry.engine("memory", store="counts")
+
+
+def test_autoload_can_be_disabled(installed_plugin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IQSTATE_DISABLE_PLUGIN_AUTOLOAD", "1")
+    assert "entry-count" not in registry_of().plugin_names
+
+
+def test_unknown_engine_error_lists_installed_engines() -> None:
+    registry = registry_of(load_entry_points=False)
+    with pytest.raises(UnknownEngineError) as error:
+        registry.engine("cassandra", store="counts")
+    message = str(error.value)
+    assert "store 'counts'" in message and "'cassandra'" in message and "memory" in message
+
+
+class _DuplicateEngine:
+    @hookimpl
+    def iqstate_register_engines(self, register: Any) -> None:
+        register(Engine(name="memory", key_value_store=MemoryKeyValueStore))
+
+
+def test_two_plugins_with_the_same_engine_name_conflict() -> None:
+    with pytest.raises(PluginError) as error:
+        registry_of(load_entry_points=False, extra_plugins=[("impostor", _DuplicateEngine())])
+    assert "'memory'" in str(error.value) and "'impostor'" in str(error.value)
+
+
+class _DuplicateHandler:
+    @hookimpl
+    def iqstate_register_query_handlers(self, register: Any) -> None:
+        register(KeyQuery, "memory.key_value", lambda *_: QueryResult.for_result(None))
+
+
+def test_two_handlers_for_the_same_kind_and_query_conflict() -> None:
+    with pytest.raises(PluginError, match="both register a handler for KeyQuery"):
+        registry_of(load_entry_points=False, extra_plugins=[("shadow", _DuplicateHandler())])
+
+
+class _BadRegistrations:
+    @hookimpl
+    def iqstate_register_engines(self, register: Any) -> None:
+        register("not an engine")
+
+
+def test_malformed_registrations_are_refused() -> None:
+    with pytest.raises(PluginError, match="'bad'"):
+        registry_of(load_entry_points=False, extra_plugins=[("bad", _BadRegistrations())])
+
+    class NotAQuery:
+        pass
+
+    registry = registry_of(load_entry_points=False)
+    with pytest.raises(PluginError, match="not a Query"):
+        registry.query_handlers.register(NotAQuery, "memory.key_value", print)  # type: ignore[arg-type]
+
+
+class _CustomSerde:
+    name = "upper"
+
+    def serialize(self, value: str) -> bytes:
+        return value.upper().encode()
+
+    def deserialize(self, data: bytes) -> str:
+        return data.decode()
+
+
+class _SerdePlugin:
+    @hookimpl
+    def iqstate_register_serdes(self, register: Any) -> None:
+        register("upper", _CustomSerde())
+
+
+def test_custom_serdes_through_the_hook() -> None:
+    registry = registry_of(load_entry_points=False, extra_plugins=[("serde", _SerdePlugin())])
+    serde = registry.serde("upper")
+    assert serde.serialize("abc") == b"ABC"
+    with pytest.raises(PluginError, match="no serde named 'nope'"):
+        registry.serde("nope", store="s")
+
+
+def test_cli_lists_engines_and_query_types(installed_plugin: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(installed_plugin)}
+    completed = subprocess.run(
+        [sys.executable, "-m", "iqstate.cli", "plugins"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    out = completed.stdout
+    assert "memory  (in-memory, from plugin memory)" in out
+    assert "iqstate_entry_count.EntryCountQuery" in out and "<- entry-count" in out
+    report = subprocess.run(
+        [sys.executable, "-m", "iqstate.cli", "plugins", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
+    data = json.loads(report)
+    memory = next(e for e in data["engines"] if e["name"] == "memory")
+    assert "EntryCountQuery" in memory["answers"] and "KeyQuery" in memory["answers"]
