@@ -23,6 +23,8 @@ QueryHandler: TypeAlias = Callable[[Any, Any, PositionBound, QueryConfig], Query
 
 HandlerTable: TypeAlias = dict[type, QueryHandler]
 
+_UNBOUNDED = PositionBound.unbounded()  # a singleton: every empty bound is this object
+
 
 class QueryHandlerRegistry:
     """Handlers by store kind and query type, remembering which plugin registered each."""
@@ -85,7 +87,6 @@ class QueryHandlerRegistry:
 
 def answer(
     store: StateStore,
-    partition: int | None,
     handler: QueryHandler,
     query: Query[Any],
     bound: PositionBound,
@@ -98,14 +99,15 @@ def answer(
     position the store had when it answered (unless the handler set a more precise one).
     """
     position = store.position
-    if not bound.is_unbounded() and not position.dominates(bound.position):
-        return QueryResult.not_up_to_bound(position, bound, partition)
+    if bound is not _UNBOUNDED and not position.dominates(bound.position):
+        return QueryResult.not_up_to_bound(position, bound, getattr(store, "partition", None))
     try:
         result = handler(store, query, bound, config)
     except Exception as exc:  # a store failure is a per-partition result, not an exception
         result = QueryResult.for_failure(
             FailureReason.STORE_EXCEPTION,
-            f"{describe_store(store)} (partition {partition}) failed to handle query "
+            f"{describe_store(store)} (partition {getattr(store, 'partition', None)}) "
+            f"failed to handle query "
             f"{query!r}: {type(exc).__name__}: {exc}",
         )
     if result.position is None:

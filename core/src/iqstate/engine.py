@@ -103,15 +103,20 @@ class EngineStore(StateStore):
         config: QueryConfig = QueryConfig.DEFAULT,
     ) -> QueryResult[R]:
         handler = self._handlers.get(type(query))
-        start = time.perf_counter_ns() if config.collect_execution_info else 0
+        if not config.collect_execution_info:
+            if handler is None:
+                return self._unknown(query)
+            return answer(self, handler, query, position_bound, config)
+        start = time.perf_counter_ns()
         result: QueryResult[Any]
         if handler is None:
-            result = QueryResult.for_unknown_query_type(query, self)
-            result.position = self._position
+            result = self._unknown(query)
         else:
-            result = answer(self, self.partition, handler, query, position_bound, config)
-        if config.collect_execution_info:
-            note_execution(
-                result, self, query, "handled" if handler else "has no handler for", start
-            )
+            result = answer(self, handler, query, position_bound, config)
+        note_execution(result, self, query, "handled" if handler else "has no handler for", start)
+        return result
+
+    def _unknown(self, query: Query[Any]) -> QueryResult[Any]:
+        result: QueryResult[Any] = QueryResult.for_unknown_query_type(query, self)
+        result.position = self._position
         return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Generic, TypeVar
@@ -72,8 +73,14 @@ class KeyValueIterator(Generic[K, V]):
         return self._peeked[0]  # type: ignore[index, no-any-return]
 
     def map(self, fn: Callable[[tuple[K, V]], tuple[K2, V2]]) -> KeyValueIterator[K2, V2]:
-        """A lazily transformed iterator that closes this one when it is closed."""
-        return KeyValueIterator(map(fn, self), self.close)
+        """A lazily transformed iterator that takes over this one's pairs and its closing."""
+        if self._closed:
+            raise ValueError("cannot map a closed KeyValueIterator")
+        source: Iterator[tuple[K, V]] = self._source
+        if self._peeked is not _NOTHING:
+            source = itertools.chain([self._peeked], source)  # type: ignore[list-item]
+            self._peeked = _NOTHING
+        return KeyValueIterator(map(fn, source), self.close)
 
     def close(self) -> None:
         """Release what the iterator holds; safe to call more than once."""

@@ -97,6 +97,19 @@ class KeyQuery(Query[V | None], Generic[K, V]):
         return KeyQuery(self.key, True)
 
 
+_new_object = object.__new__
+_set_key = KeyQuery.__dict__["key"].__set__
+_set_skip_cache = KeyQuery.__dict__["is_skip_cache"].__set__
+
+
+def key_query_of(key: Any, skip_cache: bool) -> KeyQuery[Any, Any]:
+    """Build a `KeyQuery` without the argument checks; for layers re-keying a checked query."""
+    query: KeyQuery[Any, Any] = _new_object(KeyQuery)
+    _set_key(query, key)
+    _set_skip_cache(query, skip_cache)
+    return query
+
+
 class ResultOrder(enum.Enum):
     """Key order of a range result within a partition; `ANY` is answered ascending."""
 

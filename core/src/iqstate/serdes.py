@@ -66,7 +66,7 @@ class StringSerde(Serde[str]):
             raise self._refuse(value, str(exc)) from exc
 
     def deserialize(self, data: bytes) -> str:
-        return bytes(data).decode("utf-8")
+        return str(data, "utf-8")
 
 
 class BytesSerde(Serde[bytes]):

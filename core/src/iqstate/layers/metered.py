@@ -16,7 +16,14 @@ from iqstate.iterators import KeyValueIterator
 from iqstate.layers.wrapped import WrappedStore
 from iqstate.metrics import StoreMetrics
 from iqstate.position import PositionBound, TopicPartition
-from iqstate.queries import KeyQuery, RangeQuery, Windowed, WindowKeyQuery, WindowRangeQuery
+from iqstate.queries import (
+    KeyQuery,
+    RangeQuery,
+    Windowed,
+    WindowKeyQuery,
+    WindowRangeQuery,
+    key_query_of,
+)
 from iqstate.results import FailureReason, QueryResult
 from iqstate.serdes import Serde
 from iqstate.store import KeyValueStore, QueryConfig, StateStore, WindowStore
@@ -39,40 +46,58 @@ class _SerdeLayer(WrappedStore[S], Generic[S, K, V]):
         super().__init__(wrapped)
         self.key_serde = key_serde
         self.value_serde = value_serde
+        self._serialize_key = key_serde.serialize
+        self._deserialize_key = key_serde.deserialize
+        self._deserialize_value = value_serde.deserialize
         self.metrics = StoreMetrics(wrapped.name)
         self._commit_sensor = self.metrics.sensor("commit")
 
     def encode_key(self, key: K) -> bytes:
-        return self._encode(self.key_serde, key, "key")
+        try:
+            return self._serialize_key(key)
+        except Exception as exc:
+            raise self.encoding_error(self.key_serde, key, "key", exc) from exc
 
     def encode_value(self, value: V | None) -> bytes | None:
-        return None if value is None else self._encode(self.value_serde, value, "value")
-
-    def _encode(self, serde: Serde[Any], value: Any, what: str) -> bytes:
+        if value is None:
+            return None
         try:
-            return serde.serialize(value)
+            return self.value_serde.serialize(value)
         except Exception as exc:
-            raise SerializationError(
-                f"store {self.name!r}: serde {_serde_name(serde)} cannot encode the {what} "
-                f"{value!r:.80} of type {type(value).__name__}"
-                + ("" if isinstance(exc, SerializationError) else f" ({type(exc).__name__}: {exc})")
-            ) from exc
+            raise self.encoding_error(self.value_serde, value, "value", exc) from exc
+
+    def encoding_error(
+        self, serde: Serde[Any], value: Any, what: str, cause: Exception
+    ) -> SerializationError:
+        """The error for a key or value `serde` cannot encode: names store, serde and type."""
+        detail = (
+            "" if isinstance(cause, SerializationError) else f" ({type(cause).__name__}: {cause})"
+        )
+        return SerializationError(
+            f"store {self.name!r}: serde {_serde_name(serde)} cannot encode the {what} "
+            f"{value!r:.80} of type {type(value).__name__}{detail}"
+        )
 
     def decode_key(self, data: bytes) -> K:
-        key: K = self._decode(self.key_serde, data, "key")
-        return key
-
-    def decode_value(self, data: bytes | None) -> V | None:
-        return None if data is None else self._decode(self.value_serde, data, "value")
-
-    def _decode(self, serde: Serde[Any], data: bytes, what: str) -> Any:
         try:
-            return serde.deserialize(data)
+            return self._deserialize_key(data)
         except Exception as exc:
-            raise SerializationError(
-                f"store {self.name!r}: serde {_serde_name(serde)} cannot decode the stored "
-                f"{what} {bytes(data)[:40]!r}: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise self.decoding_error(self.key_serde, data, "key", exc) from exc
+
+    def decode_value(self, data: bytes) -> V:
+        try:
+            return self._deserialize_value(data)
+        except Exception as exc:
+            raise self.decoding_error(self.value_serde, data, "value", exc) from exc
+
+    def decoding_error(
+        self, serde: Serde[Any], data: bytes, what: str, cause: Exception
+    ) -> SerializationError:
+        """The error for stored bytes `serde` cannot decode (a corrupt or foreign store)."""
+        return SerializationError(
+            f"store {self.name!r}: serde {_serde_name(serde)} cannot decode the stored "
+            f"{what} {bytes(data)[:40]!r}: {type(cause).__name__}: {cause}"
+        )
 
     def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
         start = _now()
@@ -107,7 +132,7 @@ class MeteredKeyValueStore(_SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyVa
     def get(self, key: K) -> V | None:
         start = _now()
         raw = self.wrapped.get(self.encode_key(key))
-        value = None if raw is None else self._decode(self.value_serde, raw, "value")
+        value = None if raw is None else self.decode_value(raw)
         end = _now()
         self._get_sensor.record(end - start, end)
         return value
@@ -127,13 +152,17 @@ class MeteredKeyValueStore(_SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyVa
 
     def delete(self, key: K) -> V | None:
         start = _now()
-        old = self.decode_value(self.wrapped.delete(self.encode_key(key)))
+        raw = self.wrapped.delete(self.encode_key(key))
+        old = None if raw is None else self.decode_value(raw)
         end = _now()
         self._delete_sensor.record(end - start, end)
         return old
 
     def _decode_pair(self, pair: tuple[bytes, bytes]) -> tuple[K, V]:
-        return self.decode_key(pair[0]), self._decode(self.value_serde, pair[1], "value")
+        try:
+            return self._deserialize_key(pair[0]), self._deserialize_value(pair[1])
+        except Exception:
+            return self.decode_key(pair[0]), self.decode_value(pair[1])
 
     def typed(self, raw: KeyValueIterator[bytes, bytes]) -> KeyValueIterator[K, V]:
         """A lazily deserializing view of a byte iterator from the store beneath."""
@@ -201,13 +230,13 @@ class MeteredWindowStore(_SerdeLayer[WindowStore[bytes, bytes], K, V], WindowSto
         self._put_sensor.record(end - start, end)
 
     def _decode_window_value(self, pair: tuple[int, bytes]) -> tuple[int, V]:
-        return pair[0], self._decode(self.value_serde, pair[1], "value")
+        return pair[0], self.decode_value(pair[1])
 
     def _decode_windowed(self, pair: tuple[Windowed[bytes], bytes]) -> tuple[Windowed[K], V]:
         windowed, value = pair
         return (
             Windowed(self.decode_key(windowed.key), windowed.start_ms, windowed.end_ms),
-            self._decode(self.value_serde, value, "value"),
+            self.decode_value(value),
         )
 
     def typed_fetch(self, raw: KeyValueIterator[int, bytes]) -> KeyValueIterator[int, V]:
@@ -242,20 +271,24 @@ def metered_key_query(
     bound: PositionBound,
     config: QueryConfig,
 ) -> QueryResult[Any]:
+    # The hottest path in iqstate: it reads the result's fields directly and reuses the
+    # fresh result object from beneath instead of copying it.
+    key = query.key
     try:
-        raw_key = store.encode_key(query.key)
-    except SerializationError as error:
-        return store.serde_failure(error)
-    raw = store.wrapped.query(KeyQuery(raw_key, query.is_skip_cache), bound, config)
-    if raw.is_failure:
-        return raw
-    value = raw.result
-    if value is None:
+        raw_key = store._serialize_key(key)
+    except Exception as exc:
+        return store.serde_failure(store.encoding_error(store.key_serde, key, "key", exc))
+    raw: QueryResult[Any] = store.wrapped.query(
+        key_query_of(raw_key, query.is_skip_cache), bound, config
+    )
+    value = raw._result
+    if value is None or raw._failure is not None:
         return raw
     try:
-        return raw.swap_result(store.decode_value(value))
-    except SerializationError as error:
-        return store.serde_failure(error)
+        raw._result = store._deserialize_value(value)
+    except Exception as exc:
+        return store.serde_failure(store.decoding_error(store.value_serde, value, "value", exc))
+    return raw
 
 
 def metered_range_query(
@@ -273,7 +306,7 @@ def metered_range_query(
     raw = store.wrapped.query(raw_query, bound, config)
     if raw.is_failure:
         return raw
-    return raw.swap_result(store.typed(raw.result))
+    return raw.substitute_result(store.typed(raw.result))
 
 
 def metered_window_key_query(
@@ -292,7 +325,7 @@ def metered_window_key_query(
     raw = store.wrapped.query(raw_query, bound, config)
     if raw.is_failure:
         return raw
-    return raw.swap_result(store.typed_fetch(raw.result))
+    return raw.substitute_result(store.typed_fetch(raw.result))
 
 
 def metered_window_range_query(
@@ -306,4 +339,4 @@ def metered_window_range_query(
     )
     if raw.is_failure:
         return raw
-    return raw.swap_result(store.typed_windows(raw.result))
+    return raw.substitute_result(store.typed_windows(raw.result))
