@@ -18,10 +18,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sortedcontainers import SortedDict
+
 from iqstate import InMemoryChangelog, KeyQuery, RangeQuery, Serdes, StateStoreContext
 from iqstate.engines.memory import MemoryKeyValueStore
 from iqstate.layers import build_key_value_chain
-from sortedcontainers import SortedDict
 
 
 def best_ns_per_item(

@@ -1,6 +1,7 @@
 """KeyValueIterator: iteration, peeking, closing and mapping."""
 
 import pytest
+
 from iqstate import KeyValueIterator
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
+
 from iqstate import (
     FailureReason,
     InMemoryChangelog,

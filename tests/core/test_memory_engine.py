@@ -1,6 +1,7 @@
 """The memory engine passes the conformance suite."""
 
 import pytest
+
 from iqstate.engines.memory import MEMORY_ENGINE
 from iqstate.testing import StoreConformance, StoreFactory
 

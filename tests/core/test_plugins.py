@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from iqstate import (
     Engine,
     FailureReason,

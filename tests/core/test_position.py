@@ -5,6 +5,7 @@ import pickle
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from iqstate import Position, PositionBound, TopicPartition
 
 components = st.dictionaries(

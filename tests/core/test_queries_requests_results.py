@@ -3,6 +3,7 @@
 import pickle
 
 import pytest
+
 from iqstate import (
     FailureReason,
     IllegalQueryResultAccess,

@@ -6,6 +6,7 @@ import struct
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from iqstate import Serdes, SerializationError
 
 int64s = st.integers(min_value=-(2**63), max_value=2**63 - 1)
