@@ -32,11 +32,14 @@ class ChangelogWriter(Protocol):
         """Append a record (it may be buffered until `flush`)."""
 
     def flush(self) -> Mapping[TopicPartition, int]:
-        """Make sent records durable; the offset of the last record per changelog partition."""
+        """Make sent records durable; the end offset (the next record's offset) per partition."""
 
 
 class InMemoryChangelog:
-    """A changelog held in memory: records get consecutive offsets per partition from 0."""
+    """A changelog held in memory: records get consecutive offsets per partition from 0.
+
+    It grows without bound; use it for tests and short-lived single-process applications.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -48,7 +51,7 @@ class InMemoryChangelog:
 
     def flush(self) -> Mapping[TopicPartition, int]:
         with self._lock:
-            return {tp: len(records) - 1 for tp, records in self._records.items() if records}
+            return {tp: len(records) for tp, records in self._records.items()}
 
     def records(self, partition: TopicPartition) -> list[ChangelogRecord]:
         """The records of one changelog partition, offset `i` at index `i`."""

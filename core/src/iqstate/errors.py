@@ -54,3 +54,15 @@ class UnknownEngineError(PluginError):
 
 class ClosedStoreError(InvalidStateStoreError):
     """The store was used after `close()` or before `init()`."""
+
+
+class CorruptStateError(IqstateError):
+    """A state file or directory could not be read; the message names it and what is wrong."""
+
+
+class IncompatibleStateError(IqstateError):
+    """The state directory holds a store declared differently (partitions, engine, type)."""
+
+
+class StateDirectoryLockedError(IqstateError):
+    """Another process holds the application's state directory."""

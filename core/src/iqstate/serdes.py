@@ -185,3 +185,28 @@ BUILTIN_SERDES: dict[str, Serde[Any]] = {
     serde.name: serde
     for serde in (Serdes.string(), Serdes.bytes(), Serdes.int64(), Serdes.float64(), Serdes.json())
 }
+
+
+def serde_name(serde: object) -> str:
+    return str(getattr(serde, "name", type(serde).__name__))
+
+
+def encoding_error(
+    store: str, serde: object, value: object, what: str, cause: BaseException
+) -> SerializationError:
+    """The error for a key or value a store's serde cannot encode: names store, serde and type."""
+    detail = "" if isinstance(cause, SerializationError) else f" ({type(cause).__name__}: {cause})"
+    return SerializationError(
+        f"store {store!r}: serde {serde_name(serde)} cannot encode the {what} "
+        f"{value!r:.80} of type {type(value).__name__}{detail}"
+    )
+
+
+def decoding_error(
+    store: str, serde: object, data: bytes, what: str, cause: BaseException
+) -> SerializationError:
+    """The error for stored bytes a store's serde cannot decode (a corrupt or foreign store)."""
+    return SerializationError(
+        f"store {store!r}: serde {serde_name(serde)} cannot decode the stored "
+        f"{what} {bytes(data)[:40]!r}: {type(cause).__name__}: {cause}"
+    )

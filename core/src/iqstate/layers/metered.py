@@ -25,7 +25,7 @@ from iqstate.queries import (
     key_query_of,
 )
 from iqstate.results import FailureReason, QueryResult
-from iqstate.serdes import Serde
+from iqstate.serdes import Serde, decoding_error, encoding_error
 from iqstate.store import KeyValueStore, QueryConfig, StateStore, WindowStore
 
 K = TypeVar("K")
@@ -33,10 +33,6 @@ V = TypeVar("V")
 S = TypeVar("S", bound=StateStore)
 
 _now = time.perf_counter_ns
-
-
-def _serde_name(serde: Serde[Any]) -> str:
-    return getattr(serde, "name", type(serde).__name__)
 
 
 class _SerdeLayer(WrappedStore[S], Generic[S, K, V]):
@@ -69,14 +65,7 @@ class _SerdeLayer(WrappedStore[S], Generic[S, K, V]):
     def encoding_error(
         self, serde: Serde[Any], value: Any, what: str, cause: Exception
     ) -> SerializationError:
-        """The error for a key or value `serde` cannot encode: names store, serde and type."""
-        detail = (
-            "" if isinstance(cause, SerializationError) else f" ({type(cause).__name__}: {cause})"
-        )
-        return SerializationError(
-            f"store {self.name!r}: serde {_serde_name(serde)} cannot encode the {what} "
-            f"{value!r:.80} of type {type(value).__name__}{detail}"
-        )
+        return encoding_error(self.name, serde, value, what, cause)
 
     def decode_key(self, data: bytes) -> K:
         try:
@@ -93,11 +82,7 @@ class _SerdeLayer(WrappedStore[S], Generic[S, K, V]):
     def decoding_error(
         self, serde: Serde[Any], data: bytes, what: str, cause: Exception
     ) -> SerializationError:
-        """The error for stored bytes `serde` cannot decode (a corrupt or foreign store)."""
-        return SerializationError(
-            f"store {self.name!r}: serde {_serde_name(serde)} cannot decode the stored "
-            f"{what} {bytes(data)[:40]!r}: {type(cause).__name__}: {cause}"
-        )
+        return decoding_error(self.name, serde, data, what, cause)
 
     def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
         start = _now()
@@ -147,6 +132,13 @@ class MeteredKeyValueStore(_SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyVa
         start = _now()
         encode_key, encode_value = self.encode_key, self.encode_value
         self.wrapped.put_all([(encode_key(k), encode_value(v)) for k, v in entries])
+        end = _now()
+        self._put_all_sensor.record(end - start, end)
+
+    def put_all_serialized(self, entries: list[tuple[bytes, bytes | None]]) -> None:
+        """Write entries whose keys and values are already serialized (runtime batches)."""
+        start = _now()
+        self.wrapped.put_all(entries)
         end = _now()
         self._put_all_sensor.record(end - start, end)
 
@@ -226,6 +218,13 @@ class MeteredWindowStore(_SerdeLayer[WindowStore[bytes, bytes], K, V], WindowSto
         start = _now()
         encode_key, encode_value = self.encode_key, self.encode_value
         self.wrapped.put_all([(encode_key(k), ws, encode_value(v)) for k, ws, v in entries])
+        end = _now()
+        self._put_sensor.record(end - start, end)
+
+    def put_all_serialized(self, entries: list[tuple[bytes, int, bytes | None]]) -> None:
+        """Write window entries whose keys and values are already serialized."""
+        start = _now()
+        self.wrapped.put_all(entries)
         end = _now()
         self._put_sensor.record(end - start, end)
 

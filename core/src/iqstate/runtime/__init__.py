@@ -1,0 +1,50 @@
+"""The runtime: an `Application` hosting partitioned stores, batches, queries, discovery."""
+
+from iqstate.runtime.app import Application, AppState
+from iqstate.runtime.assignment import (
+    ACTIVE,
+    ACTIVE_RESTORING,
+    STANDBY,
+    Assignment,
+    AssignmentProvider,
+    PartitionRole,
+    Role,
+    StandaloneAssignment,
+    StaticAssignment,
+)
+from iqstate.runtime.batch import Batch
+from iqstate.runtime.iqv1 import (
+    CompositeReadOnlyKeyValueStore,
+    CompositeReadOnlyWindowStore,
+    QueryableStoreType,
+    QueryableStoreTypes,
+    StoreQueryParameters,
+)
+from iqstate.runtime.metadata import HostInfo, KeyQueryMetadata, LagInfo, StreamsMetadata
+from iqstate.runtime.partitioner import murmur2, partition_for_bytes
+
+__all__ = [
+    "ACTIVE",
+    "ACTIVE_RESTORING",
+    "STANDBY",
+    "AppState",
+    "Application",
+    "Assignment",
+    "AssignmentProvider",
+    "Batch",
+    "CompositeReadOnlyKeyValueStore",
+    "CompositeReadOnlyWindowStore",
+    "HostInfo",
+    "KeyQueryMetadata",
+    "LagInfo",
+    "PartitionRole",
+    "QueryableStoreType",
+    "QueryableStoreTypes",
+    "Role",
+    "StandaloneAssignment",
+    "StaticAssignment",
+    "StoreQueryParameters",
+    "StreamsMetadata",
+    "murmur2",
+    "partition_for_bytes",
+]

@@ -1,0 +1,136 @@
+"""`Batch`: the writes of one pipeline batch, applied to every store partition atomically.
+
+Writes are serialized and partitioned as they are added (a key or value the serdes
+refuse fails at once, before anything is applied) and held until the block ends. Then
+every running active store partition of the application commits its writes, the batch's
+position and the batch id as its fence, in one store commit each. A partition whose fence
+is at or past the batch id skips it, so replaying a batch that a crash interrupted
+completes it where it was missing and changes nothing where it was applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from iqstate.errors import UnknownStateStoreError
+from iqstate.position import Position
+from iqstate.runtime.spec import StoreSpec
+from iqstate.serdes import encoding_error
+
+if TYPE_CHECKING:
+    from iqstate.runtime.app import Application
+
+StorePartition = tuple[str, int]
+
+
+class _StoreWriter:
+    """Serializes and partitions writes for one store (built once per store per batch)."""
+
+    __slots__ = ("entries", "key_serialize", "spec", "value_serialize")
+
+    def __init__(self, spec: StoreSpec) -> None:
+        self.spec = spec
+        self.key_serialize = spec.key_serde.serialize
+        self.value_serialize = spec.value_serde.serialize
+        self.entries: dict[int, list[Any]] = {}
+
+    def key_bytes(self, key: Any) -> bytes:
+        try:
+            return self.key_serialize(key)
+        except Exception as exc:
+            raise encoding_error(self.spec.name, self.spec.key_serde, key, "key", exc) from exc
+
+    def value_bytes(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        try:
+            return self.value_serialize(value)
+        except Exception as exc:
+            raise encoding_error(
+                self.spec.name, self.spec.value_serde, value, "value", exc
+            ) from exc
+
+
+class Batch:
+    """A context manager collecting one batch's writes; see `Application.begin_batch`."""
+
+    def __init__(self, app: Application, position: Position | None, batch_id: int | None) -> None:
+        self._app = app
+        self.position = position
+        self.batch_id = batch_id
+        self._writers: dict[str, _StoreWriter] = {}
+        self._done = False
+        self.applied: frozenset[StorePartition] = frozenset()
+        self.skipped: frozenset[StorePartition] = frozenset()
+
+    def _writer(self, store: str) -> _StoreWriter:
+        writer = self._writers.get(store)
+        if writer is None:
+            if self._done:
+                raise RuntimeError("this batch has already ended; begin a new one")
+            spec = self._app._specs.get(store)
+            if spec is None:
+                raise UnknownStateStoreError(
+                    f"batch writes to store {store!r}, which the application does not declare; "
+                    f"declared stores: {', '.join(sorted(self._app._specs)) or 'none'}"
+                )
+            writer = self._writers[store] = _StoreWriter(spec)
+        return writer
+
+    def put(self, store: str, key: Any, value: Any, window_start: int | None = None) -> None:
+        """Set `key` (in the window starting at `window_start`, for window stores) to `value`.
+
+        A `None` value deletes.
+        """
+        writer = self._writer(store)
+        spec = writer.spec
+        key_bytes = writer.key_bytes(key)
+        value_bytes = writer.value_bytes(value)
+        partition = spec.partition_of(key, key_bytes)
+        if spec.store_type == "window":
+            if isinstance(window_start, bool) or not isinstance(window_start, int):
+                raise TypeError(
+                    f"store {store!r} is a window store: put needs window_start=<ms> (an int), "
+                    f"got {window_start!r}"
+                )
+            entry: Any = (key_bytes, window_start, value_bytes)
+        else:
+            if window_start is not None:
+                raise TypeError(
+                    f"store {store!r} is a key-value store: window_start is not allowed"
+                )
+            entry = (key_bytes, value_bytes)
+        entries = writer.entries.get(partition)
+        if entries is None:
+            entries = writer.entries[partition] = []
+        entries.append(entry)
+
+    def delete(self, store: str, key: Any, window_start: int | None = None) -> None:
+        """Delete `key` (its window starting at `window_start`, for window stores)."""
+        self.put(store, key, None, window_start)
+
+    def pending(self) -> Mapping[StorePartition, list[Any]]:
+        """The serialized writes by store partition, in the order they were added."""
+        return {
+            (store, partition): entries
+            for store, writer in self._writers.items()
+            for partition, entries in writer.entries.items()
+        }
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._done = True
+        if exc_type is not None:
+            self._writers.clear()  # an exception inside the block discards the batch
+            return
+        self.applied, self.skipped = self._app._commit_batch(self)
+        self._writers.clear()

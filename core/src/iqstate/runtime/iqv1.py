@@ -1,0 +1,168 @@
+"""IQv1 (KIP-67, KIP-562): read-only store facades across this instance's partitions.
+
+`app.store(params)` returns a facade; the partitions behind it are resolved on every call,
+so a partition that moved away since raises `InvalidStateStoreError` at the call that
+needed it, with a message telling the caller to re-discover the store's location.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
+
+from iqstate.errors import InvalidStateStoreError
+from iqstate.iterators import KeyValueIterator
+from iqstate.queries import Windowed
+from iqstate.runtime.hosted import HostedPartition
+from iqstate.runtime.spec import StoreSpec, StoreType
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+PartitionResolver = Callable[[], list[HostedPartition]]
+
+
+@dataclass(frozen=True)
+class QueryableStoreType(Generic[T]):
+    """Which kind of store a caller expects, and the facade it gets for it."""
+
+    store_type: StoreType
+    facade: Callable[[StoreSpec, PartitionResolver], T]
+
+    def accepts(self, spec: StoreSpec) -> bool:
+        return spec.store_type == self.store_type
+
+    def __repr__(self) -> str:
+        return f"QueryableStoreTypes.{self.store_type}_store()"
+
+
+class QueryableStoreTypes:
+    """The store types `StoreQueryParameters` can ask for."""
+
+    @staticmethod
+    def key_value_store() -> QueryableStoreType[CompositeReadOnlyKeyValueStore]:
+        return QueryableStoreType("key_value", CompositeReadOnlyKeyValueStore)
+
+    @staticmethod
+    def window_store() -> QueryableStoreType[CompositeReadOnlyWindowStore]:
+        return QueryableStoreType("window", CompositeReadOnlyWindowStore)
+
+
+@dataclass(frozen=True)
+class StoreQueryParameters(Generic[T]):
+    """Which store to open for IQv1 reads, which partition, and whether stale replicas count."""
+
+    store_name: str
+    queryable_store_type: QueryableStoreType[T]
+    partition: int | None = None
+    stale_stores_enabled: bool = False
+
+    @classmethod
+    def from_name_and_type(
+        cls, store_name: str, queryable_store_type: QueryableStoreType[T]
+    ) -> StoreQueryParameters[T]:
+        return cls(store_name, queryable_store_type)
+
+    def with_partition(self, partition: int) -> StoreQueryParameters[T]:
+        if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+            raise ValueError(f"with_partition needs a partition number >= 0, got {partition!r}")
+        return replace(self, partition=partition)
+
+    def enable_stale_stores(self) -> StoreQueryParameters[T]:
+        """Also read standby and restoring replicas, not only running actives."""
+        return replace(self, stale_stores_enabled=True)
+
+
+_MIGRATED = (
+    "State store {name!r} is not available anymore and may have been migrated to another "
+    "instance; please re-discover its location from the state metadata."
+)
+
+
+class _Composite:
+    """Resolves the partitions for each call and reads them under their locks."""
+
+    def __init__(self, spec: StoreSpec, resolve: PartitionResolver) -> None:
+        self._spec = spec
+        self._resolve = resolve
+
+    @property
+    def name(self) -> str:
+        return self._spec.name
+
+    def _partitions(self) -> list[HostedPartition]:
+        return self._resolve()
+
+    def _read(self, hosted: HostedPartition, read: Callable[[Any], R]) -> R:
+        with hosted.lock:
+            if hosted.closed:
+                raise InvalidStateStoreError(_MIGRATED.format(name=self._spec.name))
+            return read(hosted.store)
+
+    def _key_partition(self, key: Any) -> HostedPartition | None:
+        key_bytes = self._spec.key_serde.serialize(key)
+        partition = self._spec.partition_of(key, key_bytes)
+        return next((h for h in self._partitions() if h.partition == partition), None)
+
+    def _concatenate(
+        self, open_one: Callable[[Any], KeyValueIterator[Any, Any]]
+    ) -> KeyValueIterator[Any, Any]:
+        iterators = [self._read(hosted, open_one) for hosted in self._partitions()]
+
+        def close_all() -> None:
+            for iterator in iterators:
+                iterator.close()
+
+        chained: Iterator[Any] = itertools.chain.from_iterable(iterators)
+        return KeyValueIterator(chained, close_all)
+
+
+class CompositeReadOnlyKeyValueStore(_Composite):
+    """Reads of a key-value store across the partitions hosted here.
+
+    `get` goes to the key's partition; `range`, `all` and `prefix_scan` concatenate the
+    partitions' results in partition order (each partition key-ordered), as Kafka does.
+    """
+
+    def get(self, key: Any) -> Any:
+        hosted = self._key_partition(key)
+        return None if hosted is None else self._read(hosted, lambda store: store.get(key))
+
+    def range(self, lower: Any, upper: Any) -> KeyValueIterator[Any, Any]:
+        return self._concatenate(lambda store: store.range(lower, upper))
+
+    def reverse_range(self, lower: Any, upper: Any) -> KeyValueIterator[Any, Any]:
+        return self._concatenate(lambda store: store.reverse_range(lower, upper))
+
+    def all(self) -> KeyValueIterator[Any, Any]:
+        return self._concatenate(lambda store: store.all())
+
+    def reverse_all(self) -> KeyValueIterator[Any, Any]:
+        return self._concatenate(lambda store: store.reverse_all())
+
+    def prefix_scan(self, prefix: Any) -> KeyValueIterator[Any, Any]:
+        return self._concatenate(lambda store: store.prefix_scan(prefix))
+
+    def approximate_num_entries(self) -> int:
+        return sum(
+            self._read(hosted, lambda store: store.approximate_num_entries())
+            for hosted in self._partitions()
+        )
+
+
+class CompositeReadOnlyWindowStore(_Composite):
+    """Reads of a window store across the partitions hosted here."""
+
+    def fetch(self, key: Any, time_from: int, time_to: int) -> KeyValueIterator[int, Any]:
+        hosted = self._key_partition(key)
+        if hosted is None:
+            return KeyValueIterator.empty()
+        return self._read(hosted, lambda store: store.fetch(key, time_from, time_to))
+
+    def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator[Windowed[Any], Any]:
+        return self._concatenate(lambda store: store.fetch_all(time_from, time_to))
+
+    def all(self) -> KeyValueIterator[Windowed[Any], Any]:
+        return self._concatenate(lambda store: store.all())

@@ -1,0 +1,47 @@
+"""An exclusive lock on an application's state directory, naming its holder when taken."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from iqstate.errors import StateDirectoryLockedError
+
+
+class DirectoryLock:
+    """`flock` on `<directory>/.lock`, with the holder's PID written inside.
+
+    The operating system releases the lock when the holder exits, however it exits, so a
+    crashed process never leaves a stale lock behind.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / ".lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise StateDirectoryLockedError(
+                f"state directory {self.path.parent} is locked by process {holder}; "
+                "another Application with the same application_id and state_dir is running"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        self._fd = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None

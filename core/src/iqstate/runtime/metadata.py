@@ -1,0 +1,71 @@
+"""Discovery types (KIP-67, KIP-535): which instance hosts which store partition, and lag."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from iqstate.position import TopicPartition
+
+
+@dataclass(frozen=True, order=True)
+class HostInfo:
+    """An instance's query endpoint, as given by `application_server`."""
+
+    host: str
+    port: int
+
+    @classmethod
+    def unavailable(cls) -> HostInfo:
+        return cls("unavailable", -1)
+
+    @classmethod
+    def parse(cls, endpoint: str) -> HostInfo:
+        """`"host:port"` -> `HostInfo`; raises `ValueError` naming what is malformed."""
+        host, separator, port = endpoint.rpartition(":")
+        if not separator or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                f"application_server must look like 'host:port' with a port in 1..65535, "
+                f"got {endpoint!r}"
+            )
+        return cls(host, int(port))
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class StreamsMetadata:
+    """What one instance hosts: store names and (changelog) topic partitions, active and standby."""
+
+    host_info: HostInfo
+    state_store_names: frozenset[str]
+    topic_partitions: frozenset[TopicPartition]
+    standby_state_store_names: frozenset[str] = frozenset()
+    standby_topic_partitions: frozenset[TopicPartition] = frozenset()
+
+
+@dataclass(frozen=True)
+class KeyQueryMetadata:
+    """Where one key lives: the active host, the standby hosts, and the partition."""
+
+    active_host: HostInfo
+    standby_hosts: frozenset[HostInfo] = field(default_factory=frozenset)
+    partition: int = -1
+
+    NOT_AVAILABLE: ClassVar[KeyQueryMetadata]
+
+
+KeyQueryMetadata.NOT_AVAILABLE = KeyQueryMetadata(HostInfo.unavailable(), frozenset(), -1)
+
+
+@dataclass(frozen=True)
+class LagInfo:
+    """How far a local store partition is behind the end of its changelog."""
+
+    current_offset_position: int
+    end_offset_position: int
+
+    @property
+    def offset_lag(self) -> int:
+        return max(0, self.end_offset_position - self.current_offset_position)

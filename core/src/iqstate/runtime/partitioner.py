@@ -1,0 +1,60 @@
+"""Kafka's default partitioner: `murmur2(key bytes) & 0x7fffffff % partitions`.
+
+Byte for byte the Java client's `Utils.murmur2`, so a key lands in the partition a Kafka
+producer would choose for the same serialized key.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from iqstate.serdes import Serde
+
+_M = 0x5BD1E995
+_SEED = 0x9747B28C
+_MASK32 = 0xFFFFFFFF
+
+Partitioner = Callable[[Any, int], int]
+"""`partitioner(key, num_partitions) -> partition` for a store's typed keys."""
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's 32-bit murmur2 hash of `data`, as a signed int like Java's."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK32
+    words = length // 4
+    for k in struct.unpack_from(f"<{words}I", data):
+        k = (k * _M) & _MASK32
+        k ^= k >> 24
+        k = (k * _M) & _MASK32
+        h = ((h * _M) & _MASK32) ^ k
+    tail = words * 4
+    remaining = length & 3
+    if remaining == 3:
+        h ^= data[tail + 2] << 16
+    if remaining >= 2:
+        h ^= data[tail + 1] << 8
+    if remaining >= 1:
+        h ^= data[tail]
+        h = (h * _M) & _MASK32
+    h ^= h >> 13
+    h = (h * _M) & _MASK32
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_bytes(key: bytes, num_partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for serialized `key`."""
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+def default_partitioner(key_serde: Serde[Any]) -> Partitioner:
+    """Partition typed keys by murmur2 of their bytes under `key_serde`."""
+    serialize = key_serde.serialize
+
+    def partition(key: Any, num_partitions: int) -> int:
+        return (murmur2(serialize(key)) & 0x7FFFFFFF) % num_partitions
+
+    return partition

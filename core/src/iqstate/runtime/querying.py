@@ -1,0 +1,106 @@
+"""Answering an IQv2 request against the partitions this instance hosts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from iqstate.position import PositionBound
+from iqstate.queries import KeyQuery, Query, WindowKeyQuery
+from iqstate.request import StateQueryRequest
+from iqstate.results import FailureReason, QueryResult, StateQueryResult
+from iqstate.runtime.hosted import HostedPartition
+from iqstate.runtime.spec import StoreSpec
+from iqstate.store import QueryConfig
+
+_KEYED_QUERIES = (KeyQuery, WindowKeyQuery)
+
+
+def _key_partition(spec: StoreSpec, query: Query[Any]) -> int | None:
+    """The only partition a key lookup can be answered by, or None if the key won't serialize."""
+    key = query.key  # type: ignore[attr-defined]
+    try:
+        key_bytes = spec.key_serde.serialize(key)
+    except Exception:
+        return None  # every partition then reports the serde's error as STORE_EXCEPTION
+    return spec.partition_of(key, key_bytes)
+
+
+def partitions_to_ask(
+    spec: StoreSpec, request: StateQueryRequest[Any], hosted: Mapping[int, HostedPartition]
+) -> Iterable[int]:
+    """Requested partitions; for all-partition key lookups, just the key's partition if hosted."""
+    if not request.is_all_partitions:
+        return sorted(request.partitions)
+    query = request.query
+    if isinstance(query, _KEYED_QUERIES):
+        partition = _key_partition(spec, query)
+        if partition is not None:
+            return (partition,) if partition in hosted else ()
+    return sorted(hosted)
+
+
+def query_partition(
+    spec: StoreSpec,
+    hosted: HostedPartition | None,
+    partition: int,
+    query: Query[Any],
+    bound: PositionBound,
+    require_active: bool,
+    config: QueryConfig,
+) -> QueryResult[Any]:
+    """One partition's answer; every problem is a failed result, never an exception."""
+    if not 0 <= partition < spec.partitions:
+        return QueryResult.for_failure(
+            FailureReason.DOES_NOT_EXIST,
+            f"Partition {partition} does not exist in store {spec.name!r}, which has "
+            f"partitions 0..{spec.partitions - 1}.",
+        )
+    if hosted is None:
+        return QueryResult.for_failure(
+            FailureReason.NOT_PRESENT,
+            f"Partition {partition} of store {spec.name!r} was not present on this instance "
+            "at the time of the query.",
+        )
+    role = hosted.role
+    if require_active and not role.is_running_active:
+        failure = QueryResult.for_failure(
+            FailureReason.NOT_ACTIVE,
+            f"Query requires a running active replica, but partition {partition} of store "
+            f"{spec.name!r} is {role.state} here.",
+        )
+        failure.position = hosted.store.position
+        return failure
+    with hosted.lock:
+        if hosted.closed:
+            return QueryResult.for_failure(
+                FailureReason.NOT_PRESENT,
+                f"Partition {partition} of store {spec.name!r} moved away from this instance "
+                "during the query.",
+            )
+        try:
+            return hosted.store.query(query, bound, config)
+        except Exception as exc:  # a layer failing is this partition's failure, not the caller's
+            failure = QueryResult.for_failure(
+                FailureReason.STORE_EXCEPTION,
+                f"store {spec.name!r} partition {partition} failed to handle {query!r}: "
+                f"{type(exc).__name__}: {exc}",
+            )
+            failure.position = hosted.store.position
+            return failure
+
+
+def execute(
+    spec: StoreSpec, request: StateQueryRequest[Any], hosted: Mapping[int, HostedPartition]
+) -> StateQueryResult[Any]:
+    config = QueryConfig.of(request.is_execution_info_enabled)
+    query, bound, require_active = request.query, request.position_bound, request.is_require_active
+    result: StateQueryResult[Any] = StateQueryResult()
+    for partition in partitions_to_ask(spec, request, hosted):
+        result.add_result(
+            partition,
+            query_partition(
+                spec, hosted.get(partition), partition, query, bound, require_active, config
+            ),
+        )
+    return result
