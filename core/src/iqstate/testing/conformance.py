@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from iqstate.dispatch import QueryHandlerRegistry
 from iqstate.errors import ClosedStoreError, IqstateError
 from iqstate.iterators import KeyValueIterator
 from iqstate.plugins import default_registry
@@ -66,6 +67,11 @@ class StoreConformance:
     def store_factory(self) -> StoreFactory:
         raise NotImplementedError("a StoreConformance subclass must provide store_factory")
 
+    @pytest.fixture
+    def query_handlers(self) -> QueryHandlerRegistry | None:
+        """Handlers the stores dispatch with; `None` means those of the installed plugins."""
+        return None
+
     def simulate_crash(self, store: StateStore) -> None:
         """Abandon `store` as a killed process would; the default closes without commit."""
         store.close()
@@ -74,13 +80,17 @@ class StoreConformance:
 
     @pytest.fixture
     def open_kv(
-        self, store_factory: StoreFactory, tmp_path: Path
+        self,
+        store_factory: StoreFactory,
+        tmp_path: Path,
+        query_handlers: QueryHandlerRegistry | None,
     ) -> Iterator[Callable[..., KeyValueStore[bytes, bytes]]]:
         opened: list[StateStore] = []
 
         def open_store(
             name: str = "kv", partition: int = 0, **context: Any
         ) -> KeyValueStore[bytes, bytes]:
+            context.setdefault("query_handlers", query_handlers)
             store = store_factory.key_value(name)
             store.init(make_context(tmp_path, name, partition, **context))
             opened.append(store)
@@ -99,7 +109,10 @@ class StoreConformance:
 
     @pytest.fixture
     def open_window(
-        self, store_factory: StoreFactory, tmp_path: Path
+        self,
+        store_factory: StoreFactory,
+        tmp_path: Path,
+        query_handlers: QueryHandlerRegistry | None,
     ) -> Iterator[Callable[..., WindowStore[bytes, bytes]]]:
         if not self.window:
             pytest.skip("store does not provide window stores")
@@ -110,7 +123,7 @@ class StoreConformance:
 
         def open_store(name: str = "win", partition: int = 0) -> WindowStore[bytes, bytes]:
             store = window_factory(name, WINDOW_SIZE_MS, RETENTION_MS)
-            store.init(make_context(tmp_path, name, partition))
+            store.init(make_context(tmp_path, name, partition, query_handlers=query_handlers))
             opened.append(store)
             return store
 
@@ -240,11 +253,13 @@ class StoreConformance:
         other_topic = PositionBound.at(Position.from_map({"elsewhere": {0: 0}}))
         assert kv.query(KeyQuery.with_key(b"k"), other_topic).is_failure
 
-    def test_store_exception_becomes_a_failure(self, open_kv: Callable[..., Any]) -> None:
+    def test_store_exception_becomes_a_failure(
+        self, open_kv: Callable[..., Any], query_handlers: QueryHandlerRegistry | None
+    ) -> None:
         def explode(store: Any, query: Any, bound: Any, config: Any) -> QueryResult[int]:
             raise RuntimeError("disk on fire")
 
-        registry = default_registry().query_handlers.copy()
+        registry = (query_handlers or default_registry().query_handlers).copy()
         registry.register(UnknownToEveryStore, open_kv("probe").kind, explode, plugin="test")
         store = open_kv("exploding", query_handlers=registry)
         result = store.query(UnknownToEveryStore())
@@ -390,13 +405,19 @@ class StoreConformance:
     # -- the model-based state machine --------------------------------------------------------
 
     @pytest.mark.iqstate_slow
-    def test_state_machine(self, store_factory: StoreFactory, tmp_path: Path) -> None:
+    def test_state_machine(
+        self,
+        store_factory: StoreFactory,
+        tmp_path: Path,
+        query_handlers: QueryHandlerRegistry | None,
+    ) -> None:
         machine = StoreStateMachine.bind(
             store_factory,
             persistent=self.persistent,
             manages_offsets=self.manages_offsets,
             crash=self.simulate_crash,
             root=tmp_path,
+            query_handlers=query_handlers,
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)

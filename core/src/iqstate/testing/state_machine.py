@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from iqstate.dispatch import QueryHandlerRegistry
 from iqstate.position import Position, TopicPartition
 from iqstate.queries import KeyQuery, RangeQuery
 from iqstate.store import KeyValueStore
@@ -47,6 +48,7 @@ class StoreStateMachine(RuleBasedStateMachine):
     manages_offsets: ClassVar[bool] = False
     can_crash: ClassVar[bool] = False
     root: ClassVar[Path | None] = None
+    query_handlers: ClassVar[QueryHandlerRegistry | None] = None
 
     @classmethod
     def bind(
@@ -57,6 +59,7 @@ class StoreStateMachine(RuleBasedStateMachine):
         manages_offsets: bool,
         crash: Crash | None = None,
         root: Path | None = None,
+        query_handlers: QueryHandlerRegistry | None = None,
     ) -> type[StoreStateMachine]:
         """A concrete machine class for one engine."""
         attributes: dict[str, Any] = {
@@ -65,6 +68,7 @@ class StoreStateMachine(RuleBasedStateMachine):
             "manages_offsets": manages_offsets,
             "can_crash": crash is not None,
             "root": root,
+            "query_handlers": query_handlers,
         }
         if crash is not None:
             attributes["simulate_crash"] = lambda self, store: crash(store)
@@ -86,7 +90,7 @@ class StoreStateMachine(RuleBasedStateMachine):
 
     def _open(self) -> KeyValueStore[bytes, bytes]:
         store = self.factory.key_value(STORE_NAME)
-        store.init(make_context(self._directory, STORE_NAME))
+        store.init(make_context(self._directory, STORE_NAME, query_handlers=self.query_handlers))
         return store
 
     def teardown(self) -> None:
