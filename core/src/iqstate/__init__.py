@@ -34,6 +34,9 @@ from iqstate.queries import (
 from iqstate.request import StateQueryRequest
 from iqstate.results import FailureReason, QueryResult, StateQueryResult
 from iqstate.runtime import (
+    ACTIVE,
+    ACTIVE_RESTORING,
+    STANDBY,
     Application,
     AppState,
     Assignment,
@@ -55,6 +58,9 @@ from iqstate.store import KeyValueStore, QueryConfig, StateStore, WindowStore
 __version__ = "0.1.0"
 
 __all__ = [
+    "ACTIVE",
+    "ACTIVE_RESTORING",
+    "STANDBY",
     "AppState",
     "Application",
     "Assignment",

@@ -66,10 +66,10 @@ class Batch:
         self.skipped: frozenset[StorePartition] = frozenset()
 
     def _writer(self, store: str) -> _StoreWriter:
+        if self._done:
+            raise RuntimeError("this batch has already ended; begin a new one")
         writer = self._writers.get(store)
         if writer is None:
-            if self._done:
-                raise RuntimeError("this batch has already ended; begin a new one")
             spec = self._app._specs.get(store)
             if spec is None:
                 raise UnknownStateStoreError(
@@ -129,8 +129,8 @@ class Batch:
         tb: TracebackType | None,
     ) -> None:
         self._done = True
-        if exc_type is not None:
+        try:
+            if exc_type is None:
+                self.applied, self.skipped = self._app._commit_batch(self)
+        finally:
             self._writers.clear()  # an exception inside the block discards the batch
-            return
-        self.applied, self.skipped = self._app._commit_batch(self)
-        self._writers.clear()

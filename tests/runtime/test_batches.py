@@ -1,0 +1,239 @@
+"""Batch writes: partitioning, positions on every partition, discarding, the fence."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from iqstate import (
+    ACTIVE,
+    STANDBY,
+    Application,
+    Assignment,
+    HostInfo,
+    InvalidStateStoreError,
+    KeyQuery,
+    Position,
+    RangeQuery,
+    SerializationError,
+    StateQueryRequest,
+    StaticAssignment,
+    StreamsStoppedError,
+    UnknownStateStoreError,
+    WindowKeyQuery,
+)
+from iqstate.runtime import murmur2, partition_for_bytes
+
+MakeApp = Callable[..., Application]
+HOST = HostInfo("localhost", 7070)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("21", -973932308),
+        ("foobar", -790332482),
+        ("abc", 479470107),
+        ("a-little-bit-long-string", -985981536),
+        ("", 275646681),
+    ],
+)
+def test_murmur2_matches_the_java_client(text: str, expected: int) -> None:
+    assert murmur2(text.encode()) == expected
+
+
+def test_partition_is_positive_murmur2_modulo() -> None:
+    assert partition_for_bytes(b"abc", 7) == (479470107 & 0x7FFFFFFF) % 7
+    assert partition_for_bytes(b"21", 5) == (-973932308 & 0x7FFFFFFF) % 5
+
+
+def all_partitions(app: Application, store: str, query: Any) -> dict[int, Any]:
+    result = app.query(StateQueryRequest.in_store(store).with_query(query))
+    return result.partition_results
+
+
+def test_keys_land_in_their_murmur2_partition(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 5)
+    with app:
+        words = [f"word-{i}" for i in range(50)]
+        with app.begin_batch() as batch:
+            for word in words:
+                batch.put("s", word, 1)
+        results = all_partitions(app, "s", RangeQuery.with_no_bounds())
+        for partition, result in results.items():
+            for key, _ in result.result:
+                assert partition_for_bytes(key.encode(), 5) == partition
+
+
+def test_custom_partitioner(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("n", 4, key_serde="int64", partitioner=lambda key, n: key % n)
+    with app:
+        with app.begin_batch() as batch:
+            for number in range(8):
+                batch.put("n", number, number)
+        results = all_partitions(app, "n", RangeQuery.with_no_bounds())
+        assert [k for k, _ in results[3].result] == [3, 7]
+
+
+@pytest.mark.parametrize("answer", [7, -1, {0, 1}, set(), "0", None])
+def test_partitioner_must_return_one_partition_in_range(make_app: MakeApp, answer: Any) -> None:
+    app = make_app()
+    app.key_value_store("s", 4, partitioner=lambda key, n: answer)
+    with app, pytest.raises(ValueError, match="partitioner of store 's'"):
+        app.begin_batch().put("s", "k", 1)
+
+
+def test_every_partition_advances_to_the_batch_position(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("a", 3)
+    app.key_value_store("b", 2)
+    with app:
+        with app.begin_batch(position={"src": {0: 41}}, batch_id=0) as batch:
+            batch.put("a", "only-key", 1)
+        assert len(batch.applied) == 5 and not batch.skipped
+        for store in ("a", "b"):
+            results = all_partitions(app, store, RangeQuery.with_no_bounds())
+            assert len(results) == app.stores[store].partitions
+            for result in results.values():
+                assert result.position == Position.from_map({"src": {0: 41}})
+
+
+def test_an_exception_in_the_block_discards_the_batch(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 2)
+    with app:
+        with pytest.raises(RuntimeError, match="pipeline failed"):  # noqa: PT012
+            with app.begin_batch(position={"src": {0: 9}}, batch_id=3) as batch:
+                batch.put("s", "k", 1)
+                raise RuntimeError("pipeline failed")
+        assert not batch.applied
+        results = all_partitions(app, "s", RangeQuery.with_no_bounds())
+        assert all(
+            list(r.result) == [] and r.position == Position.empty() for r in results.values()
+        )
+        with app.begin_batch(batch_id=3) as retry:
+            retry.put("s", "k", 2)
+        assert len(retry.applied) == 2, "a discarded batch id can be used again"
+
+
+def test_fence_skips_replayed_batches_and_reports_them(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 2)
+    with app:
+        with app.begin_batch(position={"src": {0: 10}}, batch_id=5) as first:
+            first.put("s", "k", "first")
+        with app.begin_batch(position={"src": {0: 99}}, batch_id=5) as replay:
+            replay.put("s", "k", "replayed")
+        assert replay.skipped == {("s", 0), ("s", 1)} and not replay.applied
+        with app.begin_batch(batch_id=4) as older:
+            older.put("s", "k", "older")
+        assert len(older.skipped) == 2
+        [value] = [r for r in all_partitions(app, "s", KeyQuery.with_key("k")).values()]
+        assert value.result == "first" and value.position == Position.from_map({"src": {0: 10}})
+        with app.begin_batch(position={"src": {0: 11}}, batch_id=6) as newer:
+            newer.put("s", "k", "newer")
+        assert len(newer.applied) == 2
+
+
+def test_batches_without_id_are_always_applied(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 1)
+    with app:
+        with app.begin_batch(batch_id=9) as fenced:
+            fenced.put("s", "k", 1)
+        with app.begin_batch() as unfenced:
+            unfenced.put("s", "k", 2)
+        assert unfenced.applied == {("s", 0)}
+        with app.begin_batch(batch_id=9) as replay:
+            replay.put("s", "k", 3)
+        assert replay.skipped == {("s", 0)}, "an unfenced batch keeps the fence where it was"
+
+
+def test_deletes_and_window_writes(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("kv", 2)
+    app.window_store("w", 2, window_size_ms=10, retention_ms=100, value_serde="int64")
+    with app:
+        with app.begin_batch() as batch:
+            batch.put("kv", "a", 1)
+            batch.put("kv", "b", 2)
+            batch.put("w", "a", 5, window_start=0)
+            batch.put("w", "a", 6, window_start=10)
+        with app.begin_batch() as batch:
+            batch.delete("kv", "a")
+            batch.put("kv", "b", None)
+            batch.delete("w", "a", window_start=0)
+        assert all_partitions(app, "kv", KeyQuery.with_key("a")) == {} or all(
+            r.result is None for r in all_partitions(app, "kv", KeyQuery.with_key("a")).values()
+        )
+        windows = all_partitions(
+            app, "w", WindowKeyQuery.with_key_and_window_start_range("a", 0, 50)
+        )
+        assert [list(r.result) for r in windows.values()] == [[(10, 6)]]
+
+
+def test_bad_writes_fail_at_once_and_write_nothing(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("kv", 2, key_serde="int64")
+    app.window_store("w", 1, window_size_ms=10, retention_ms=100)
+    with app:
+        with app.begin_batch(position={"src": {0: 1}}, batch_id=1) as batch:
+            batch.put("kv", 1, "kept")
+            with pytest.raises(SerializationError, match="store 'kv'.*int64.*str"):
+                batch.put("kv", "not-an-int", "x")
+            with pytest.raises(SerializationError, match="store 'kv'.*json.*set"):
+                batch.put("kv", 2, {1, 2})
+            with pytest.raises(UnknownStateStoreError, match="declared stores: kv, w"):
+                batch.put("nope", 1, 1)
+            with pytest.raises(TypeError, match="window_start"):
+                batch.put("w", "k", 1)
+            with pytest.raises(TypeError, match="window_start is not allowed"):
+                batch.put("kv", 3, 1, window_start=0)
+        assert batch.applied == {("kv", 0), ("kv", 1), ("w", 0)}
+        result = app.query(StateQueryRequest.in_store("kv").with_query(RangeQuery.with_no_bounds()))
+        assert [pair for r in result.partition_results.values() for pair in r.result] == [
+            (1, "kept")
+        ]
+
+
+def test_writes_to_partitions_not_active_here_are_refused(make_app: MakeApp) -> None:
+    cluster = {
+        HOST: Assignment({"s": {0: ACTIVE, 1: STANDBY}}),
+        HostInfo("other", 7070): Assignment({"s": {1: ACTIVE, 0: STANDBY}}),
+    }
+    app = make_app(assignment=StaticAssignment(cluster))
+    app.key_value_store("s", 2)
+    with app:
+        keys_for = {partition_for_bytes(f"k{i}".encode(), 2): f"k{i}" for i in range(20)}
+        with pytest.raises(
+            InvalidStateStoreError, match="partition 1.*STANDBY.*nothing was written"
+        ), app.begin_batch(batch_id=1) as batch:
+            batch.put("s", keys_for[0], "fine")
+            batch.put("s", keys_for[1], "not mine")
+        result = app.query(StateQueryRequest.in_store("s").with_query(RangeQuery.with_no_bounds()))
+        assert all(list(r.result) == [] for r in result.partition_results.values())
+
+
+def test_batches_on_a_closed_application_fail(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 1)
+    app.start()
+    app.close()
+    with pytest.raises(StreamsStoppedError), app.begin_batch() as batch:
+        batch.put("s", "k", 1)
+    with pytest.raises(RuntimeError, match="ended"):
+        batch.put("s", "k", 2)
+
+
+def test_batch_arguments_are_validated(make_app: MakeApp) -> None:
+    app = make_app()
+    with pytest.raises(ValueError, match="batch_id"):
+        app.begin_batch(batch_id=-1)
+    with pytest.raises(ValueError, match="batch_id"):
+        app.begin_batch(batch_id="7")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="offset"):
+        app.begin_batch(position={"src": {0: "1"}})  # type: ignore[dict-item]
