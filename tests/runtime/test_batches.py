@@ -106,7 +106,7 @@ def test_an_exception_in_the_block_discards_the_batch(make_app: MakeApp) -> None
     app = make_app()
     app.key_value_store("s", 2)
     with app:
-        with pytest.raises(RuntimeError, match="pipeline failed"):  # noqa: PT012
+        with pytest.raises(RuntimeError, match="pipeline failed"):
             with app.begin_batch(position={"src": {0: 9}}, batch_id=3) as batch:
                 batch.put("s", "k", 1)
                 raise RuntimeError("pipeline failed")
@@ -209,9 +209,12 @@ def test_writes_to_partitions_not_active_here_are_refused(make_app: MakeApp) -> 
     app.key_value_store("s", 2)
     with app:
         keys_for = {partition_for_bytes(f"k{i}".encode(), 2): f"k{i}" for i in range(20)}
-        with pytest.raises(
-            InvalidStateStoreError, match="partition 1.*STANDBY.*nothing was written"
-        ), app.begin_batch(batch_id=1) as batch:
+        with (
+            pytest.raises(
+                InvalidStateStoreError, match="partition 1.*STANDBY.*nothing was written"
+            ),
+            app.begin_batch(batch_id=1) as batch,
+        ):
             batch.put("s", keys_for[0], "fine")
             batch.put("s", keys_for[1], "not mine")
         result = app.query(StateQueryRequest.in_store("s").with_query(RangeQuery.with_no_bounds()))

@@ -1,0 +1,217 @@
+"""IQv2 through the application: every failure reason and exception, bounds, roles."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from iqstate import (
+    ACTIVE,
+    ACTIVE_RESTORING,
+    STANDBY,
+    Application,
+    Assignment,
+    FailureReason,
+    HostInfo,
+    InvalidStateStoreError,
+    KeyQuery,
+    Position,
+    PositionBound,
+    Query,
+    QueryResult,
+    RangeQuery,
+    StateQueryRequest,
+    StaticAssignment,
+    StreamsNotStartedError,
+    StreamsStoppedError,
+    UnknownStateStoreError,
+)
+from iqstate.engines.memory import MemoryKeyValueStore
+from iqstate.plugins import PluginRegistry, make_plugin_manager
+from iqstate.runtime import partition_for_bytes
+
+MakeApp = Callable[..., Application]
+HOST = HostInfo("localhost", 7070)
+OTHER = HostInfo("other", 7070)
+AT = Position.from_map({"src": {0: 10}})
+
+
+def request(query: Query[Any], store: str = "s") -> Any:
+    return StateQueryRequest.in_store(store).with_query(query)
+
+
+def key_in(partition: int, partitions: int = 4) -> str:
+    return next(
+        f"key-{i}"
+        for i in range(1000)
+        if partition_for_bytes(f"key-{i}".encode(), partitions) == partition
+    )
+
+
+@pytest.fixture
+def mixed_app(make_app: MakeApp) -> Application:
+    """Partition 0 running active, 1 restoring active, 2 standby, 3 hosted elsewhere."""
+    cluster = {
+        HOST: Assignment({"s": {0: ACTIVE, 1: ACTIVE_RESTORING, 2: STANDBY}}),
+        OTHER: Assignment({"s": {3: ACTIVE, 2: ACTIVE, 0: STANDBY}}),
+    }
+    app = make_app(assignment=StaticAssignment(cluster))
+    app.key_value_store("s", 4)
+    app.start()
+    with app.begin_batch(position=AT, batch_id=1) as batch:
+        batch.put("s", key_in(0), "zero")
+    return app
+
+
+def test_every_failure_reason_per_partition(mixed_app: Application) -> None:
+    result = mixed_app.query(
+        request(RangeQuery.with_no_bounds()).with_partitions({0, 1, 2, 3, 4}).require_active()
+    )
+    reasons = {
+        p: (r.failure_reason if r.is_failure else "ok") for p, r in result.partition_results.items()
+    }
+    assert reasons == {
+        0: "ok",
+        1: FailureReason.NOT_ACTIVE,
+        2: FailureReason.NOT_ACTIVE,
+        3: FailureReason.NOT_PRESENT,
+        4: FailureReason.DOES_NOT_EXIST,
+    }
+    parts = result.partition_results
+    assert "RESTORING" in parts[1].failure_message and "STANDBY" in parts[2].failure_message
+    assert "0..3" in parts[4].failure_message
+    assert parts[0].position == AT and parts[1].position is not None, (
+        "hosted partitions set positions"
+    )
+
+
+def test_standby_and_restoring_answer_without_require_active(mixed_app: Application) -> None:
+    result = mixed_app.query(request(RangeQuery.with_no_bounds()))
+    assert sorted(result.partition_results) == [0, 1, 2], (
+        "all-partition requests ask what is hosted"
+    )
+    assert all(r.is_success for r in result.partition_results.values())
+
+
+def test_position_bound(mixed_app: Application) -> None:
+    reached = (
+        request(RangeQuery.with_no_bounds())
+        .with_partitions({0})
+        .with_position_bound(PositionBound.at(AT))
+    )
+    assert mixed_app.query(reached).partition_results[0].is_success
+    ahead = PositionBound.at(Position.from_map({"src": {0: 11}}))
+    behind = mixed_app.query(reached.with_position_bound(ahead)).partition_results[0]
+    assert behind.failure_reason is FailureReason.NOT_UP_TO_BOUND
+    assert behind.position == AT
+    active_but_behind = reached.with_position_bound(ahead).require_active()
+    result = mixed_app.query(active_but_behind).partition_results[0]
+    assert result.failure_reason is FailureReason.NOT_UP_TO_BOUND, "require_active keeps the bound"
+
+
+def test_key_lookup_over_all_partitions_asks_the_keys_partition(mixed_app: Application) -> None:
+    result = mixed_app.query(request(KeyQuery.with_key(key_in(0))))
+    assert list(result.partition_results) == [0]
+    only = result.only_partition_result()
+    assert only is not None and only.result == "zero" and result.position == AT
+    elsewhere = mixed_app.query(request(KeyQuery.with_key(key_in(3))))
+    assert elsewhere.partition_results == {} and elsewhere.only_partition_result() is None
+    explicit = mixed_app.query(request(KeyQuery.with_key(key_in(0))).with_partitions({0, 1}))
+    assert sorted(explicit.partition_results) == [0, 1]
+    assert explicit.partition_results[1].result is None
+
+
+def test_merged_position_and_execution_info(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 2)
+    with app:
+        with app.begin_batch(position={"src": {0: 3, 1: 4}}) as batch:
+            batch.put("s", "k", 1)
+        result = app.query(request(RangeQuery.with_no_bounds()).enable_execution_info())
+        assert result.position == Position.from_map({"src": {0: 3, 1: 4}})
+        for partition_result in result.partition_results.values():
+            info = partition_result.execution_info
+            assert [entry.split(" store ")[0] for entry in info] == [
+                "memory.key_value",
+                "metered.key_value",
+            ]
+
+
+class Unanswerable(Query[int]):
+    __slots__ = ()
+
+
+class Exploding(Query[int]):
+    __slots__ = ()
+
+
+class _ExplodingPlugin:
+    from iqstate.hookspecs import hookimpl
+
+    @hookimpl
+    def iqstate_register_query_handlers(self, register: Any) -> None:
+        def explode(store: Any, query: Any, bound: Any, config: Any) -> QueryResult[int]:
+            raise OSError("disk gone")
+
+        register(Exploding, MemoryKeyValueStore.kind, explode)
+
+
+def test_unknown_query_type_and_store_exception(make_app: MakeApp) -> None:
+    plugins = PluginRegistry.from_plugin_manager(
+        make_plugin_manager(load_entry_points=False, extra_plugins=[("boom", _ExplodingPlugin())])
+    )
+    app = make_app(plugins=plugins)
+    app.key_value_store("s", 2)
+    with app:
+        unknown = app.query(request(Unanswerable()))
+        assert {r.failure_reason for r in unknown.partition_results.values()} == {
+            FailureReason.UNKNOWN_QUERY_TYPE
+        }
+        exploded = app.query(request(Exploding()).with_partitions({1}))
+        failure = exploded.partition_results[1]
+        assert failure.failure_reason is FailureReason.STORE_EXCEPTION
+        assert "OSError" in failure.failure_message and "disk gone" in failure.failure_message
+        assert failure.position is not None
+
+
+def test_key_of_the_wrong_type_is_a_per_partition_failure(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 2)
+    with app:
+        result = app.query(request(KeyQuery.with_key(12)))
+        assert {r.failure_reason for r in result.partition_results.values()} == {
+            FailureReason.STORE_EXCEPTION
+        }
+        assert "serde string" in result.partition_results[0].failure_message
+
+
+def test_exceptions_for_unknown_store_not_started_and_stopped(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 1)
+    with pytest.raises(UnknownStateStoreError, match="declared stores: s"):
+        app.query(request(KeyQuery.with_key("k"), store="missing"))
+    with pytest.raises(StreamsNotStartedError, match="start"):
+        app.query(request(KeyQuery.with_key("k")))
+    app.start()
+    app.close()
+    with pytest.raises(StreamsStoppedError, match="NOT_RUNNING"):
+        app.query(request(KeyQuery.with_key("k")))
+    for error in (UnknownStateStoreError, StreamsNotStartedError, StreamsStoppedError):
+        assert issubclass(error, InvalidStateStoreError)
+
+
+def test_instance_with_no_partitions(make_app: MakeApp) -> None:
+    cluster = {OTHER: Assignment({"s": {0: ACTIVE, 1: ACTIVE}})}
+    app = make_app(assignment=StaticAssignment(cluster))
+    app.key_value_store("s", 2)
+    with app:
+        assert app.query(request(RangeQuery.with_no_bounds())).partition_results == {}
+        explicit = app.query(request(RangeQuery.with_no_bounds()).with_partitions({0, 1}))
+        assert {r.failure_reason for r in explicit.partition_results.values()} == {
+            FailureReason.NOT_PRESENT
+        }
+        with app.begin_batch(position={"src": {0: 1}}) as batch:
+            pass
+        assert batch.applied == frozenset(), "nothing hosted, nothing committed"
