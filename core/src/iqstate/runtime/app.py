@@ -241,15 +241,20 @@ class Application:
             self._lock.acquire()
             try:
                 self._check_store_directories()
-                self._transition(AppState.REBALANCING)
                 counts = {name: spec.partitions for name, spec in self._specs.items()}
                 self._assignment.start(self.host_info, counts)
+            except BaseException:
+                self._lock.release()
+                raise
+            self._transition(AppState.REBALANCING)
+            try:
                 self._install(self._assignment.assignment())
                 self._assignment.add_listener(self._rebalance)
                 self._transition(AppState.RUNNING)
             except BaseException:
                 self._close_partitions()
-                self._lock.release()
+                self._transition(AppState.PENDING_ERROR)
+                self._transition(AppState.ERROR)
                 raise
 
     def _check_store_directories(self) -> None:

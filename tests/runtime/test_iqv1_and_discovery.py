@@ -1,0 +1,247 @@
+"""IQv1 facades, discovery metadata, lags, and rebalances driven through a provider."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from iqstate import (
+    ACTIVE,
+    ACTIVE_RESTORING,
+    STANDBY,
+    Application,
+    Assignment,
+    FailureReason,
+    HostInfo,
+    InMemoryChangelog,
+    InvalidStateStoreError,
+    InvalidStateStorePartitionError,
+    KeyQueryMetadata,
+    LagInfo,
+    QueryableStoreTypes,
+    RangeQuery,
+    Serdes,
+    StateQueryRequest,
+    StaticAssignment,
+    StoreQueryParameters,
+    StreamsMetadata,
+    StreamsNotStartedError,
+    StreamsStoppedError,
+    TopicPartition,
+    UnknownStateStoreError,
+    Windowed,
+)
+from iqstate.runtime import partition_for_bytes
+
+MakeApp = Callable[..., Application]
+HOST = HostInfo("localhost", 7070)
+OTHER = HostInfo("other", 7071)
+KV = QueryableStoreTypes.key_value_store()
+
+
+def key_in(partition: int, partitions: int = 2) -> str:
+    return next(
+        f"key-{i}"
+        for i in range(1000)
+        if partition_for_bytes(f"key-{i}".encode(), partitions) == partition
+    )
+
+
+@pytest.fixture
+def two_hosts() -> StaticAssignment:
+    return StaticAssignment(
+        {
+            HOST: Assignment({"s": {0: ACTIVE, 1: STANDBY}}),
+            OTHER: Assignment({"s": {1: ACTIVE, 0: STANDBY}}),
+        },
+        end_offsets={("s", 1): 10},
+    )
+
+
+def test_key_value_facade_across_partitions(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 3)
+    with app:
+        with app.begin_batch() as batch:
+            for i in range(9):
+                batch.put("s", f"k{i}", i)
+        store = app.store(StoreQueryParameters.from_name_and_type("s", KV))
+        assert store.get("k4") == 4 and store.get("missing") is None
+        assert sorted(store.all()) == [(f"k{i}", i) for i in range(9)]
+        assert sorted(store.range("k2", "k4")) == [("k2", 2), ("k3", 3), ("k4", 4)]
+        assert sorted(store.reverse_range("k2", "k3")) == [("k2", 2), ("k3", 3)]
+        assert sorted(store.prefix_scan("k1")) == [("k1", 1)]
+        assert sorted(store.reverse_all()) == sorted(store.all())
+        assert store.approximate_num_entries() == 9
+        with pytest.raises(AttributeError):
+            store.put("k", 1)  # type: ignore[attr-defined]
+        one = app.store(StoreQueryParameters.from_name_and_type("s", KV).with_partition(0))
+        in_zero = [k for k, _ in one.all()]
+        assert in_zero and all(partition_for_bytes(k.encode(), 3) == 0 for k in in_zero)
+
+
+def test_window_facade(make_app: MakeApp) -> None:
+    app = make_app()
+    app.window_store("w", 2, window_size_ms=10, retention_ms=1_000, value_serde=Serdes.int64())
+    with app:
+        with app.begin_batch() as batch:
+            batch.put("w", "a", 1, window_start=0)
+            batch.put("w", "a", 2, window_start=10)
+            batch.put("w", "b", 3, window_start=10)
+        windows = app.store(
+            StoreQueryParameters.from_name_and_type("w", QueryableStoreTypes.window_store())
+        )
+        assert list(windows.fetch("a", 0, 100)) == [(0, 1), (10, 2)]
+        assert sorted(windows.fetch_all(10, 10)) == [
+            (Windowed("a", 10, 20), 2),
+            (Windowed("b", 10, 20), 3),
+        ]
+        assert len(list(windows.all())) == 3
+
+
+def test_facade_errors(make_app: MakeApp, two_hosts: StaticAssignment) -> None:
+    app = make_app(assignment=two_hosts)
+    app.key_value_store("s", 2)
+    app.window_store("w", 1, window_size_ms=10, retention_ms=100)
+    with pytest.raises(StreamsNotStartedError):
+        app.store(StoreQueryParameters.from_name_and_type("s", KV))
+    app.start()
+    with pytest.raises(UnknownStateStoreError):
+        app.store(StoreQueryParameters.from_name_and_type("nope", KV))
+    with pytest.raises(InvalidStateStoreError, match=r"\[key_value\] does not accept.*\[window\]"):
+        app.store(StoreQueryParameters.from_name_and_type("w", KV))
+    with pytest.raises(InvalidStateStorePartitionError, match="partition 5 .* does not exist"):
+        app.store(StoreQueryParameters.from_name_and_type("s", KV).with_partition(5))
+    standby = app.store(StoreQueryParameters.from_name_and_type("s", KV).with_partition(1))
+    with pytest.raises(InvalidStateStorePartitionError, match="running active"):
+        standby.get(key_in(1))
+    stale = app.store(
+        StoreQueryParameters.from_name_and_type("s", KV).with_partition(1).enable_stale_stores()
+    )
+    assert stale.get(key_in(1)) is None
+    with pytest.raises(ValueError, match="partition"):
+        StoreQueryParameters.from_name_and_type("s", KV).with_partition(-1)
+    app.close()
+    with pytest.raises(StreamsStoppedError):
+        standby.get("k")
+
+
+def test_facade_raises_when_its_partitions_migrate(make_app: MakeApp) -> None:
+    provider = StaticAssignment({HOST: Assignment({"s": {0: ACTIVE, 1: ACTIVE}})})
+    app = make_app(assignment=provider)
+    app.key_value_store("s", 2)
+    with app:
+        with app.begin_batch() as batch:
+            batch.put("s", key_in(0), "v")
+        store = app.store(StoreQueryParameters.from_name_and_type("s", KV))
+        iterator = store.all()
+        assert store.get(key_in(0)) == "v"
+        provider.rebalance({OTHER: Assignment({"s": {0: ACTIVE, 1: ACTIVE}})})
+        with pytest.raises(InvalidStateStoreError, match="may have migrated"):
+            store.get(key_in(0))
+        assert list(iterator) == [(key_in(0), "v")], "an open iterator keeps its snapshot"
+
+
+def test_metadata_standalone(make_app: MakeApp) -> None:
+    app = make_app(application_server="iq.example:7000")
+    app.key_value_store("s", 2)
+    assert app.all_metadata() == []
+    assert app.query_metadata_for_key("s", "k") is KeyQueryMetadata.NOT_AVAILABLE
+    with app:
+        host = HostInfo("iq.example", 7000)
+        [metadata] = app.all_metadata()
+        assert metadata == StreamsMetadata(
+            host,
+            frozenset({"s"}),
+            frozenset({TopicPartition("app-s-changelog", 0), TopicPartition("app-s-changelog", 1)}),
+        )
+        assert app.all_metadata_for_store("s") == [metadata]
+        assert app.all_metadata_for_store("other") == []
+        found = app.query_metadata_for_key("s", "k")
+        assert found == KeyQueryMetadata(host, frozenset(), partition_for_bytes(b"k", 2))
+        assert app.query_metadata_for_key("unknown", "k") is None
+    with pytest.raises(StreamsStoppedError):
+        app.all_metadata()
+
+
+def test_metadata_across_instances(make_app: MakeApp, two_hosts: StaticAssignment) -> None:
+    app = make_app(assignment=two_hosts)
+    app.key_value_store("s", 2)
+    with app:
+        hosts = {m.host_info: m for m in app.all_metadata()}
+        assert hosts[HOST].state_store_names == {"s"}
+        assert hosts[HOST].standby_topic_partitions == {TopicPartition("app-s-changelog", 1)}
+        metadata = app.query_metadata_for_key("s", key_in(1))
+        assert metadata == KeyQueryMetadata(OTHER, frozenset({HOST}), 1)
+        by_bytes = app.query_metadata_for_key("s", key_in(0), serializer=Serdes.string())
+        assert by_bytes is not None and by_bytes.active_host == HOST
+        custom = app.query_metadata_for_key("s", "anything", partitioner=lambda key, n: 1)
+        assert custom is not None and custom.partition == 1
+        with pytest.raises(ValueError, match="one partition"):
+            app.query_metadata_for_key("s", "x", partitioner=lambda key, n: {0, 1})
+        with pytest.raises(ValueError, match="returned 2"):
+            app.query_metadata_for_key("s", "x", partitioner=lambda key, n: 2)
+        with pytest.raises(ValueError, match="None"):
+            app.query_metadata_for_key("s", None)
+
+
+def test_lags_from_the_changelog_and_the_provider(
+    make_app: MakeApp, two_hosts: StaticAssignment
+) -> None:
+    changelog = InMemoryChangelog()
+    app = make_app(assignment=two_hosts, changelog=changelog)
+    app.key_value_store("s", 2, logging=True)
+    assert app.all_local_store_partition_lags() == {}
+    with app:
+        with app.begin_batch() as batch:
+            for i in range(5):
+                batch.put("s", key_in(0), i)
+        lags = app.all_local_store_partition_lags()
+        assert lags["s"][0] == LagInfo(5, 5) and lags["s"][0].offset_lag == 0
+        assert lags["s"][1] == LagInfo(0, 10) and lags["s"][1].offset_lag == 10
+        records = changelog.records(TopicPartition("app-s-changelog", 0))
+        assert [r.value for r in records] == [b"0", b"1", b"2", b"3", b"4"]
+
+
+def test_rebalance_moves_promotes_and_restores(make_app: MakeApp) -> None:
+    provider = StaticAssignment({HOST: Assignment({"s": {0: ACTIVE, 1: STANDBY}})})
+    app = make_app(assignment=provider)
+    app.key_value_store("s", 2)
+    with app:
+        with app.begin_batch(position={"src": {0: 1}}) as batch:
+            batch.put("s", key_in(0), "v")
+        provider.rebalance({HOST: Assignment({"s": {1: ACTIVE_RESTORING}})})
+        assert app.roles() == {"s": {1: ACTIVE_RESTORING}}
+        result = app.query(
+            StateQueryRequest.in_store("s")
+            .with_query(RangeQuery.with_no_bounds())
+            .with_partitions({0, 1})
+        )
+        assert result.partition_results[0].failure_reason is FailureReason.NOT_PRESENT
+        assert result.partition_results[1].is_success
+        required = app.query(
+            StateQueryRequest.in_store("s")
+            .with_query(RangeQuery.with_no_bounds())
+            .with_partitions({1})
+            .require_active()
+        )
+        assert required.partition_results[1].failure_reason is FailureReason.NOT_ACTIVE
+        provider.rebalance({HOST: Assignment({"s": {0: ACTIVE, 1: ACTIVE}})})
+        assert app.roles() == {"s": {0: ACTIVE, 1: ACTIVE}}
+        with app.begin_batch(position={"src": {0: 2}}) as batch:
+            batch.put("s", key_in(1), "w")
+        assert batch.applied == {("s", 0), ("s", 1)}
+        provider.rebalance({})
+        assert app.roles() == {}
+        assert app.state.name == "RUNNING"
+
+
+def test_static_assignment_is_validated(make_app: MakeApp) -> None:
+    app = make_app(assignment=StaticAssignment({HOST: Assignment({"s": {7: ACTIVE}})}))
+    app.key_value_store("s", 2)
+    with pytest.raises(ValueError, match="partition 7"):
+        app.start()
+    assert app.state.name == "CREATED", "a start that fails validation leaves the app as it was"
+    with pytest.raises(ValueError, match="only an active"):
+        STANDBY.__class__(STANDBY.role, restoring=True)
