@@ -253,6 +253,7 @@ class Application:
                 self._transition(AppState.RUNNING)
             except BaseException:
                 self._close_partitions()
+                self._lock.release()
                 self._transition(AppState.PENDING_ERROR)
                 self._transition(AppState.ERROR)
                 raise
