@@ -45,6 +45,7 @@ from iqstate.serdes import Serde, Serdes
 
 T = TypeVar("T")
 STORE_METADATA_FILE = "store.json"
+_NOTHING_HOSTED: Mapping[int, HostedPartition] = {}
 
 
 class AppState(enum.Enum):
@@ -60,8 +61,10 @@ class AppState(enum.Enum):
 
     @property
     def is_queryable(self) -> bool:
-        return self in (AppState.RUNNING, AppState.REBALANCING)
+        return self in _QUERYABLE
 
+
+_QUERYABLE = frozenset({AppState.RUNNING, AppState.REBALANCING})
 
 _TRANSITIONS: dict[AppState, frozenset[AppState]] = {
     AppState.CREATED: frozenset({AppState.REBALANCING, AppState.PENDING_SHUTDOWN}),
@@ -450,9 +453,12 @@ class Application:
 
     def query(self, request: StateQueryRequest[T]) -> StateQueryResult[T]:
         """Run an IQv2 request against the partitions hosted here (SPEC section 3)."""
-        spec = self._spec(request.store_name)
-        self._check_queryable()
-        return querying.execute(spec, request, self._hosted.get(spec.name, {}))
+        spec = self._specs.get(request.store_name)
+        if spec is None:
+            spec = self._spec(request.store_name)  # raises UnknownStateStoreError
+        if self._state not in _QUERYABLE:
+            self._check_queryable()
+        return querying.execute(spec, request, self._hosted.get(spec.name, _NOTHING_HOSTED))
 
     def store(self, parameters: StoreQueryParameters[T]) -> T:
         """An IQv1 read-only facade over the store partitions hosted here."""

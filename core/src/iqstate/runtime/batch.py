@@ -10,7 +10,7 @@ completes it where it was missing and changes nothing where it was applied.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +106,34 @@ class Batch:
         if entries is None:
             entries = writer.entries[partition] = []
         entries.append(entry)
+
+    def put_all(self, store: str, entries: Iterable[tuple[Any, Any]]) -> None:
+        """`put` for many `(key, value)` pairs of a key-value store (`None` deletes).
+
+        The bulk path the pipeline sinks use: one look-up of the store, then a tight loop.
+        """
+        writer = self._writer(store)
+        spec = writer.spec
+        if spec.store_type != "key_value":
+            raise TypeError(f"store {store!r} is a window store: use put_all_windows")
+        key_bytes, value_bytes, partition_of = (
+            writer.key_bytes,
+            writer.value_bytes,
+            spec.partition_of,
+        )
+        by_partition = writer.entries
+        for key, value in entries:
+            raw_key = key_bytes(key)
+            partition = partition_of(key, raw_key)
+            bucket = by_partition.get(partition)
+            if bucket is None:
+                bucket = by_partition[partition] = []
+            bucket.append((raw_key, value_bytes(value)))
+
+    def put_all_windows(self, store: str, entries: Iterable[tuple[Any, int, Any]]) -> None:
+        """`put` for many `(key, window_start, value)` entries of a window store."""
+        for key, window_start, value in entries:
+            self.put(store, key, value, window_start)
 
     def delete(self, store: str, key: Any, window_start: int | None = None) -> None:
         """Delete `key` (its window starting at `window_start`, for window stores)."""

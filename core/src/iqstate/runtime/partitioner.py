@@ -20,23 +20,28 @@ Partitioner = Callable[[Any, int], int]
 """`partitioner(key, num_partitions) -> partition` for a store's typed keys."""
 
 
+_WORD_UNPACKERS: dict[int, Callable[[bytes], tuple[int, ...]]] = {}
+
+
 def murmur2(data: bytes) -> int:
     """Kafka's 32-bit murmur2 hash of `data`, as a signed int like Java's."""
     length = len(data)
     h = (_SEED ^ length) & _MASK32
-    words = length // 4
-    for k in struct.unpack_from(f"<{words}I", data):
+    words = length >> 2
+    unpack = _WORD_UNPACKERS.get(words)
+    if unpack is None:
+        unpack = _WORD_UNPACKERS[words] = struct.Struct(f"<{words}I").unpack_from
+    for k in unpack(data):
         k = (k * _M) & _MASK32
         k ^= k >> 24
-        k = (k * _M) & _MASK32
-        h = ((h * _M) & _MASK32) ^ k
-    tail = words * 4
+        h = ((h * _M) ^ (k * _M)) & _MASK32
     remaining = length & 3
-    if remaining == 3:
-        h ^= data[tail + 2] << 16
-    if remaining >= 2:
-        h ^= data[tail + 1] << 8
-    if remaining >= 1:
+    if remaining:
+        tail = words << 2
+        if remaining == 3:
+            h ^= data[tail + 2] << 16
+        if remaining >= 2:
+            h ^= data[tail + 1] << 8
         h ^= data[tail]
         h = (h * _M) & _MASK32
     h ^= h >> 13

@@ -13,30 +13,29 @@ from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import StoreSpec
 from iqstate.store import QueryConfig
 
-_KEYED_QUERIES = (KeyQuery, WindowKeyQuery)
-
-
-def _key_partition(spec: StoreSpec, query: Query[Any]) -> int | None:
-    """The only partition a key lookup can be answered by, or None if the key won't serialize."""
-    key = query.key  # type: ignore[attr-defined]
-    try:
-        key_bytes = spec.key_serde.serialize(key)
-    except Exception:
-        return None  # every partition then reports the serde's error as STORE_EXCEPTION
-    return spec.partition_of(key, key_bytes)
+_KEYED_QUERIES = frozenset({KeyQuery, WindowKeyQuery})
 
 
 def partitions_to_ask(
     spec: StoreSpec, request: StateQueryRequest[Any], hosted: Mapping[int, HostedPartition]
 ) -> Iterable[int]:
-    """Requested partitions; for all-partition key lookups, just the key's partition if hosted."""
+    """Requested partitions; for all-partition key lookups, just the key's partition if hosted.
+
+    Only the key's partition can hold a key, so asking the others would only add `None`
+    answers; when the key cannot be serialized every hosted partition is asked, and each
+    reports the serde's error as `STORE_EXCEPTION`.
+    """
     if not request.is_all_partitions:
         return sorted(request.partitions)
     query = request.query
-    if isinstance(query, _KEYED_QUERIES):
-        partition = _key_partition(spec, query)
-        if partition is not None:
-            return (partition,) if partition in hosted else ()
+    if type(query) in _KEYED_QUERIES:
+        key = query.key  # type: ignore[attr-defined]
+        try:
+            key_bytes = spec.key_serde.serialize(key)
+        except Exception:
+            return sorted(hosted)
+        partition = spec.partition_of(key, key_bytes)
+        return (partition,) if partition in hosted else ()
     return sorted(hosted)
 
 
