@@ -64,6 +64,17 @@ def build_store(keys: list[str], *, caching: bool, logging: bool) -> Any:
     return store
 
 
+def calibration_us() -> float:
+    """Best time of `sum(range(100))`: how fast this machine runs Python right now."""
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(10_000):
+            sum(range(100))
+        best = min(best, (time.perf_counter() - start) / 10_000)
+    return best * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--keys", type=int, default=100_000)
@@ -120,6 +131,9 @@ def main() -> None:
         results[f"KeyQuery, {label}"] = (raw_key_ns, key_ns)
         results[f"RangeQuery(100), {label}"] = (raw_range_ns, range_ns)
 
+    print(
+        f"calibration: sum(range(100)) = {calibration_us():.2f} us (about 0.6 us on an idle core)"
+    )
     print(f"keys={args.keys} serdes=string/string, best of {args.repeat} passes")
     print(f"{'operation':<32}{'raw SortedDict':>16}{'iqstate':>12}{'ratio':>8}{'extra':>12}")
     for name, (raw_ns, layered_ns) in results.items():

@@ -46,6 +46,17 @@ def raw_engines() -> list[MemoryKeyValueStore]:
     return stores
 
 
+def calibration_us() -> float:
+    """Best time of `sum(range(100))`: how fast this machine runs Python right now."""
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(10_000):
+            sum(range(100))
+        best = min(best, (time.perf_counter() - start) / 10_000)
+    return best * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--keys", type=int, default=1_000_000)
@@ -131,6 +142,9 @@ def main() -> None:
     app.close()
 
     n = len(lookups)
+    print(
+        f"calibration: sum(range(100)) = {calibration_us():.2f} us (about 0.6 us on an idle core)"
+    )
     print(f"keys={args.keys} partitions={PARTITIONS} engine=memory serdes=string/string")
     print(f"(a) raw engine get: {raw_s / n * 1e6:.2f} us")
     for label, seconds in (("all partitions", query_s), ("partition given", explicit_s)):

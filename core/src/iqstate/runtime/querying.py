@@ -25,9 +25,9 @@ def partitions_to_ask(
     answers; when the key cannot be serialized every hosted partition is asked, and each
     reports the serde's error as `STORE_EXCEPTION`.
     """
-    if not request.is_all_partitions:
-        return sorted(request.partitions)
-    query = request.query
+    if request._partitions is not None:
+        return sorted(request._partitions)
+    query = request._query
     if type(query) in _KEYED_QUERIES:
         key = query.key  # type: ignore[attr-defined]
         try:
@@ -92,14 +92,14 @@ def query_partition(
 def execute(
     spec: StoreSpec, request: StateQueryRequest[Any], hosted: Mapping[int, HostedPartition]
 ) -> StateQueryResult[Any]:
-    config = QueryConfig.of(request.is_execution_info_enabled)
-    query, bound, require_active = request.query, request.position_bound, request.is_require_active
+    # Reads the request's fields directly: this runs once per query.
+    config = QueryConfig.WITH_EXECUTION_INFO if request._execution_info else QueryConfig.DEFAULT
+    query, bound, require_active = request._query, request._bound, request._require_active
     result: StateQueryResult[Any] = StateQueryResult()
+    results = result._partition_results
+    get_hosted = hosted.get
     for partition in partitions_to_ask(spec, request, hosted):
-        result.add_result(
-            partition,
-            query_partition(
-                spec, hosted.get(partition), partition, query, bound, require_active, config
-            ),
+        results[partition] = query_partition(
+            spec, get_hosted(partition), partition, query, bound, require_active, config
         )
     return result
