@@ -105,7 +105,7 @@ def test_installed_plugin_query_is_answered_by_an_unchanged_engine(installed_plu
 def test_plugins_can_be_blocked_by_environment(
     installed_plugin: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(BLOCK_ENV, "entry-count, memory")
+    monkeypatch.setenv(BLOCK_ENV, "entry-count, memory, rocksdb, lmdb")
     registry = registry_of()
     assert "entry-count" not in registry.plugin_names
     with pytest.raises(UnknownEngineError, match="installed engines: none"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import shutil
 import threading
 from typing import Any
 
@@ -9,10 +11,13 @@ from iqstate.changelog import ChangelogWriter
 from iqstate.context import StateStoreContext
 from iqstate.layers import CachingKeyValueStore, MeteredKeyValueStore, MeteredWindowStore
 from iqstate.layers.wrapped import WrappedStore
+from iqstate.persistent import UncleanShutdownError
 from iqstate.position import Position, TopicPartition
 from iqstate.runtime.assignment import PartitionRole
 from iqstate.runtime.offsets import OffsetKeeper, fence_partition
 from iqstate.runtime.spec import StoreSpec
+
+_log = logging.getLogger(__name__)
 
 
 class HostedPartition:
@@ -40,14 +45,33 @@ class HostedPartition:
         self.changelog_partition: TopicPartition | None = context.changelog_partition
         self.fence: int | None = None
         self.closed = True
+        self.rebuilt = False
+        """True when an unclean store was wiped at open and restarted empty."""
         self._offsets: OffsetKeeper | None = None
 
     def open(self) -> None:
-        self.store.init(self.context)
+        try:
+            self.store.init(self.context)
+        except UncleanShutdownError as unclean:
+            self._wipe(unclean)
+            self.store = self.spec.build()
+            self.store.init(self.context)
         self._offsets = OffsetKeeper(self.store, self.context.directory)
         self._offsets.load()
         self.fence = self._offsets.committed_offset(self.fence_partition)
         self.closed = False
+
+    def _wipe(self, reason: UncleanShutdownError) -> None:
+        """Delete an unclean store's files so it restarts empty (rebuilt from its changelog)."""
+        directory = self.context.directory
+        assert directory is not None  # only persistent stores report unclean shutdowns
+        _log.warning("%s; wiping %s", reason, directory)
+        for entry in directory.iterdir():
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        self.rebuilt = True
 
     def close(self) -> None:
         with self.lock:

@@ -82,6 +82,16 @@ def read_offsets_file(path: Path) -> dict[TopicPartition, int]:
     return offsets
 
 
+def read_legacy_state(
+    directory: Path,
+) -> tuple[dict[TopicPartition, int], Position] | None:
+    """The offsets and position in legacy files beside a store, or None when there are none."""
+    checkpoint, position = directory / CHECKPOINT_FILE, directory / POSITION_FILE
+    if not checkpoint.exists() and not position.exists():
+        return None
+    return read_offsets_file(checkpoint), offsets_to_position(read_offsets_file(position))
+
+
 def position_to_offsets(position: Position) -> dict[TopicPartition, int]:
     return dict(position.components())
 

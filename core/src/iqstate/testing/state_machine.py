@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from iqstate.context import ProcessingGuarantee
 from iqstate.dispatch import QueryHandlerRegistry
 from iqstate.position import Position, TopicPartition
 from iqstate.queries import KeyQuery, RangeQuery
@@ -88,9 +89,19 @@ class StoreStateMachine(RuleBasedStateMachine):
         self.offsets: dict[TopicPartition, int] = {}
         self.store = self._open()
 
-    def _open(self) -> KeyValueStore[bytes, bytes]:
+    def _open(self, after_crash: bool = False) -> KeyValueStore[bytes, bytes]:
+        # After a crash, reopen under at-least-once: under exactly-once an unclean store
+        # refuses to open until it is rebuilt, and here we check what the crash left.
         store = self.factory.key_value(STORE_NAME)
-        store.init(make_context(self._directory, STORE_NAME, query_handlers=self.query_handlers))
+        guarantee: ProcessingGuarantee = "at_least_once" if after_crash else "exactly_once"
+        store.init(
+            make_context(
+                self._directory,
+                STORE_NAME,
+                processing_guarantee=guarantee,
+                query_handlers=self.query_handlers,
+            )
+        )
         return store
 
     def teardown(self) -> None:
@@ -163,7 +174,7 @@ class StoreStateMachine(RuleBasedStateMachine):
     @rule()
     def crash_and_reopen(self) -> None:
         self.simulate_crash(self.store)
-        self.store = self._open()
+        self.store = self._open(after_crash=True)
         self._after_reopen()
 
     # -- reads ----------------------------------------------------------------------

@@ -1,0 +1,242 @@
+"""`PersistentKeyValueStore`: the store contract for engines that keep data on disk.
+
+An engine subclasses it and writes only its storage primitives (open, read one key, scan a
+range, write one atomic commit, close). This class gives it the rest of the contract:
+
+* uncommitted writes live in an in-memory overlay that reads see at once; `commit` hands
+  the overlay, the changelog offsets and the position to the engine's single atomic write,
+  so after a crash the store holds exactly the last commit;
+* offsets follow KIP-1035 (`None` removes one, an empty mapping removes all) and are kept
+  by the store (`manages_offsets = True`);
+* an open/closed status marker tells a clean close from a crash: under exactly-once a store
+  that was not closed cleanly raises `UncleanShutdownError` at init (the runtime wipes and
+  rebuilds it), under at-least-once it opens as is;
+* legacy `.checkpoint` / `.position` files left by the runtime are migrated into the store
+  at init and deleted;
+* range results are copied when created, so an iterator never sees later commits.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from iqstate.context import StateStoreContext
+from iqstate.engine import EngineStore
+from iqstate.errors import IqstateError
+from iqstate.iterators import KeyValueIterator
+from iqstate.keyspace import prefix_upper_bound
+from iqstate.position import Position, TopicPartition
+from iqstate.store import KeyValueStore
+
+Pair = tuple[bytes, bytes]
+
+
+class UncleanShutdownError(IqstateError):
+    """A store was not closed cleanly and, under exactly-once, must be rebuilt."""
+
+
+@dataclass
+class StoredState:
+    """What an engine read back from its storage at open."""
+
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    position: Position = field(default_factory=Position.empty)
+    was_open: bool = False
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One atomic write: data changes, the full offsets after it, removed offsets, position."""
+
+    changes: Mapping[bytes, bytes | None]
+    offsets: Mapping[TopicPartition, int]
+    removed_offsets: frozenset[TopicPartition]
+    position: Position
+
+
+def _check_offsets(store: str, changes: Mapping[TopicPartition, int | None]) -> None:
+    for partition, offset in changes.items():
+        if not isinstance(partition, TopicPartition):
+            raise TypeError(
+                f"store {store!r}: commit offsets must be keyed by TopicPartition, got "
+                f"{type(partition).__name__}"
+            )
+        if offset is not None and (isinstance(offset, bool) or not isinstance(offset, int)):
+            raise TypeError(
+                f"store {store!r}: offset for {partition} must be an int or None, got "
+                f"{type(offset).__name__}"
+            )
+
+
+class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
+    """Base class of on-disk key-value engines; see the module docstring."""
+
+    persistent = True
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._pending: dict[bytes, bytes | None] = {}
+        self._offsets: dict[TopicPartition, int] = {}
+
+    @property
+    def manages_offsets(self) -> bool:
+        return True
+
+    # -- storage primitives, written by each engine -------------------------------------------
+
+    @abstractmethod
+    def _open_storage(self, directory: Path, context: StateStoreContext) -> StoredState:
+        """Open (creating if needed) the storage in `directory`, mark it open, read state."""
+
+    @abstractmethod
+    def _close_storage(self, clean: bool) -> None:
+        """Release the storage; mark it closed first iff `clean`."""
+
+    @abstractmethod
+    def _read(self, key: bytes) -> bytes | None:
+        """The committed value of `key`."""
+
+    @abstractmethod
+    def _scan(
+        self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
+    ) -> list[Pair]:
+        """The committed pairs in the range, ordered, copied out of the storage."""
+
+    @abstractmethod
+    def _count(self) -> int:
+        """An estimate of the committed entries."""
+
+    @abstractmethod
+    def _write(self, commit: Commit) -> None:
+        """Apply `commit` atomically: all of it or none of it survives a crash."""
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def init(self, context: StateStoreContext) -> None:
+        if context.directory is None:
+            raise IqstateError(
+                f"{self.kind} store {self.name!r} is persistent and needs a directory"
+            )
+        super().init(context)
+        self._pending = {}
+        try:
+            stored = self._open_storage(context.directory, context)
+        except BaseException:
+            self._open = False
+            raise
+        if stored.was_open and context.processing_guarantee == "exactly_once":
+            self._close_storage(clean=False)
+            self._open = False
+            raise UncleanShutdownError(
+                f"{self.kind} store {self.name!r} partition {context.partition} in "
+                f"{context.directory} was not closed cleanly; under exactly-once it must be "
+                "wiped and rebuilt from its changelog"
+            )
+        self._offsets = dict(stored.offsets)
+        self._position = stored.position
+        self._migrate_legacy_files(context.directory)
+
+    def _migrate_legacy_files(self, directory: Path) -> None:
+        from iqstate.runtime.offsets import CHECKPOINT_FILE, POSITION_FILE, read_legacy_state
+
+        legacy = read_legacy_state(directory)
+        if legacy is None:
+            return
+        offsets, position = legacy
+        self._position = self._position.merge(position)
+        self.commit(dict(offsets) or {})
+        for name in (CHECKPOINT_FILE, POSITION_FILE):
+            (directory / name).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self._open:
+            self._pending = {}
+            self._close_storage(clean=True)
+        super().close()
+
+    def abandon(self) -> None:
+        """Release the store without committing or marking it closed, as a killed process would."""
+        if self._open:
+            self._pending = {}
+            self._close_storage(clean=False)
+        super().close()
+
+    # -- data operations ------------------------------------------------------------------------
+
+    def get(self, key: bytes) -> bytes | None:
+        if not self._open:
+            self._check_open()
+        pending = self._pending
+        if key in pending:
+            return pending[key]
+        return self._read(key)
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        if not self._open:
+            self._check_open()
+        self._pending[key] = value
+
+    def put_all(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        self._check_open()
+        self._pending.update(entries)
+
+    def delete(self, key: bytes) -> bytes | None:
+        old = self.get(key)
+        self._pending[key] = None
+        return old
+
+    def _range(
+        self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool = True
+    ) -> KeyValueIterator[bytes, bytes]:
+        self._check_open()
+        stored = self._scan(lower, upper, reverse, upper_inclusive)
+        if not self._pending:
+            return KeyValueIterator(stored)
+        merged = dict(stored)
+        for key, value in self._pending.items():
+            if (lower is None or key >= lower) and (
+                upper is None or key < upper or (upper_inclusive and key == upper)
+            ):
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+        return KeyValueIterator(sorted(merged.items(), reverse=reverse))
+
+    def range(self, lower: bytes | None, upper: bytes | None) -> KeyValueIterator[bytes, bytes]:
+        return self._range(lower, upper, False)
+
+    def reverse_range(
+        self, lower: bytes | None, upper: bytes | None
+    ) -> KeyValueIterator[bytes, bytes]:
+        return self._range(lower, upper, True)
+
+    def prefix_scan(self, prefix: bytes) -> KeyValueIterator[bytes, bytes]:
+        upper = prefix_upper_bound(prefix)
+        return self._range(prefix, upper, False, upper_inclusive=upper is None)
+
+    def approximate_num_entries(self) -> int:
+        self._check_open()
+        return self._count() + sum(1 for value in self._pending.values() if value is not None)
+
+    # -- commits and offsets ----------------------------------------------------------------------
+
+    def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
+        self._check_open()
+        _check_offsets(self.name, changelog_offsets)
+        offsets = {} if not changelog_offsets else dict(self._offsets)
+        for partition, offset in changelog_offsets.items():
+            if offset is None:
+                offsets.pop(partition, None)
+            else:
+                offsets[partition] = offset
+        removed = frozenset(self._offsets) - frozenset(offsets)
+        self._write(Commit(self._pending, offsets, removed, self._position))
+        self._pending = {}
+        self._offsets = offsets
+
+    def committed_offset(self, partition: TopicPartition) -> int | None:
+        return self._offsets.get(partition)

@@ -1,0 +1,28 @@
+"""The `rocksdb` engine as an iqstate plugin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from iqstate.engine import Engine
+from iqstate.hookspecs import hookimpl
+from iqstate.store_handlers import key_value_handlers
+from iqstate_rocksdb.store import RocksDBKeyValueStore
+
+ROCKSDB_ENGINE = Engine(
+    name="rocksdb",
+    key_value_store=RocksDBKeyValueStore,
+    persistent=True,
+    description="RocksDB (rocksdict): one database per partition, offsets in a column family",
+)
+
+
+@hookimpl
+def iqstate_register_engines(register: Any) -> None:
+    register(ROCKSDB_ENGINE)
+
+
+@hookimpl
+def iqstate_register_query_handlers(register: Any) -> None:
+    for query_type, handler in key_value_handlers().items():
+        register(query_type, RocksDBKeyValueStore.kind, handler)
