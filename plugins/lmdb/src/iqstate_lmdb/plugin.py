@@ -1,0 +1,28 @@
+"""The `lmdb` engine as an iqstate plugin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from iqstate.engine import Engine
+from iqstate.hookspecs import hookimpl
+from iqstate.store_handlers import key_value_handlers
+from iqstate_lmdb.store import LMDBKeyValueStore
+
+LMDB_ENGINE = Engine(
+    name="lmdb",
+    key_value_store=LMDBKeyValueStore,
+    persistent=True,
+    description="LMDB: one environment per partition, offsets in a named sub-database",
+)
+
+
+@hookimpl
+def iqstate_register_engines(register: Any) -> None:
+    register(LMDB_ENGINE)
+
+
+@hookimpl
+def iqstate_register_query_handlers(register: Any) -> None:
+    for query_type, handler in key_value_handlers().items():
+        register(query_type, LMDBKeyValueStore.kind, handler)

@@ -1,0 +1,194 @@
+"""The LMDB key-value store: one environment per store partition.
+
+Sub-database `data` holds the user data; `offsets` holds one 8-byte offset per changelog
+partition (`"<topic>-<partition>"`), the encoded position under `"position"` and the
+open/closed marker under `"status"`. A commit is one write transaction across both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lmdb
+
+from iqstate.codec import (
+    decode_offset,
+    decode_position,
+    encode_offset,
+    encode_position,
+    offset_key,
+    parse_offset_key,
+)
+from iqstate.context import StateStoreContext
+from iqstate.errors import CorruptStateError
+from iqstate.persistent import Commit, Pair, PersistentKeyValueStore, StoredState
+from iqstate.runtime.lock import DirectoryLock
+
+T = TypeVar("T")
+STATUS_KEY = b"status"
+POSITION_KEY = b"position"
+OPEN, CLOSED = b"\x01", b"\x00"
+
+
+@dataclass(frozen=True)
+class LMDBSettings:
+    """Per-store LMDB options, overridable through `config={...}`."""
+
+    initial_map_mb: int = 64
+    max_readers: int = 126
+    sync_commits: bool = False
+    """fsync at every commit: survives power loss, not only process crashes."""
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], *, store: str) -> LMDBSettings:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise ValueError(
+                f"store {store!r}: unknown lmdb option(s) {unknown}; known: {sorted(known)}"
+            )
+        settings = cls(**dict(config))
+        for name in ("initial_map_mb", "max_readers"):
+            value = getattr(settings, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"store {store!r}: lmdb option {name} must be an int >= 1")
+        return settings
+
+
+class LMDBKeyValueStore(PersistentKeyValueStore):
+    kind = "lmdb.key_value"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._env: Any = None
+        self._data: Any = None
+        self._meta: Any = None
+        self._lock: DirectoryLock | None = None
+
+    def _open_storage(self, directory: Path, context: StateStoreContext) -> StoredState:
+        settings = LMDBSettings.from_config(context.config, store=self.name)
+        path = directory / "lmdb"
+        path.mkdir(parents=True, exist_ok=True)
+        lock = DirectoryLock(path)
+        lock.acquire()  # LMDB must not be opened twice, even within one process
+        try:
+            env = lmdb.open(
+                str(path),
+                map_size=settings.initial_map_mb * 1024 * 1024,
+                max_dbs=2,
+                max_readers=settings.max_readers,
+                sync=settings.sync_commits,
+                metasync=settings.sync_commits,
+                readahead=False,
+            )
+        except lmdb.Error as exc:
+            lock.release()
+            raise CorruptStateError(f"LMDB environment {path} cannot be opened: {exc}") from exc
+        try:
+            self._env, self._lock = env, lock
+            self._data = env.open_db(b"data")
+            self._meta = env.open_db(b"offsets")
+            stored = StoredState()
+            with env.begin(db=self._meta) as txn:
+                stored.was_open = txn.get(STATUS_KEY) == OPEN
+                for key, value in txn.cursor():
+                    if key == POSITION_KEY:
+                        stored.position = decode_position(value)
+                    elif key != STATUS_KEY:
+                        stored.offsets[parse_offset_key(key)] = decode_offset(value)
+            self._in_write(lambda txn: txn.put(STATUS_KEY, OPEN, db=self._meta))
+        except BaseException:
+            self._release()
+            raise
+        return stored
+
+    def _in_write(self, work: Callable[[Any], T]) -> T:
+        """Run `work` in one write transaction, doubling the map when it is full."""
+        while True:
+            try:
+                with self._env.begin(write=True) as txn:
+                    return work(txn)
+            except lmdb.MapFullError:
+                self._env.set_mapsize(self._env.info()["map_size"] * 2)
+
+    def _release(self) -> None:
+        env, self._env = self._env, None
+        if env is not None:
+            env.close()
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
+
+    def _close_storage(self, clean: bool) -> None:
+        try:
+            if clean and self._env is not None:
+                self._in_write(lambda txn: txn.put(STATUS_KEY, CLOSED, db=self._meta))
+        finally:
+            self._release()
+
+    def _read(self, key: bytes) -> bytes | None:
+        with self._env.begin(db=self._data) as txn:
+            value: bytes | None = txn.get(key)
+            return value
+
+    def _scan(
+        self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
+    ) -> list[Pair]:
+        with self._env.begin(db=self._data) as txn:
+            cursor = txn.cursor()
+            pairs: list[Pair] = []
+            if reverse:
+                if upper is None:
+                    found = cursor.last()
+                elif cursor.set_range(upper):
+                    key = cursor.key()
+                    found = (
+                        cursor.prev()
+                        if key > upper or (key == upper and not upper_inclusive)
+                        else True
+                    )
+                else:
+                    found = cursor.last()
+                while found:
+                    key = cursor.key()
+                    if lower is not None and key < lower:
+                        break
+                    pairs.append((key, cursor.value()))
+                    found = cursor.prev()
+                return pairs
+            found = cursor.set_range(lower) if lower is not None else cursor.first()
+            while found:
+                key = cursor.key()
+                if upper is not None and (key > upper or (key == upper and not upper_inclusive)):
+                    break
+                pairs.append((key, cursor.value()))
+                found = cursor.next()
+            return pairs
+
+    def _count(self) -> int:
+        with self._env.begin(db=self._data) as txn:
+            return int(txn.stat(self._data)["entries"])
+
+    def _write(self, commit: Commit) -> None:
+        data, meta = self._data, self._meta
+        encoded_position = encode_position(commit.position)
+
+        def apply(txn: Any) -> None:
+            for key, value in commit.changes.items():
+                if value is None:
+                    txn.delete(key, db=data)
+                else:
+                    txn.put(key, value, db=data)
+            for partition in commit.removed_offsets:
+                txn.delete(offset_key(partition), db=meta)
+            for partition, offset in commit.offsets.items():
+                txn.put(offset_key(partition), encode_offset(offset), db=meta)
+            txn.put(POSITION_KEY, encoded_position, db=meta)
+
+        self._in_write(apply)
+
+    def map_size(self) -> int:
+        return int(self._env.info()["map_size"])
