@@ -19,6 +19,7 @@ TP = TopicPartition("app-s-changelog", 0)
 class TestLMDBConformance(StoreConformance):
     persistent = True
     manages_offsets = True
+    window = True
 
     @pytest.fixture
     def store_factory(self) -> StoreFactory:

@@ -393,6 +393,25 @@ class StoreConformance:
         wrong = store.query(KeyQuery.with_key(b"k"))
         assert wrong.failure_reason is FailureReason.UNKNOWN_QUERY_TYPE
 
+    def test_window_reopen(self, open_window: Callable[..., WindowStore[bytes, bytes]]) -> None:
+        store = open_window()
+        store.update_position(Position.from_map({"in": {0: 3}}))
+        store.put(b"k", b"v1", 1_000)
+        store.put(b"k", b"v2", 2_000)
+        store.commit({TopicPartition(CHANGELOG, 0): 7})
+        store.put(b"k", b"lost", 3_000)
+        store.close()
+        reopened = open_window()
+        if not self.persistent:
+            assert list(reopened.all()) == []
+            return
+        assert list(reopened.fetch(b"k", 0, 9_000)) == [(1_000, b"v1"), (2_000, b"v2")]
+        if self.manages_offsets:
+            assert reopened.committed_offset(TopicPartition(CHANGELOG, 0)) == 7
+            assert reopened.position == Position.from_map({"in": {0: 3}})
+        reopened.put(b"k", b"late", 2_000 - RETENTION_MS)
+        assert list(reopened.fetch(b"k", -RETENTION_MS, 0)) == [], "stream time survived reopen"
+
     def test_window_iterator_is_snapshot(
         self, open_window: Callable[..., WindowStore[bytes, bytes]]
     ) -> None:

@@ -25,6 +25,7 @@ from iqstate.codec import (
 from iqstate.context import StateStoreContext
 from iqstate.errors import CorruptStateError
 from iqstate.persistent import Commit, Pair, PersistentKeyValueStore, StoredState
+from iqstate.persistent_window import PersistentWindowStore
 from iqstate.runtime.lock import DirectoryLock
 
 T = TypeVar("T")
@@ -192,3 +193,10 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
 
     def map_size(self) -> int:
         return int(self._env.info()["map_size"])
+
+
+class LMDBWindowStore(PersistentWindowStore):
+    """Window store sharing the lmdb key-value store's storage, commits and offsets."""
+
+    kind = "lmdb.window"
+    key_value_class = LMDBKeyValueStore

@@ -6,12 +6,13 @@ from typing import Any
 
 from iqstate.engine import Engine
 from iqstate.hookspecs import hookimpl
-from iqstate.store_handlers import key_value_handlers
-from iqstate_rocksdb.store import RocksDBKeyValueStore
+from iqstate.store_handlers import key_value_handlers, window_handlers
+from iqstate_rocksdb.store import RocksDBKeyValueStore, RocksDBWindowStore
 
 ROCKSDB_ENGINE = Engine(
     name="rocksdb",
     key_value_store=RocksDBKeyValueStore,
+    window_store=RocksDBWindowStore,
     persistent=True,
     description="RocksDB (rocksdict): one database per partition, offsets in a column family",
 )
@@ -26,3 +27,5 @@ def iqstate_register_engines(register: Any) -> None:
 def iqstate_register_query_handlers(register: Any) -> None:
     for query_type, handler in key_value_handlers().items():
         register(query_type, RocksDBKeyValueStore.kind, handler)
+    for query_type, handler in window_handlers().items():
+        register(query_type, RocksDBWindowStore.kind, handler)

@@ -26,6 +26,7 @@ from iqstate.codec import (
 from iqstate.context import StateStoreContext
 from iqstate.errors import CorruptStateError, StateDirectoryLockedError
 from iqstate.persistent import Commit, Pair, PersistentKeyValueStore, StoredState
+from iqstate.persistent_window import PersistentWindowStore
 from iqstate.position import Position
 from iqstate_rocksdb.options import RocksDBSettings
 
@@ -151,3 +152,10 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
         """The position as last committed (for tests and tools)."""
         data = self._offsets_cf.get(POSITION_KEY)
         return decode_position(data) if data is not None else Position.empty()
+
+
+class RocksDBWindowStore(PersistentWindowStore):
+    """Window store sharing the rocksdb key-value store's storage, commits and offsets."""
+
+    kind = "rocksdb.window"
+    key_value_class = RocksDBKeyValueStore

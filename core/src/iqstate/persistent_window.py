@@ -1,0 +1,176 @@
+"""`PersistentWindowStore`: a window store on top of an engine's persistent key-value store.
+
+Three key spaces share the engine's store, so windows inherit its atomic commits, offsets,
+position and status marker:
+
+* `0x00 + key + start`: the window's value (ordered by key, then window start);
+* `0x01 + start + key`: an index by window start, to expire windows and scan by time;
+* `0x02 stream-time`: the largest window start seen, for retention.
+
+Window starts are encoded as 8 order-preserving bytes (`iqstate.keyspace`). Windows whose
+start is at or before `stream time - retention` are dropped, as they arrive and from the
+store, as Kafka Streams' window stores do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+from iqstate.context import StateStoreContext
+from iqstate.engine import EngineStore
+from iqstate.iterators import KeyValueIterator
+from iqstate.keyspace import decode_window_key, encode_window_key
+from iqstate.persistent import PersistentKeyValueStore
+from iqstate.position import Position, TopicPartition
+from iqstate.queries import Windowed
+from iqstate.serdes import Serdes
+from iqstate.store import WindowStore
+
+_DATA, _BY_TIME = b"\x00", b"\x01"
+_STREAM_TIME = b"\x02stream-time"
+_MIN_TIME = -(1 << 63)
+_MAX_TIME = (1 << 63) - 1
+_time = Serdes.int64()
+
+
+def _index_upper(time_to: int) -> bytes:
+    """An inclusive upper bound above every index key with a start at or before `time_to`."""
+    if time_to >= _MAX_TIME:
+        return _BY_TIME + b"\xff" * 9
+    return _BY_TIME + _time.serialize(time_to + 1)
+
+
+class PersistentWindowStore(EngineStore, WindowStore[bytes, bytes]):
+    """Subclass with `kind` and `key_value_class` (the engine's persistent key-value store)."""
+
+    key_value_class: ClassVar[type[PersistentKeyValueStore]]
+    persistent = True
+
+    def __init__(self, name: str, window_size_ms: int, retention_ms: int) -> None:
+        super().__init__(name)
+        if window_size_ms <= 0 or retention_ms < window_size_ms:
+            raise ValueError(
+                f"window store {name!r}: need 0 < window_size_ms <= retention_ms, got "
+                f"window_size_ms={window_size_ms}, retention_ms={retention_ms}"
+            )
+        self._window_size_ms = window_size_ms
+        self._retention_ms = retention_ms
+        self._store = self.key_value_class(name)
+        self._stream_time = _MIN_TIME
+
+    @property
+    def window_size_ms(self) -> int:
+        return self._window_size_ms
+
+    @property
+    def retention_ms(self) -> int:
+        return self._retention_ms
+
+    @property
+    def manages_offsets(self) -> bool:
+        return True
+
+    def init(self, context: StateStoreContext) -> None:
+        super().init(context)
+        try:
+            self._store.init(context)
+        except BaseException:
+            self._open = False
+            raise
+        self._position = self._store.position
+        stored = self._store.get(_STREAM_TIME)
+        self._stream_time = _time.deserialize(stored) if stored is not None else _MIN_TIME
+
+    def close(self) -> None:
+        if self._open:
+            self._store.close()
+        super().close()
+
+    def abandon(self) -> None:
+        """Release without committing or marking closed, as a killed process would."""
+        if self._open:
+            self._store.abandon()
+        super().close()
+
+    @property
+    def position(self) -> Position:
+        return self._position
+
+    def update_position(self, position: Position) -> None:
+        self._check_open()
+        self._store.update_position(position)
+        self._position = self._store.position
+
+    def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
+        self._check_open()
+        self._store.commit(changelog_offsets)
+
+    def committed_offset(self, partition: TopicPartition) -> int | None:
+        return self._store.committed_offset(partition)
+
+    def _expired(self, window_start: int) -> bool:
+        return window_start <= self._stream_time - self._retention_ms
+
+    def put(self, key: bytes, value: bytes | None, window_start: int) -> None:
+        self._check_open()
+        if window_start > self._stream_time:
+            self._stream_time = window_start
+            self._store.put(_STREAM_TIME, _time.serialize(window_start))
+            self._drop_expired()
+        if self._expired(window_start):
+            return
+        data_key = _DATA + encode_window_key(key, window_start)
+        time_key = _BY_TIME + _time.serialize(window_start) + key
+        if value is None:
+            self._store.put_all([(data_key, None), (time_key, None)])
+        else:
+            self._store.put_all([(data_key, value), (time_key, b"")])
+
+    def _drop_expired(self) -> None:
+        limit = self._stream_time - self._retention_ms
+        if limit < _MIN_TIME:
+            return
+        with self._store.range(_BY_TIME, _index_upper(limit)) as expired:
+            doomed = [time_key for time_key, _ in expired if self._start_of(time_key) <= limit]
+        for time_key in doomed:
+            start, key = self._start_of(time_key), time_key[9:]
+            self._store.put_all([(time_key, None), (_DATA + encode_window_key(key, start), None)])
+
+    @staticmethod
+    def _start_of(time_key: bytes) -> int:
+        return _time.deserialize(time_key[1:9])
+
+    def fetch(self, key: bytes, time_from: int, time_to: int) -> KeyValueIterator[int, bytes]:
+        self._check_open()
+        lower = _DATA + encode_window_key(key, max(time_from, _MIN_TIME))
+        upper = _DATA + encode_window_key(key, min(time_to, _MAX_TIME))
+        with self._store.range(lower, upper) as stored:
+            found = []
+            for data_key, value in stored:
+                stored_key, start = decode_window_key(data_key[1:])
+                if stored_key == key and time_from <= start <= time_to:
+                    found.append((start, value))
+        return KeyValueIterator(found)
+
+    def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator[Windowed[bytes], bytes]:
+        self._check_open()
+        lower = _BY_TIME + _time.serialize(max(time_from, _MIN_TIME))
+        upper = _index_upper(time_to)
+        with self._store.range(lower, upper) as indexed:
+            windows = sorted(
+                (time_key[9:], self._start_of(time_key))
+                for time_key, _ in indexed
+                if time_from <= self._start_of(time_key) <= time_to
+            )
+        size = self._window_size_ms
+        found = []
+        for key, start in windows:
+            value = self._store.get(_DATA + encode_window_key(key, start))
+            if value is not None:
+                found.append((Windowed(key, start, start + size), value))
+        return KeyValueIterator(found)
+
+    def approximate_num_entries(self) -> int:
+        self._check_open()
+        return max(0, (self._store.approximate_num_entries() - 1) // 2)
