@@ -588,7 +588,7 @@ class Application:
                 end = self._assignment.end_offset(name, partition)
                 if end is None or hosted.role.is_running_active:
                     end = max(current, end or 0)
-                lags.setdefault(name, {})[partition] = LagInfo(current, end)
+                lags.setdefault(name, {})[partition] = LagInfo(current, end, hosted.rebuilt)
         return lags
 
     def metrics(self) -> dict[str, dict[int, dict[str, float]]]:

@@ -65,6 +65,8 @@ class LagInfo:
 
     current_offset_position: int
     end_offset_position: int
+    rebuilt: bool = False
+    """The partition was wiped after an unclean shutdown (exactly-once) and restarted empty."""
 
     @property
     def offset_lag(self) -> int:
