@@ -34,6 +34,8 @@ class StoreSpec:
 
     def partition_of(self, key: Any, key_bytes: bytes) -> int:
         """The partition of `key`: the custom partitioner's, or murmur2 of its bytes."""
+        if self.partitions == 1:
+            return 0
         if self.partitioner is None:
             return partition_for_bytes(key_bytes, self.partitions)
         return checked_partition(self.partitioner(key, self.partitions), self)

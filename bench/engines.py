@@ -1,0 +1,227 @@
+"""The persistent engines through iqstate against raw rocksdict / lmdb, in the same process.
+
+For each engine, N keys (16-byte keys, 100-byte values, `Serdes.bytes()` both sides) in one
+store partition, so iqstate and the raw baseline each use one database:
+
+* ingest in shuffled key order, batches of 10,000: `begin_batch` + `batch.put_all` against a
+  raw `WriteBatch` / write transaction of the same keys (with an offset written alongside,
+  as iqstate does);
+* `KeyQuery` through `app.query` against a raw `get`;
+* a 100-key `RangeQuery` against a raw 100-key iteration;
+* restart: `Application.start()` plus the first query, with N committed keys.
+
+    python bench/engines.py [--keys 1000000] [--engines rocksdb lmdb]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from iqstate import Application, KeyQuery, RangeQuery, StateQueryRequest
+
+BATCH = 10_000
+LOOKUPS = 100_000
+RANGES = 2_000
+
+
+def timed(operation: Callable[[], object]) -> float:
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        operation()
+        return time.perf_counter() - start
+    finally:
+        gc.enable()
+
+
+def calibration_us() -> float:
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(10_000):
+            sum(range(100))
+        best = min(best, (time.perf_counter() - start) / 10_000)
+    return best * 1e6
+
+
+class RawRocksDB:
+    def __init__(self, path: Path) -> None:
+        from iqstate_rocksdb.options import RocksDBSettings
+        from rocksdict import Options, Rdict, WriteBatch
+
+        settings = RocksDBSettings()
+        self._batch = WriteBatch
+        self.db = Rdict(
+            str(path),
+            options=settings.db_options(),
+            column_families={"offsets": Options(raw_mode=True)},
+        )
+        self.offsets = self.db.get_column_family_handle("offsets")
+
+    def write(self, pairs: list[tuple[bytes, bytes]], offset: int) -> None:
+        batch = self._batch(raw_mode=True)
+        for key, value in pairs:
+            batch.put(key, value)
+        batch.put(b"src-0", offset.to_bytes(8, "big"), self.offsets)
+        self.db.write(batch)
+
+    def get(self, key: bytes) -> Any:
+        return self.db.get(key)
+
+    def range100(self, lower: bytes) -> list[tuple[bytes, bytes]]:
+        return list(itertools.islice(self.db.items(from_key=lower), 100))
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class RawLMDB:
+    def __init__(self, path: Path) -> None:
+        import lmdb
+
+        path.mkdir(parents=True)
+        self.env = lmdb.open(str(path), map_size=4 << 30, max_dbs=2, sync=False, metasync=False)
+        self.data = self.env.open_db(b"data")
+        self.meta = self.env.open_db(b"offsets")
+
+    def write(self, pairs: list[tuple[bytes, bytes]], offset: int) -> None:
+        with self.env.begin(write=True) as txn:
+            for key, value in pairs:
+                txn.put(key, value, db=self.data)
+            txn.put(b"src-0", offset.to_bytes(8, "big"), db=self.meta)
+
+    def get(self, key: bytes) -> Any:
+        with self.env.begin(db=self.data) as txn:
+            return txn.get(key)
+
+    def range100(self, lower: bytes) -> list[tuple[bytes, bytes]]:
+        with self.env.begin(db=self.data) as txn:
+            cursor = txn.cursor()
+            cursor.set_range(lower)
+            return list(itertools.islice(cursor.iternext(), 100))
+
+    def close(self) -> None:
+        self.env.close()
+
+
+RAW = {"rocksdb": RawRocksDB, "lmdb": RawLMDB}
+
+
+def open_app(directory: Path, engine: str) -> Application:
+    app = Application("bench", directory)
+    app.key_value_store("s", 1, engine=engine, key_serde="bytes", value_serde="bytes")
+    app.start()
+    return app
+
+
+def bench_engine(engine: str, keys: list[bytes], value: bytes, rng: random.Random) -> None:
+    root = Path(tempfile.mkdtemp(prefix=f"iqstate-bench-{engine}-"))
+    try:
+        raw = RAW[engine](root / "raw")
+        app = open_app(root / "app", engine)
+        batches = [keys[i : i + BATCH] for i in range(0, len(keys), BATCH)]
+
+        def raw_ingest() -> None:
+            for number, batch in enumerate(batches):
+                raw.write(
+                    [(key, value) for key, value in zip(batch, itertools.repeat(value))], number
+                )
+
+        def iqstate_ingest() -> None:
+            for number, batch in enumerate(batches):
+                with app.begin_batch(position={"src": {0: number}}, batch_id=number) as writes:
+                    writes.put_all("s", zip(batch, itertools.repeat(value)))
+
+        raw_ingest_s = timed(raw_ingest)
+        ingest_s = timed(iqstate_ingest)
+
+        lookups = [rng.choice(keys) for _ in range(LOOKUPS)]
+        requests = [
+            StateQueryRequest.in_store("s").with_query(KeyQuery.with_key(k)) for k in lookups
+        ]
+        ordered = sorted(keys)
+        positions = [rng.randrange(0, len(ordered) - 100) for _ in range(RANGES)]
+        starts = [ordered[i] for i in positions]
+        range_requests = [
+            StateQueryRequest.in_store("s").with_query(
+                RangeQuery.with_range(ordered[i], ordered[i + 99])
+            )
+            for i in positions
+        ]
+
+        def raw_gets() -> None:
+            for key in lookups:
+                raw.get(key)
+
+        def app_gets() -> None:
+            for request in requests:
+                app.query(request).only_partition_result()
+
+        def raw_ranges() -> None:
+            for lower in starts:
+                raw.range100(lower)
+
+        def app_ranges() -> None:
+            for request in range_requests:
+                with app.query(request).partition_results[0].result as pairs:
+                    list(pairs)
+
+        raw_get_s, get_s = timed(raw_gets), timed(app_gets)
+        raw_range_s, range_s = timed(raw_ranges), timed(app_ranges)
+        app.close()
+        raw.close()
+
+        def restart() -> None:
+            restarted = open_app(root / "app", engine)
+            result = restarted.query(requests[0])
+            assert result.only_partition_result() is not None
+            assert result.position.partition_offsets("src")[0] == len(batches) - 1
+            restarted.close()
+
+        restart_s = timed(restart)
+        n = len(keys)
+        print(f"\n{engine}: {n:,} keys")
+        print(
+            f"  ingest (shuffled, put_all)  iqstate {n / ingest_s:>10,.0f} rec/s   raw "
+            f"{n / raw_ingest_s:>10,.0f} rec/s   iqstate/raw {raw_ingest_s / ingest_s:.2f}"
+        )
+        print(
+            f"  KeyQuery                    iqstate {get_s / LOOKUPS * 1e6:>8.2f} us      raw "
+            f"{raw_get_s / LOOKUPS * 1e6:>8.2f} us      ratio {get_s / raw_get_s:.2f}x"
+        )
+        print(
+            f"  RangeQuery (100 keys)       iqstate {range_s / RANGES * 1e6:>8.2f} us      raw "
+            f"{raw_range_s / RANGES * 1e6:>8.2f} us      ratio {range_s / raw_range_s:.2f}x"
+        )
+        print(f"  restart + first query       {restart_s * 1000:.0f} ms")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--engines", nargs="+", default=["rocksdb", "lmdb"])
+    args = parser.parse_args()
+    rng = random.Random(5)
+    keys = [rng.randbytes(16) for _ in range(args.keys)]
+    value = rng.randbytes(100)
+    print(
+        f"calibration: sum(range(100)) = {calibration_us():.2f} us (about 0.6 us on an idle core)"
+    )
+    for engine in args.engines:
+        bench_engine(engine, keys, value, rng)
+
+
+if __name__ == "__main__":
+    main()
