@@ -240,3 +240,31 @@ def test_batch_arguments_are_validated(make_app: MakeApp) -> None:
         app.begin_batch(batch_id="7")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="offset"):
         app.begin_batch(position={"src": {0: "1"}})  # type: ignore[dict-item]
+
+
+def test_batches_limited_to_the_stores_of_one_pipeline(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("a", 2)
+    app.key_value_store("b", 2)
+    with app:
+        with app.begin_batch(position={"pa": {0: 5}}, batch_id=5, stores=["a"]) as first:
+            first.put("a", "k", 1)
+        assert first.applied == {("a", 0), ("a", 1)}
+        with app.begin_batch(position={"pb": {0: 1}}, batch_id=1, stores={"b"}) as other:
+            other.put("b", "k", 2)
+        assert other.applied == {("b", 0), ("b", 1)}, "b's fence is its own"
+        positions = {
+            name: app.query(
+                StateQueryRequest.in_store(name).with_query(RangeQuery.with_no_bounds())
+            ).position
+            for name in ("a", "b")
+        }
+        assert positions == {
+            "a": Position.from_map({"pa": {0: 5}}),
+            "b": Position.from_map({"pb": {0: 1}}),
+        }
+        with pytest.raises(InvalidStateStoreError, match="not among the stores"):
+            with app.begin_batch(stores=["a"]) as stray:
+                stray.put("b", "k", 3)
+        with pytest.raises(UnknownStateStoreError):
+            app.begin_batch(stores=["nope"])

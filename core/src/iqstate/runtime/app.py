@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -378,14 +378,18 @@ class Application:
     # -- writing ---------------------------------------------------------------------------
 
     def begin_batch(
-        self, position: Position | Mapping[str, Mapping[int, int]] | None = None,
+        self,
+        position: Position | Mapping[str, Mapping[int, int]] | None = None,
         batch_id: int | None = None,
-    ) -> Batch:  # fmt: skip
+        stores: Iterable[str] | None = None,
+    ) -> Batch:
         """A batch of writes, committed to every store partition when the `with` block ends.
 
         `position` is the source position the batch brings every store partition to;
         `batch_id` (increasing) fences replays: a partition that committed this id or a
-        later one skips the batch.
+        later one skips the batch. `stores` limits the batch to the stores one pipeline
+        feeds (default: every store), so independent pipelines with their own batch ids
+        and positions can share an application.
         """
         if position is not None and not isinstance(position, Position):
             position = Position.from_map(position)
@@ -393,7 +397,12 @@ class Application:
             isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0
         ):
             raise ValueError(f"batch_id must be an int >= 0 or None, got {batch_id!r}")
-        return Batch(self, position, batch_id)
+        covered = None
+        if stores is not None:
+            covered = frozenset(stores)
+            for name in covered:
+                self._spec(name)
+        return Batch(self, position, batch_id, covered)
 
     def _commit_batch(
         self, batch: Batch
@@ -402,6 +411,11 @@ class Application:
             self._check_queryable("write a batch")
             pending = batch.pending()
             for (name, partition), _entries in pending.items():
+                if batch.stores is not None and name not in batch.stores:
+                    raise InvalidStateStoreError(
+                        f"batch writes to store {name!r}, which is not among the stores it "
+                        f"covers ({', '.join(sorted(batch.stores))}); nothing was written"
+                    )
                 hosted = self._hosted.get(name, {}).get(partition)
                 if hosted is None or not hosted.role.is_running_active:
                     role = "not hosted" if hosted is None else hosted.role.state
@@ -413,8 +427,9 @@ class Application:
             applied: list[StorePartition] = []
             skipped: list[StorePartition] = []
             try:
-                for name in sorted(self._hosted):
-                    for partition, hosted in sorted(self._hosted[name].items()):
+                covered = sorted(self._hosted if batch.stores is None else batch.stores)
+                for name in covered:
+                    for partition, hosted in sorted(self._hosted.get(name, {}).items()):
                         if not hosted.role.is_running_active:
                             continue
                         changelog = self._changelog if hosted.spec.logging else None

@@ -56,10 +56,17 @@ class _StoreWriter:
 class Batch:
     """A context manager collecting one batch's writes; see `Application.begin_batch`."""
 
-    def __init__(self, app: Application, position: Position | None, batch_id: int | None) -> None:
+    def __init__(
+        self,
+        app: Application,
+        position: Position | None,
+        batch_id: int | None,
+        stores: frozenset[str] | None = None,
+    ) -> None:
         self._app = app
         self.position = position
         self.batch_id = batch_id
+        self.stores = stores
         self._writers: dict[str, _StoreWriter] = {}
         self._done = False
         self.applied: frozenset[StorePartition] = frozenset()
