@@ -84,9 +84,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "plugins", help="list installed engines, query types and which engine answers which"
     )
     plugins.add_argument("--json", action="store_true", help="print JSON instead of text")
+    registry = default_registry()
+    for command in registry.commands.values():
+        command.add_arguments(commands.add_parser(command.name, help=command.help))
     args = parser.parse_args(argv)
+    if args.command in registry.commands:
+        return registry.commands[args.command].run(args)
     if args.command == "plugins":
-        report = describe_plugins(default_registry())
+        report = describe_plugins(registry)
         if args.json:
             json.dump(report, sys.stdout, indent=2)
             print()

@@ -41,3 +41,12 @@ def iqstate_register_query_handlers(register: Any) -> None:
 @hookspec
 def iqstate_register_serdes(register: Any) -> None:
     """Register serdes by name: `register(name: str, serde: iqstate.serdes.Serde)`."""
+
+
+@hookspec
+def iqstate_register_commands(register: Any) -> None:
+    """Register `iqstate` subcommands: `register(name, help, add_arguments, run)`.
+
+    `add_arguments(parser)` adds the command's options to an `argparse` parser;
+    `run(args) -> int` runs it and returns the exit code.
+    """

@@ -71,6 +71,17 @@ def make_plugin_manager(
     return manager
 
 
+@dataclass(frozen=True)
+class Command:
+    """An `iqstate` subcommand a plugin provides."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[Any], None]
+    run: Callable[[Any], int]
+    plugin: str
+
+
 @dataclass
 class PluginRegistry:
     """Everything the installed plugins registered: engines, query handlers, serdes."""
@@ -81,6 +92,7 @@ class PluginRegistry:
     serdes: dict[str, Serde[Any]] = field(default_factory=dict)
     serde_owners: dict[str, str] = field(default_factory=dict)
     plugin_names: list[str] = field(default_factory=list)
+    commands: dict[str, Command] = field(default_factory=dict)
 
     @classmethod
     def from_plugin_manager(cls, manager: pluggy.PluginManager) -> PluginRegistry:
@@ -96,7 +108,21 @@ class PluginRegistry:
             impl.function(register=registry._handler_registrar(impl.plugin_name))
         for impl in reversed(hook.iqstate_register_serdes.get_hookimpls()):
             impl.function(register=registry._serde_registrar(impl.plugin_name))
+        for impl in reversed(hook.iqstate_register_commands.get_hookimpls()):
+            impl.function(register=registry._command_registrar(impl.plugin_name))
         return registry
+
+    def _command_registrar(
+        self, plugin: str
+    ) -> Callable[[str, str, Callable[[Any], None], Callable[[Any], int]], None]:
+        def register(
+            name: str, help: str, add_arguments: Callable[[Any], None], run: Callable[[Any], int]
+        ) -> None:
+            if name in self.commands or name == "plugins":
+                raise PluginError(f"plugin {plugin!r} registers the command {name!r} a second time")
+            self.commands[name] = Command(name, help, add_arguments, run, plugin)
+
+        return register
 
     def _engine_registrar(self, plugin: str) -> Callable[[Engine], None]:
         def register(engine: Engine) -> None:

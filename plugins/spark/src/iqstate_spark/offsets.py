@@ -69,7 +69,11 @@ def batch_position(
     for index, line in enumerate(lines[2:]):
         if line.strip() in ("", "-"):
             continue
-        name = source_names[index] if source_names and index < len(source_names) else f"spark-source-{index}"
+        name = (
+            source_names[index]
+            if source_names and index < len(source_names)
+            else f"spark-source-{index}"
+        )
         try:
             components.update(_components(json.loads(line), name))
         except ValueError as exc:

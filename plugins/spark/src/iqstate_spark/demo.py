@@ -1,0 +1,293 @@
+"""`iqstate demo`: a Spark streaming word count whose state you query while it runs.
+
+A generator thread writes text files into a watched folder over time, from a corpus it
+makes deterministically (seeded): each line is an event time and a few words. Two Spark
+Structured Streaming queries read the folder, one file per micro-batch:
+
+* word counts (`groupBy(word).count()`, update mode) into the RocksDB key-value store
+  `word-counts`;
+* per-minute counts (`groupBy(window(ts, 1 minute), word).count()`) into the RocksDB window
+  store `words-per-minute`.
+
+After each batch the demo prints IQv2 query results: a key lookup with its position, the
+top words, and the busiest words of the latest minute. `--batches` / `--duration` make it
+exit by itself; Ctrl-C stops it cleanly. Restarting it with the same `--dir` resumes from
+Spark's checkpoint and iqstate's stores, exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from iqstate import (
+    Application,
+    KeyQuery,
+    RangeQuery,
+    StateQueryRequest,
+    WindowRangeQuery,
+)
+from iqstate_spark.sink import to_store
+
+SOURCE = "demo-files"
+VOCABULARY = [
+    "spark",
+    "kafka",
+    "stream",
+    "state",
+    "query",
+    "partition",
+    "position",
+    "bound",
+    "replica",
+    "standby",
+    "active",
+    "window",
+    "batch",
+    "offset",
+    "commit",
+    "changelog",
+    "rocksdb",
+    "lmdb",
+    "python",
+    "arrow",
+    "schema",
+    "event",
+    "record",
+    "key",
+    "value",
+    "store",
+    "lag",
+    "host",
+    "route",
+    "session",
+    "fence",
+    "replay",
+    "crash",
+    "restart",
+    "exactly",
+    "once",
+    "the",
+    "a",
+    "of",
+    "to",
+    "and",
+    "in",
+    "is",
+    "for",
+    "on",
+    "with",
+    "as",
+    "by",
+    "at",
+]
+EPOCH = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
+SECONDS_PER_FILE = 20
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dir", default="iqstate-demo", help="working directory (state, checkpoints, input)"
+    )
+    parser.add_argument(
+        "--batches", type=int, default=None, help="exit after this many word-count batches"
+    )
+    parser.add_argument("--duration", type=float, default=None, help="exit after this many seconds")
+    parser.add_argument(
+        "--files",
+        type=int,
+        default=None,
+        help="write this many input files in all, then stop writing",
+    )
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between input files")
+    parser.add_argument("--lines", type=int, default=200, help="lines per input file")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--quiet", action="store_true", help="print only the progress line")
+
+
+def corpus_file(index: int, lines: int, seed: int) -> str:
+    """Input file `index`: deterministic for a seed, so a restart writes the same text."""
+    rng = random.Random(seed * 1_000_003 + index)
+    weights = [1.0 / (rank + 1) for rank in range(len(VOCABULARY))]
+    start = EPOCH + timedelta(seconds=index * SECONDS_PER_FILE)
+    rows = []
+    for line in range(lines):
+        moment = start + timedelta(seconds=line * SECONDS_PER_FILE / lines)
+        words = rng.choices(VOCABULARY, weights, k=rng.randint(3, 8))
+        rows.append(moment.strftime("%Y-%m-%d %H:%M:%S ") + " ".join(words))
+    return "\n".join(rows) + "\n"
+
+
+class Generator(threading.Thread):
+    """Writes input files atomically into the inbox, continuing after the last one present."""
+
+    def __init__(self, inbox: Path, staging: Path, args: argparse.Namespace) -> None:
+        super().__init__(name="iqstate-demo-generator", daemon=True)
+        self.inbox, self.staging, self.args = inbox, staging, args
+        self.stopped = threading.Event()
+        self.next_index = len(list(inbox.glob("words-*.txt")))
+
+    @property
+    def finished(self) -> bool:
+        return self.args.files is not None and self.next_index >= self.args.files
+
+    def run(self) -> None:
+        while not self.stopped.is_set() and not self.finished:
+            name = f"words-{self.next_index:06d}.txt"
+            staged = self.staging / name
+            staged.write_text(corpus_file(self.next_index, self.args.lines, self.args.seed))
+            os.replace(staged, self.inbox / name)
+            self.next_index += 1
+            self.stopped.wait(self.args.interval)
+
+
+def build_app(directory: Path) -> Application:
+    app = Application("iqstate-demo", directory / "state", application_server="localhost:7070")
+    app.key_value_store("word-counts", 4, engine="rocksdb", value_serde="int64")
+    app.window_store(
+        "words-per-minute", 4, window_size_ms=60_000, retention_ms=24 * 3_600_000,
+        engine="rocksdb", value_serde="int64",
+    )  # fmt: skip
+    return app
+
+
+def spark_session() -> Any:
+    from iqstate_spark.session import local_session
+
+    return local_session("iqstate-demo", shuffle_partitions=4)
+
+
+def all_pairs(app: Application, store: str, query: Any) -> list[tuple[Any, Any]]:
+    result = app.query(StateQueryRequest.in_store(store).with_query(query))
+    pairs: list[tuple[Any, Any]] = []
+    for partition_result in result.partition_results.values():
+        with partition_result.result as iterator:
+            pairs.extend(iterator)
+    return pairs
+
+
+class Reporter:
+    """Prints what IQv2 queries answer after each word-count batch, and a progress line."""
+
+    def __init__(self, app: Application, quiet: bool) -> None:
+        self.app, self.quiet = app, quiet
+        self.batches = 0
+        self.rows = 0
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+
+    def after_batch(self, batch_id: int, rows: int) -> None:
+        with self.lock:
+            self.batches += 1
+            self.rows += rows
+            counts = dict(all_pairs(self.app, "word-counts", RangeQuery.with_no_bounds()))
+            windows = all_pairs(
+                self.app, "words-per-minute", WindowRangeQuery.with_window_start_range(0, 2**62)
+            )
+            elapsed = time.monotonic() - self.started
+            print(
+                f"batch {batch_id:>4} | rows {self.rows:>8,} | word-counts: {len(counts):>3} keys"
+                f" | words-per-minute: {len(windows):>5} windows | {elapsed:6.1f} s",
+                flush=True,
+            )
+            if self.quiet:
+                return
+            lookup = self.app.query(
+                StateQueryRequest.in_store("word-counts").with_query(KeyQuery.with_key("spark"))
+            )
+            found = lookup.only_partition_result()
+            value = found.result if found else None
+            print(f"   KeyQuery('spark') = {value} at position {lookup.position.to_map()}")
+            top = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:5]
+            print("   top words: " + ", ".join(f"{word}={count}" for word, count in top))
+            if windows:
+                latest = max(windowed.start_ms for windowed, _ in windows)
+                minute = [(w.key, c) for w, c in windows if w.start_ms == latest]
+                minute.sort(key=lambda item: (-item[1], item[0]))
+                label = datetime.fromtimestamp(latest / 1000, UTC).strftime("%H:%M")
+                print(f"   minute {label}: " + ", ".join(f"{w}={c}" for w, c in minute[:5]))
+
+
+def run(args: argparse.Namespace) -> int:
+    from pyspark.sql import functions as F
+
+    directory = Path(args.dir).resolve()
+    inbox, staging = directory / "inbox", directory / "staging"
+    for folder in (inbox, staging):
+        folder.mkdir(parents=True, exist_ok=True)
+    app = build_app(directory)
+    app.start()
+    print(f"iqstate demo in {directory}: Spark reads {inbox}, state in {directory / 'state'}")
+    generator = Generator(inbox, staging, args)
+    generator.start()
+    spark = spark_session()
+    reporter = Reporter(app, args.quiet)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    queries = []
+    try:
+        lines = spark.readStream.option("maxFilesPerTrigger", 1).text(str(inbox))
+        parts = F.split("value", " ")
+        events = lines.select(
+            F.to_timestamp(F.concat_ws(" ", parts[0], parts[1])).alias("ts"),
+            F.explode(F.slice(parts, 3, 100)).alias("word"),
+        )
+        counts_sink = to_store(app, "word-counts", key="word", value="count", source_names=[SOURCE])
+        minute_sink = to_store(
+            app, "words-per-minute", key="word", value="count", source_names=[SOURCE]
+        )
+
+        def write_counts(batch_df: Any, batch_id: int) -> None:
+            counts_sink(batch_df, batch_id)
+            reporter.after_batch(
+                batch_id, counts_sink.last_batch[1] if counts_sink.last_batch else 0
+            )
+
+        queries.append(
+            events.groupBy("word")
+            .count()
+            .writeStream.outputMode("update")
+            .option("checkpointLocation", str(directory / "checkpoints" / "word-counts"))
+            .foreachBatch(write_counts)
+            .start()
+        )
+        queries.append(
+            events.groupBy(F.window("ts", "1 minute"), "word")
+            .count()
+            .writeStream.outputMode("update")
+            .option("checkpointLocation", str(directory / "checkpoints" / "words-per-minute"))
+            .foreachBatch(minute_sink)
+            .start()
+        )
+        deadline = time.monotonic() + args.duration if args.duration else None
+        while not stop.is_set():
+            if args.batches is not None and reporter.batches >= args.batches:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            if generator.finished and all(
+                not q.status["isDataAvailable"] and not q.status["isTriggerActive"] for q in queries
+            ):
+                break
+            for query in queries:
+                if query.exception() is not None:
+                    raise RuntimeError(f"streaming query failed: {query.exception()}")
+            stop.wait(0.2)
+    except KeyboardInterrupt:
+        print("\ninterrupted; stopping")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        generator.stopped.set()
+        for query in queries:
+            query.stop()
+        app.close()
+        spark.stop()
+    print(f"done: {reporter.batches} word-count batches, {reporter.rows:,} rows")
+    return 0

@@ -1,0 +1,170 @@
+"""The foreachBatch sink: positions from Spark's offsets, output modes, windows, deletes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from iqstate_spark import batch_position, to_store
+
+from iqstate import (
+    Application,
+    CorruptStateError,
+    Position,
+    RangeQuery,
+    StateQueryRequest,
+    WindowRangeQuery,
+)
+
+
+def everything(app: Application, store: str, query: Any = None) -> tuple[dict[Any, Any], Position]:
+    result = app.query(
+        StateQueryRequest.in_store(store).with_query(query or RangeQuery.with_no_bounds())
+    )
+    found: dict[Any, Any] = {}
+    for partition_result in result.partition_results.values():
+        found.update(partition_result.result)
+    return found, result.position
+
+
+def write_offsets(checkpoint: Path, batch: int, *sources: str) -> None:
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    (checkpoint / "offsets" / str(batch)).write_text("\n".join(["v1", "{}", *sources]) + "\n")
+
+
+def test_batch_position_from_offsets_files(tmp_path: Path) -> None:
+    write_offsets(
+        tmp_path, 3, '{"logOffset":12}', "-", json.dumps({"words": {"0": 41, "1": 17}}), "99"
+    )
+    position = batch_position(tmp_path, 3, ["files"])
+    assert position == Position.from_map(
+        {"files": {0: 12}, "words": {0: 41, 1: 17}, "spark-source-3": {0: 99}}
+    )
+    with pytest.raises(CorruptStateError, match="no offsets for batch 4"):
+        batch_position(tmp_path, 4)
+    write_offsets(tmp_path, 5, '"text"')
+    with pytest.raises(CorruptStateError, match="unsupported offset"):
+        batch_position(tmp_path, 5)
+
+
+@pytest.fixture
+def words(tmp_path: Path) -> Path:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    return folder
+
+
+def word_counts(spark: Any, folder: Path) -> Any:
+    from pyspark.sql import functions as F
+
+    lines = spark.readStream.option("maxFilesPerTrigger", 1).text(str(folder))
+    return lines.select(F.explode(F.split("value", " ")).alias("word")).groupBy("word").count()
+
+
+@pytest.mark.iqstate_slow
+@pytest.mark.parametrize("mode", ["update", "complete"])
+def test_aggregation_into_a_key_value_store(
+    spark: Any, tmp_path: Path, words: Path, mode: str
+) -> None:
+    (words / "1.txt").write_text("spark kafka spark\n")
+    (words / "2.txt").write_text("spark flink\n")
+    app = Application("wc", tmp_path / "state")
+    app.key_value_store("counts", 3, engine="rocksdb", value_serde="int64")
+    with app:
+        sink = to_store(app, "counts", key="word", value="count", output_mode=mode)  # type: ignore[arg-type]
+        query = (
+            word_counts(spark, words)
+            .writeStream.outputMode(mode)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .foreachBatch(sink)
+            .start()
+        )
+        query.processAllAvailable()
+        query.stop()
+        counts, position = everything(app, "counts")
+        assert counts == {"spark": 3, "kafka": 1, "flink": 1}
+        assert position == Position.from_map({"spark-source-0": {0: 1}}), (
+            "file log offset of batch 1"
+        )
+        assert sink.last_batch == (1, 2 if mode == "update" else 3)
+
+
+@pytest.mark.iqstate_slow
+def test_append_mode_with_deletes_and_dict_values(spark: Any, tmp_path: Path, words: Path) -> None:
+    from pyspark.sql import functions as F
+
+    (words / "1.txt").write_text("put a 1\nput b 2\n")
+    (words / "2.txt").write_text("del a 0\nput c 3\n")
+    app = Application("ops", tmp_path / "state")
+    app.key_value_store("kv", 2)
+    with app:
+        parts = F.split("value", " ")
+        rows = (
+            spark.readStream.option("maxFilesPerTrigger", 1)
+            .text(str(words))
+            .select(
+                parts[1].alias("key"),
+                parts[2].cast("int").alias("n"),
+                (parts[0] == "del").alias("gone"),
+            )
+        )
+        query = (
+            rows.writeStream.outputMode("append")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .foreachBatch(to_store(app, "kv", key="key", value=["n"], tombstone="gone"))
+            .start()
+        )
+        query.processAllAvailable()
+        query.stop()
+        values, _ = everything(app, "kv")
+        assert values == {"b": {"n": 2}, "c": {"n": 3}}
+
+
+@pytest.mark.iqstate_slow
+def test_windowed_counts_into_a_window_store(spark: Any, tmp_path: Path, words: Path) -> None:
+    from pyspark.sql import functions as F
+
+    (words / "1.txt").write_text(
+        "2026-11-22 10:00:05 spark\n2026-11-22 10:00:50 spark\n2026-11-22 10:01:10 kafka\n"
+    )
+    app = Application("win", tmp_path / "state")
+    app.window_store("per-minute", 2, 60_000, 86_400_000, engine="rocksdb", value_serde="int64")
+    with app:
+        parts = F.split("value", " ")
+        events = spark.readStream.text(str(words)).select(
+            F.to_timestamp(F.concat_ws(" ", parts[0], parts[1])).alias("ts"), parts[2].alias("word")
+        )
+        counts = events.groupBy(F.window("ts", "1 minute"), "word").count()
+        query = (
+            counts.writeStream.outputMode("update")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .foreachBatch(to_store(app, "per-minute", key="word", value="count"))
+            .start()
+        )
+        query.processAllAvailable()
+        query.stop()
+        found, _ = everything(app, "per-minute", WindowRangeQuery.with_window_start_range(0, 2**62))
+        minutes = {(w.key, w.end_ms - w.start_ms): v for w, v in found.items()}
+        assert minutes == {("spark", 60_000): 2, ("kafka", 60_000): 1}
+        spark_count = app.query(
+            StateQueryRequest.in_store("per-minute").with_query(
+                WindowRangeQuery.with_window_start_range(0, 2**62)
+            )
+        )
+        assert spark_count.position == Position.from_map({"spark-source-0": {0: 0}})
+
+
+def test_sink_arguments_are_checked(tmp_path: Path) -> None:
+    app = Application("x", tmp_path)
+    app.key_value_store("kv", 1)
+    app.window_store("w", 1, 10, 100)
+    with pytest.raises(Exception, match="no store 'nope'"):
+        to_store(app, "nope", key="k")
+    with pytest.raises(ValueError, match="output_mode"):
+        to_store(app, "kv", key="k", output_mode="merge")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="window= does not apply"):
+        to_store(app, "kv", key="k", window="w")
+    with pytest.raises(ValueError, match="complete mode"):
+        to_store(app, "w", key="k", output_mode="complete")
