@@ -149,7 +149,16 @@ class Generator(threading.Thread):
 
 
 def build_app(directory: Path) -> Application:
-    app = Application("iqstate-demo", directory / "state", application_server="localhost:7070")
+    # The batch fences make Spark's replays exactly-once. The processing guarantee only
+    # decides what becomes of a store that was not closed cleanly: exactly-once would wipe
+    # it (to rebuild from a changelog), and the demo has no changelog; its engines commit
+    # atomically, so after a crash a store holds exactly its last commit and is kept.
+    app = Application(
+        "iqstate-demo",
+        directory / "state",
+        application_server="localhost:7070",
+        processing_guarantee="at_least_once",
+    )
     app.key_value_store("word-counts", 4, engine="rocksdb", value_serde="int64")
     app.window_store(
         "words-per-minute", 4, window_size_ms=60_000, retention_ms=24 * 3_600_000,
