@@ -97,7 +97,8 @@ def main() -> None:
     base, mine = statistics.mean(baseline), statistics.mean(with_iqstate)
     print(f"{args.files} files x {args.lines} lines, one file per micro-batch, local[2]")
     print(
-        f"per-batch time: collect-and-drop {base:.0f} ms, iqstate sink {mine:.0f} ms, ratio {mine / base:.2f} (+{(mine / base - 1) * 100:.0f}%)"
+        f"per-batch time: collect-and-drop {base:.0f} ms, iqstate sink {mine:.0f} ms, "
+        f"ratio {mine / base:.2f} (+{(mine / base - 1) * 100:.0f}%)"
     )
     print(
         f"event-to-queryable: median {statistics.median(latencies) * 1000:.0f} ms, "
