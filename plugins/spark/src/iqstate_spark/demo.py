@@ -281,9 +281,9 @@ def run(args: argparse.Namespace) -> int:
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            if generator.finished and all(
-                not q.status["isDataAvailable"] and not q.status["isTriggerActive"] for q in queries
-            ):
+            if generator.finished:
+                for query in queries:  # every file is written: catch up, then exit
+                    query.processAllAvailable()
                 break
             for query in queries:
                 if query.exception() is not None:
