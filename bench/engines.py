@@ -16,42 +16,20 @@ store partition, so iqstate and the raw baseline each use one database:
 from __future__ import annotations
 
 import argparse
-import gc
 import itertools
 import random
 import shutil
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from timing import calibration_line, timed
 
 from iqstate import Application, KeyQuery, RangeQuery, StateQueryRequest
 
 BATCH = 10_000
 LOOKUPS = 100_000
 RANGES = 2_000
-
-
-def timed(operation: Callable[[], object]) -> float:
-    gc.collect()
-    gc.disable()
-    try:
-        start = time.perf_counter()
-        operation()
-        return time.perf_counter() - start
-    finally:
-        gc.enable()
-
-
-def calibration_us() -> float:
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(10_000):
-            sum(range(100))
-        best = min(best, (time.perf_counter() - start) / 10_000)
-    return best * 1e6
 
 
 class RawRocksDB:
@@ -216,9 +194,7 @@ def main() -> None:
     rng = random.Random(5)
     keys = [rng.randbytes(16) for _ in range(args.keys)]
     value = rng.randbytes(100)
-    print(
-        f"calibration: sum(range(100)) = {calibration_us():.2f} us (about 0.6 us on an idle core)"
-    )
+    print(calibration_line())
     for engine in args.engines:
         bench_engine(engine, keys, value, rng)
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sortedcontainers import SortedDict
+from timing import calibration_line
 
 from iqstate import InMemoryChangelog, KeyQuery, RangeQuery, Serdes, StateStoreContext
 from iqstate.engines.memory import MemoryKeyValueStore
@@ -62,17 +63,6 @@ def build_store(keys: list[str], *, caching: bool, logging: bool) -> Any:
         store.put_all([(key, f"value-{key}") for key in keys[start : start + 10_000]])
         store.commit({})
     return store
-
-
-def calibration_us() -> float:
-    """Best time of `sum(range(100))`: how fast this machine runs Python right now."""
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(10_000):
-            sum(range(100))
-        best = min(best, (time.perf_counter() - start) / 10_000)
-    return best * 1e6
 
 
 def main() -> None:
@@ -131,9 +121,7 @@ def main() -> None:
         results[f"KeyQuery, {label}"] = (raw_key_ns, key_ns)
         results[f"RangeQuery(100), {label}"] = (raw_range_ns, range_ns)
 
-    print(
-        f"calibration: sum(range(100)) = {calibration_us():.2f} us (about 0.6 us on an idle core)"
-    )
+    print(calibration_line())
     print(f"keys={args.keys} serdes=string/string, best of {args.repeat} passes")
     print(f"{'operation':<32}{'raw SortedDict':>16}{'iqstate':>12}{'ratio':>8}{'extra':>12}")
     for name, (raw_ns, layered_ns) in results.items():

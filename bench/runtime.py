@@ -11,12 +11,11 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import random
 import tempfile
-import time
-from collections.abc import Callable
 from typing import Any
+
+from timing import calibration_line, timed
 
 from iqstate import Application, KeyQuery, StateQueryRequest, StateStoreContext
 from iqstate.engines.memory import MemoryKeyValueStore
@@ -26,17 +25,6 @@ PARTITIONS = 4
 BATCH = 10_000
 
 
-def timed(operation: Callable[[], object]) -> float:
-    gc.collect()
-    gc.disable()
-    try:
-        start = time.perf_counter()
-        operation()
-        return time.perf_counter() - start
-    finally:
-        gc.enable()
-
-
 def raw_engines() -> list[MemoryKeyValueStore]:
     stores = []
     for partition in range(PARTITIONS):
@@ -44,17 +32,6 @@ def raw_engines() -> list[MemoryKeyValueStore]:
         store.init(StateStoreContext(application_id="raw", store_name="raw", partition=partition))
         stores.append(store)
     return stores
-
-
-def calibration_us() -> float:
-    """Best time of `sum(range(100))`: how fast this machine runs Python right now."""
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(10_000):
-            sum(range(100))
-        best = min(best, (time.perf_counter() - start) / 10_000)
-    return best * 1e6
 
 
 def main() -> None:
@@ -142,9 +119,7 @@ def main() -> None:
     app.close()
 
     n = len(lookups)
-    print(
-        f"calibration: sum(range(100)) = {calibration_us():.2f} us (about 0.6 us on an idle core)"
-    )
+    print(calibration_line())
     print(f"keys={args.keys} partitions={PARTITIONS} engine=memory serdes=string/string")
     print(f"(a) raw engine get: {raw_s / n * 1e6:.2f} us")
     for label, seconds in (("all partitions", query_s), ("partition given", explicit_s)):

@@ -7,7 +7,8 @@ corpus) in one Spark session:
 * iqstate: `foreachBatch(iqstate_spark.to_store(...))` into a RocksDB store.
 
 The per-batch time is Spark's `triggerExecution` duration, averaged over the batches after
-the first, after a discarded warm-up run (the JVM speeds up a lot over its first minute). Then event-to-queryable latency: a file with a fresh word is dropped into the
+the first, after a discarded warm-up run (the JVM speeds up a lot over its first minute).
+Then event-to-queryable latency: a file with a fresh word is dropped into the
 inbox while the iqstate query runs, and `app.query` is polled until it answers the word.
 
     python bench/spark_sink.py [--files 20] [--lines 2000] [--probes 5]

@@ -119,11 +119,7 @@ class SnapshotKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
 
     def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
         self._check_open()
-        for tp, offset in changelog_offsets.items():
-            if not isinstance(tp, TopicPartition):
-                raise TypeError(f"commit offsets must be keyed by TopicPartition, got {tp!r}")
-            if offset is not None and (isinstance(offset, bool) or not isinstance(offset, int)):
-                raise TypeError(f"offset for {tp} must be an int or None, got {offset!r}")
+        self.check_offsets(changelog_offsets)
         fault = FAULTS.pop((self.name, self.context.partition), None)
         if fault is not None:
             raise fault

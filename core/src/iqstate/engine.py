@@ -9,14 +9,14 @@ and the open/closed state, so an engine only writes its data operations.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from iqstate.context import StateStoreContext
 from iqstate.dispatch import HandlerTable, answer, note_execution
 from iqstate.errors import ClosedStoreError
-from iqstate.position import Position, PositionBound
+from iqstate.position import Position, PositionBound, TopicPartition
 from iqstate.queries import Query
 from iqstate.results import QueryResult
 from iqstate.store import KeyValueStore, QueryConfig, StateStore, WindowStore
@@ -41,6 +41,15 @@ class Engine:
 
 
 _UNBOUNDED = PositionBound.unbounded()
+
+
+def check_window_sizes(name: str, window_size_ms: int, retention_ms: int) -> None:
+    """Window stores need `0 < window_size_ms <= retention_ms`."""
+    if window_size_ms <= 0 or retention_ms < window_size_ms:
+        raise ValueError(
+            f"window store {name!r}: need 0 < window_size_ms <= retention_ms, got "
+            f"window_size_ms={window_size_ms}, retention_ms={retention_ms}"
+        )
 
 
 class EngineStore(StateStore):
@@ -81,6 +90,20 @@ class EngineStore(StateStore):
 
     def close(self) -> None:
         self._open = False
+
+    def check_offsets(self, changes: Mapping[TopicPartition, int | None]) -> None:
+        """Refuse a malformed `commit` mapping before anything is written."""
+        for partition, offset in changes.items():
+            if not isinstance(partition, TopicPartition):
+                raise TypeError(
+                    f"{self.kind} store {self.name!r}: commit offsets must be keyed by "
+                    f"TopicPartition, got {type(partition).__name__}"
+                )
+            if offset is not None and (isinstance(offset, bool) or not isinstance(offset, int)):
+                raise TypeError(
+                    f"{self.kind} store {self.name!r}: offset for {partition} must be an int "
+                    f"or None, got {type(offset).__name__}"
+                )
 
     def _check_open(self) -> None:
         if not self._open:

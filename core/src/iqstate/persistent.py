@@ -57,20 +57,6 @@ class Commit:
     position: Position
 
 
-def _check_offsets(store: str, changes: Mapping[TopicPartition, int | None]) -> None:
-    for partition, offset in changes.items():
-        if not isinstance(partition, TopicPartition):
-            raise TypeError(
-                f"store {store!r}: commit offsets must be keyed by TopicPartition, got "
-                f"{type(partition).__name__}"
-            )
-        if offset is not None and (isinstance(offset, bool) or not isinstance(offset, int)):
-            raise TypeError(
-                f"store {store!r}: offset for {partition} must be an int or None, got "
-                f"{type(offset).__name__}"
-            )
-
-
 class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
     """Base class of on-disk key-value engines; see the module docstring."""
 
@@ -226,7 +212,7 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
 
     def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
         self._check_open()
-        _check_offsets(self.name, changelog_offsets)
+        self.check_offsets(changelog_offsets)
         offsets = {} if not changelog_offsets else dict(self._offsets)
         for partition, offset in changelog_offsets.items():
             if offset is None:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from iqstate.context import StateStoreContext
-from iqstate.engine import EngineStore
+from iqstate.engine import EngineStore, check_window_sizes
 from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import decode_window_key, encode_window_key
 from iqstate.persistent import PersistentKeyValueStore
@@ -49,11 +49,7 @@ class PersistentWindowStore(EngineStore, WindowStore[bytes, bytes]):
 
     def __init__(self, name: str, window_size_ms: int, retention_ms: int) -> None:
         super().__init__(name)
-        if window_size_ms <= 0 or retention_ms < window_size_ms:
-            raise ValueError(
-                f"window store {name!r}: need 0 < window_size_ms <= retention_ms, got "
-                f"window_size_ms={window_size_ms}, retention_ms={retention_ms}"
-            )
+        check_window_sizes(name, window_size_ms, retention_ms)
         self._window_size_ms = window_size_ms
         self._retention_ms = retention_ms
         self._store = self.key_value_class(name)

@@ -13,7 +13,7 @@ from typing import Any
 from sortedcontainers import SortedDict, SortedList
 
 from iqstate.context import StateStoreContext
-from iqstate.engine import Engine, EngineStore
+from iqstate.engine import Engine, EngineStore, check_window_sizes
 from iqstate.hookspecs import hookimpl
 from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import prefix_upper_bound
@@ -21,20 +21,6 @@ from iqstate.position import TopicPartition
 from iqstate.queries import Windowed
 from iqstate.store import KeyValueStore, WindowStore
 from iqstate.store_handlers import key_value_handlers, window_handlers
-
-
-def _check_offsets(store: EngineStore, offsets: Mapping[TopicPartition, int | None]) -> None:
-    for partition, offset in offsets.items():
-        if not isinstance(partition, TopicPartition):
-            raise TypeError(
-                f"{store.kind} store {store.name!r}: commit offsets must be keyed by "
-                f"TopicPartition, got {type(partition).__name__}"
-            )
-        if offset is not None and (isinstance(offset, bool) or not isinstance(offset, int)):
-            raise TypeError(
-                f"{store.kind} store {store.name!r}: offset for {partition} must be an int "
-                f"or None, got {type(offset).__name__}"
-            )
 
 
 class MemoryKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
@@ -108,7 +94,7 @@ class MemoryKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
 
     def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
         self._check_open()
-        _check_offsets(self, changelog_offsets)
+        self.check_offsets(changelog_offsets)
 
 
 class MemoryWindowStore(EngineStore, WindowStore[bytes, bytes]):
@@ -123,11 +109,7 @@ class MemoryWindowStore(EngineStore, WindowStore[bytes, bytes]):
 
     def __init__(self, name: str, window_size_ms: int, retention_ms: int) -> None:
         super().__init__(name)
-        if window_size_ms <= 0 or retention_ms < window_size_ms:
-            raise ValueError(
-                f"window store {name!r}: need 0 < window_size_ms <= retention_ms, got "
-                f"window_size_ms={window_size_ms}, retention_ms={retention_ms}"
-            )
+        check_window_sizes(name, window_size_ms, retention_ms)
         self._window_size_ms = window_size_ms
         self._retention_ms = retention_ms
         self._reset()
@@ -205,7 +187,7 @@ class MemoryWindowStore(EngineStore, WindowStore[bytes, bytes]):
 
     def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
         self._check_open()
-        _check_offsets(self, changelog_offsets)
+        self.check_offsets(changelog_offsets)
 
 
 MEMORY_ENGINE = Engine(
