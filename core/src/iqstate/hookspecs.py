@@ -50,3 +50,14 @@ def iqstate_register_commands(register: Any) -> None:
     `add_arguments(parser)` adds the command's options to an `argparse` parser;
     `run(args) -> int` runs it and returns the exit code.
     """
+
+
+@hookspec
+def iqstate_register_query_codecs(register: Any) -> None:
+    """Register JSON codecs for query types, for the HTTP service.
+
+    `register(name, query_type, decode, encode)`: `decode(body, key_from_json)` builds the
+    query from its JSON object (`key_from_json(value)` turns a JSON key into the store's
+    key type); `encode(result, to_json)` turns a successful result into JSON
+    (`to_json(value)` encodes one key or value).
+    """

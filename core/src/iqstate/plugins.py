@@ -82,6 +82,17 @@ class Command:
     plugin: str
 
 
+@dataclass(frozen=True)
+class QueryCodec:
+    """How the HTTP service reads a query type from JSON and writes its results."""
+
+    name: str
+    query_type: type[Query[Any]]
+    decode: Callable[..., Any]
+    encode: Callable[..., Any]
+    plugin: str
+
+
 @dataclass
 class PluginRegistry:
     """Everything the installed plugins registered: engines, query handlers, serdes."""
@@ -93,6 +104,7 @@ class PluginRegistry:
     serde_owners: dict[str, str] = field(default_factory=dict)
     plugin_names: list[str] = field(default_factory=list)
     commands: dict[str, Command] = field(default_factory=dict)
+    query_codecs: dict[str, QueryCodec] = field(default_factory=dict)
 
     @classmethod
     def from_plugin_manager(cls, manager: pluggy.PluginManager) -> PluginRegistry:
@@ -110,7 +122,27 @@ class PluginRegistry:
             impl.function(register=registry._serde_registrar(impl.plugin_name))
         for impl in reversed(hook.iqstate_register_commands.get_hookimpls()):
             impl.function(register=registry._command_registrar(impl.plugin_name))
+        for impl in reversed(hook.iqstate_register_query_codecs.get_hookimpls()):
+            impl.function(register=registry._codec_registrar(impl.plugin_name))
         return registry
+
+    def _codec_registrar(
+        self, plugin: str
+    ) -> Callable[[str, type[Query[Any]], Callable[..., Any], Callable[..., Any]], None]:
+        def register(
+            name: str,
+            query_type: type[Query[Any]],
+            decode: Callable[..., Any],
+            encode: Callable[..., Any],
+        ) -> None:
+            if name in self.query_codecs:
+                owner = self.query_codecs[name].plugin
+                raise PluginError(
+                    f"plugins {owner!r} and {plugin!r} both register a query codec named {name!r}"
+                )
+            self.query_codecs[name] = QueryCodec(name, query_type, decode, encode, plugin)
+
+        return register
 
     def _command_registrar(
         self, plugin: str

@@ -1,0 +1,6 @@
+"""iqstate's HTTP query service."""
+
+from iqstate_http.server import BackgroundServer, serve, start_background
+from iqstate_http.service import QueryService
+
+__all__ = ["BackgroundServer", "QueryService", "serve", "start_background"]

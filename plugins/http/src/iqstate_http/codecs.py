@@ -1,0 +1,224 @@
+"""JSON forms of queries, keys, values and results.
+
+Keys and values cross as JSON through the store's serdes: a `string` key is a JSON string,
+`int64` an integer, `float64` a number, `bytes` a base64 string, `json` any JSON value.
+Built-in queries (`"type"` names): `key`, `range`, `window_key`, `window_range`; plugins add
+more through `iqstate_register_query_codecs`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from iqstate import (
+    KeyQuery,
+    Position,
+    PositionBound,
+    Query,
+    QueryResult,
+    RangeQuery,
+    ResultOrder,
+    Windowed,
+    WindowKeyQuery,
+    WindowRangeQuery,
+)
+from iqstate.plugins import PluginRegistry, QueryCodec
+from iqstate.runtime.spec import StoreSpec
+
+
+class BadRequest(ValueError):
+    """A request the service refuses with 400; the message says what is wrong."""
+
+
+_TYPE_NAMES = {
+    "string": "str",
+    "int64": "int",
+    "float64": "number",
+    "bytes": "base64 str",
+    "json": "JSON",
+}
+
+
+def expected_type(serde: Any) -> str:
+    name = getattr(serde, "name", type(serde).__name__)
+    return f"{_TYPE_NAMES.get(name, name)} (serde {name})"
+
+
+def from_json(spec: StoreSpec, value: Any, what: str = "key") -> Any:
+    """A JSON key (or value) as the store's serde expects it; `BadRequest` naming the type."""
+    serde = spec.key_serde if what == "key" else spec.value_serde
+    if getattr(serde, "name", None) == "bytes":
+        if not isinstance(value, str):
+            raise BadRequest(f"store {spec.name!r} expects {what}s of type {expected_type(serde)}")
+        try:
+            value = base64.b64decode(value, validate=True)
+        except binascii.Error as exc:
+            raise BadRequest(f"store {spec.name!r}: {what} is not valid base64: {exc}") from exc
+    try:
+        serde.serialize(value)
+    except Exception as exc:
+        raise BadRequest(
+            f"store {spec.name!r} expects {what}s of type {expected_type(serde)}, "
+            f"got {json.dumps(value)[:60]}"
+        ) from exc
+    return value
+
+
+def key_from_path(spec: StoreSpec, text: str) -> Any:
+    """A key given in a URL path, parsed for the store's key serde."""
+    name = getattr(spec.key_serde, "name", None)
+    try:
+        if name == "int64":
+            return from_json(spec, int(text))
+        if name == "float64":
+            return from_json(spec, float(text))
+        if name == "json":
+            return from_json(spec, json.loads(text))
+    except ValueError as exc:
+        expected = expected_type(spec.key_serde)
+        raise BadRequest(
+            f"store {spec.name!r} expects keys of type {expected}, got {text!r}"
+        ) from exc
+    return from_json(spec, text)
+
+
+def to_json(value: Any) -> Any:
+    """A key or value as JSON (bytes as base64)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return value
+
+
+def position_to_json(position: Position | None) -> dict[str, dict[str, int]] | None:
+    if position is None:
+        return None
+    return {
+        topic: {str(p): o for p, o in offsets.items()}
+        for topic, offsets in position.to_map().items()
+    }
+
+
+def position_from_json(body: Any) -> Position:
+    if not isinstance(body, dict):
+        raise BadRequest("a position is an object {topic: {partition: offset}}")
+    try:
+        return Position.from_map(
+            {
+                str(topic): {int(p): int(o) for p, o in parts.items()}
+                for topic, parts in body.items()
+            }
+        )
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise BadRequest(f"malformed position: {exc}") from exc
+
+
+def _int(body: Mapping[str, Any], field: str) -> int:
+    value = body.get(field)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"query field {field!r} must be an integer (milliseconds)")
+    return value
+
+
+KeyFromJson = Callable[[Any], Any]
+ToJson = Callable[[Any], Any]
+
+
+def _decode_key(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
+    if "key" not in body or body["key"] is None:
+        raise BadRequest("a key query needs a non-null 'key'")
+    query: KeyQuery[Any, Any] = KeyQuery.with_key(key(body["key"]))
+    return query.skip_cache() if body.get("skip_cache") else query
+
+
+def _decode_range(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
+    lower = None if body.get("lower") is None else key(body["lower"])
+    upper = None if body.get("upper") is None else key(body["upper"])
+    order = body.get("order", "any")
+    try:
+        result_order = ResultOrder(order)
+    except ValueError:
+        raise BadRequest("range 'order' must be 'any', 'ascending' or 'descending'") from None
+    return RangeQuery(lower, upper, result_order)
+
+
+def _decode_window_key(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
+    if body.get("key") is None:
+        raise BadRequest("a window_key query needs a non-null 'key'")
+    return WindowKeyQuery(key(body["key"]), _int(body, "time_from"), _int(body, "time_to"))
+
+
+def _decode_window_range(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
+    return WindowRangeQuery(_int(body, "time_from"), _int(body, "time_to"))
+
+
+def _encode_value(result: Any, to_json: ToJson) -> Any:
+    return to_json(result)
+
+
+def _encode_pairs(result: Any, to_json: ToJson) -> Any:
+    with result as pairs:
+        return [[to_json(k), to_json(v)] for k, v in pairs]
+
+
+def _encode_windows(result: Any, to_json: ToJson) -> Any:
+    with result as pairs:
+        return [
+            {"key": to_json(w.key), "start": w.start_ms, "end": w.end_ms, "value": to_json(v)}
+            for w, v in pairs
+            if isinstance(w, Windowed)
+        ]
+
+
+BUILTIN_CODECS: dict[str, QueryCodec] = {
+    codec.name: codec
+    for codec in (
+        QueryCodec("key", KeyQuery, _decode_key, _encode_value, "iqstate-http"),
+        QueryCodec("range", RangeQuery, _decode_range, _encode_pairs, "iqstate-http"),
+        QueryCodec("window_key", WindowKeyQuery, _decode_window_key, _encode_pairs, "iqstate-http"),
+        QueryCodec(
+            "window_range", WindowRangeQuery, _decode_window_range, _encode_windows, "iqstate-http"
+        ),
+    )
+}
+
+
+class Codecs:
+    """Every codec: the built-in ones and those plugins registered (by type name)."""
+
+    def __init__(self, registry: PluginRegistry) -> None:
+        self.by_name: dict[str, QueryCodec] = {**BUILTIN_CODECS, **registry.query_codecs}
+        self.by_type = {codec.query_type: codec for codec in self.by_name.values()}
+
+    def decode(self, spec: StoreSpec, body: Any) -> Query[Any]:
+        if not isinstance(body, dict) or not isinstance(body.get("type"), str):
+            raise BadRequest(
+                f"'query' must be an object with a 'type' among {sorted(self.by_name)}"
+            )
+        codec = self.by_name.get(body["type"])
+        if codec is None:
+            raise BadRequest(
+                f"unknown query type {body['type']!r}; known types: {sorted(self.by_name)}"
+            )
+        try:
+            query: Query[Any] = codec.decode(body, lambda value: from_json(spec, value))
+        except BadRequest:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise BadRequest(f"malformed {body['type']!r} query: {exc}") from exc
+        return query
+
+    def encode(self, query: Query[Any], result: QueryResult[Any]) -> Any:
+        codec = self.by_type.get(type(query))
+        if codec is None:
+            return to_json(result.result)
+        return codec.encode(result.result, to_json)
+
+
+def bound_from_json(body: Any) -> PositionBound:
+    if body is None:
+        return PositionBound.unbounded()
+    return PositionBound.at(position_from_json(body))

@@ -1,0 +1,64 @@
+"""Running the service: `serve` (blocking) and `start_background` (a thread, for tests and apps)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import uvicorn
+
+from iqstate import Application
+from iqstate_http.service import DEFAULT_MAX_BODY, QueryService
+
+
+def _config(
+    app: Application, host: str, port: int, token: str | None, max_body: int
+) -> uvicorn.Config:
+    asgi = QueryService(app, token=token, max_body=max_body).asgi()
+    return uvicorn.Config(asgi, host=host, port=port, log_level="warning", access_log=False)
+
+
+def serve(
+    app: Application,
+    host: str = "127.0.0.1",
+    port: int = 7070,
+    token: str | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+) -> None:
+    """Serve `app` until interrupted (listens on localhost unless told otherwise)."""
+    uvicorn.Server(_config(app, host, port, token, max_body)).run()
+
+
+@dataclass
+class BackgroundServer:
+    """A running service: its `url`, its `port`, and `stop()`."""
+
+    url: str
+    port: int
+    _server: uvicorn.Server
+    _thread: threading.Thread
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+def start_background(
+    app: Application,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+) -> BackgroundServer:
+    """Start the service in a daemon thread; `port=0` picks a free port."""
+    server = uvicorn.Server(_config(app, host, port, token, max_body))
+    thread = threading.Thread(target=server.run, name="iqstate-http", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the HTTP service did not start on {host}:{port}")
+        time.sleep(0.01)
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    return BackgroundServer(f"http://{host}:{bound}", bound, server, thread)

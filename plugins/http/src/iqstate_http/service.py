@@ -1,0 +1,288 @@
+"""The ASGI application: IQv2 over HTTP for one `Application`.
+
+Every error is a JSON body `{"error": {"code": ..., "message": ...}}` with 400 (malformed
+request, unknown query type, a key that does not parse), 401 (missing or wrong bearer
+token), 404 (unknown store or route), 413 (body over the limit) or 503 (the application is
+not running); an unexpected failure is a 500 with a message and never a stack trace.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from iqstate import (
+    Application,
+    InvalidStateStoreError,
+    StateQueryRequest,
+    StreamsNotStartedError,
+    StreamsStoppedError,
+    UnknownStateStoreError,
+)
+from iqstate.runtime.metadata import StreamsMetadata
+from iqstate.runtime.spec import StoreSpec
+from iqstate_http.codecs import (
+    BadRequest,
+    Codecs,
+    bound_from_json,
+    key_from_path,
+    position_to_json,
+    to_json,
+)
+from iqstate_http.openapi import OPENAPI
+
+DEFAULT_MAX_BODY = 1024 * 1024
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def error_response(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+def _metadata_json(metadata: StreamsMetadata) -> dict[str, Any]:
+    return {
+        "host": metadata.host_info.host,
+        "port": metadata.host_info.port,
+        "stores": sorted(metadata.state_store_names),
+        "partitions": sorted([tp.topic, tp.partition] for tp in metadata.topic_partitions),
+        "standby_stores": sorted(metadata.standby_state_store_names),
+        "standby_partitions": sorted(
+            [tp.topic, tp.partition] for tp in metadata.standby_topic_partitions
+        ),
+    }
+
+
+class QueryService:
+    """Handlers bound to one application; `asgi()` builds the Starlette app."""
+
+    def __init__(
+        self, app: Application, token: str | None = None, max_body: int = DEFAULT_MAX_BODY
+    ) -> None:
+        self.app = app
+        self.token = token
+        self.max_body = max_body
+        self.codecs = Codecs(app._plugins)
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _spec(self, name: str) -> StoreSpec:
+        spec = self.app.stores.get(name)
+        if spec is None:
+            raise ApiError(
+                404, "unknown_store", f"no store named {name!r}; stores: {sorted(self.app.stores)}"
+            )
+        return spec
+
+    def _check_token(self, request: Request) -> None:
+        if self.token is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, supplied = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            supplied.encode(), self.token.encode()
+        ):
+            raise ApiError(
+                401, "unauthorized", "a valid 'Authorization: Bearer <token>' header is required"
+            )
+
+    async def _json_body(self, request: Request) -> Any:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            raise ApiError(413, "body_too_large", f"request body over {self.max_body} bytes")
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > self.max_body:
+                raise ApiError(413, "body_too_large", f"request body over {self.max_body} bytes")
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(400, "malformed_json", f"the body is not JSON: {exc}") from exc
+
+    def _guard(self, call: Any) -> Any:
+        try:
+            return call()
+        except BadRequest as exc:
+            raise ApiError(400, "bad_request", str(exc)) from exc
+        except UnknownStateStoreError as exc:
+            raise ApiError(404, "unknown_store", str(exc)) from exc
+        except (StreamsNotStartedError, StreamsStoppedError) as exc:
+            raise ApiError(503, "not_running", str(exc)) from exc
+        except InvalidStateStoreError as exc:
+            raise ApiError(503, "store_unavailable", str(exc)) from exc
+
+    def _result_json(self, query: Any, result: Any) -> dict[str, Any]:
+        partitions: dict[str, Any] = {}
+        for partition, partition_result in sorted(result.partition_results.items()):
+            entry: dict[str, Any] = {"position": position_to_json(partition_result.position)}
+            if partition_result.is_success:
+                entry["ok"] = True
+                entry["value"] = self.codecs.encode(query, partition_result)
+            else:
+                entry["ok"] = False
+                entry["failure"] = partition_result.failure_reason.name
+                entry["message"] = partition_result.failure_message
+            if partition_result.execution_info:
+                entry["execution_info"] = partition_result.execution_info
+            partitions[str(partition)] = entry
+        return {"partitions": partitions, "position": position_to_json(result.position)}
+
+    # -- routes ----------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        state = self.app.state
+        status = 200 if state.is_queryable else 503
+        return JSONResponse(
+            {"status": "ok" if status == 200 else "unavailable", "state": state.name}, status
+        )
+
+    async def query(self, request: Request) -> Response:
+        self._check_token(request)
+        body = await self._json_body(request)
+        if not isinstance(body, dict):
+            raise ApiError(400, "bad_request", "the body must be a JSON object")
+        if not isinstance(body.get("store"), str):
+            raise ApiError(400, "bad_request", "'store' (a store name) is required")
+        spec = self._spec(body["store"])
+
+        def run() -> dict[str, Any]:
+            query = self.codecs.decode(spec, body.get("query"))
+            request_ = StateQueryRequest.in_store(spec.name).with_query(query)
+            partitions = body.get("partitions")
+            if partitions is not None:
+                if not isinstance(partitions, list) or not all(
+                    isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in partitions
+                ):
+                    raise BadRequest("'partitions' must be a list of partition numbers >= 0")
+                request_ = request_.with_partitions(partitions)
+            request_ = request_.with_position_bound(bound_from_json(body.get("bound")))
+            if body.get("require_active"):
+                request_ = request_.require_active()
+            if body.get("execution_info"):
+                request_ = request_.enable_execution_info()
+            result = self.app.query(request_)
+            return {"store": spec.name, **self._result_json(query, result)}
+
+        return JSONResponse(self._guard(run))
+
+    async def key(self, request: Request) -> Response:
+        self._check_token(request)
+        spec = self._spec(request.path_params["store"])
+
+        def run() -> dict[str, Any]:
+            from iqstate import KeyQuery
+
+            key = key_from_path(spec, request.path_params["key"])
+            result = self.app.query(
+                StateQueryRequest.in_store(spec.name).with_query(KeyQuery.with_key(key))
+            )
+            found = result.only_partition_result()
+            partition = spec.partition_of(key, spec.key_serde.serialize(key))
+            failure = result.partition_results.get(partition)
+            if failure is not None and failure.is_failure:
+                raise ApiError(503, failure.failure_reason.name.lower(), failure.failure_message)
+            return {
+                "value": to_json(found.result) if found is not None else None,
+                "partition": partition,
+                "position": position_to_json(result.position),
+            }
+
+        return JSONResponse(self._guard(run))
+
+    async def metadata(self, request: Request) -> Response:
+        self._check_token(request)
+        return JSONResponse(
+            self._guard(lambda: [_metadata_json(m) for m in self.app.all_metadata()])
+        )
+
+    async def store_metadata(self, request: Request) -> Response:
+        self._check_token(request)
+        spec = self._spec(request.path_params["store"])
+        return JSONResponse(
+            self._guard(
+                lambda: [_metadata_json(m) for m in self.app.all_metadata_for_store(spec.name)]
+            )
+        )
+
+    async def key_metadata(self, request: Request) -> Response:
+        self._check_token(request)
+        spec = self._spec(request.path_params["store"])
+
+        def run() -> dict[str, Any]:
+            key = key_from_path(spec, request.path_params["key"])
+            found = self.app.query_metadata_for_key(spec.name, key)
+            assert found is not None  # the store exists
+            return {
+                "active": None
+                if found.active_host.port < 0
+                else f"{found.active_host.host}:{found.active_host.port}",
+                "standbys": sorted(f"{h.host}:{h.port}" for h in found.standby_hosts),
+                "partition": found.partition,
+            }
+
+        return JSONResponse(self._guard(run))
+
+    async def lags(self, request: Request) -> Response:
+        self._check_token(request)
+
+        def run() -> dict[str, Any]:
+            return {
+                store: {
+                    str(p): {
+                        "current": lag.current_offset_position,
+                        "end": lag.end_offset_position,
+                        "lag": lag.offset_lag,
+                        "rebuilt": lag.rebuilt,
+                    }
+                    for p, lag in partitions.items()
+                }
+                for store, partitions in self.app.all_local_store_partition_lags().items()
+            }
+
+        return JSONResponse(self._guard(run))
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(OPENAPI)
+
+    def asgi(self) -> Starlette:
+        async def api_error(request: Request, exc: Exception) -> Response:
+            assert isinstance(exc, ApiError)
+            return error_response(exc.status, exc.code, exc.message)
+
+        async def http_error(request: Request, exc: Exception) -> Response:
+            assert isinstance(exc, HTTPException)
+            return error_response(exc.status_code, "http_error", str(exc.detail))
+
+        async def unexpected(request: Request, exc: Exception) -> Response:
+            return error_response(500, "internal_error", f"{type(exc).__name__}: {exc}")
+
+        routes = [
+            Route("/v1/health", self.health),
+            Route("/v1/query", self.query, methods=["POST"]),
+            Route("/v1/stores/{store}/keys/{key:path}", self.key),
+            Route("/v1/metadata", self.metadata),
+            Route("/v1/metadata/stores/{store}", self.store_metadata),
+            Route("/v1/metadata/stores/{store}/keys/{key:path}", self.key_metadata),
+            Route("/v1/lags", self.lags),
+            Route("/openapi.json", self.openapi),
+        ]
+        return Starlette(
+            routes=routes,
+            exception_handlers={
+                ApiError: api_error,
+                HTTPException: http_error,
+                Exception: unexpected,
+            },
+        )

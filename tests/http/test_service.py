@@ -1,0 +1,215 @@
+"""The HTTP service through real HTTP on loopback: queries, errors, limits, token, OpenAPI."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from iqstate_http import start_background
+
+from iqstate import Application
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[Application]:
+    application = Application("web", tmp_path)
+    application.key_value_store("counts", 3, value_serde="int64")
+    application.key_value_store("by-id", 2, key_serde="int64")
+    application.window_store("per-minute", 2, 60_000, 3_600_000, value_serde="int64")
+    with application:
+        with application.begin_batch(position={"words": {0: 7}}, batch_id=1) as batch:
+            batch.put_all("counts", [("spark", 3), ("kafka", 5), ("flink", 1)])
+            batch.put("by-id", 42, {"name": "answer"})
+            batch.put("per-minute", "spark", 2, window_start=60_000)
+        yield application
+
+
+@pytest.fixture
+def client(app: Application) -> Iterator[httpx.Client]:
+    server = start_background(app)
+    try:
+        assert server.url.startswith("http://127.0.0.1:")
+        with httpx.Client(base_url=server.url, timeout=10) as http:
+            yield http
+    finally:
+        server.stop()
+
+
+def test_key_lookup(client: httpx.Client) -> None:
+    found = client.get("/v1/stores/counts/keys/kafka").json()
+    assert found["value"] == 5 and found["position"] == {"words": {"0": 7}}
+    assert isinstance(found["partition"], int)
+    assert client.get("/v1/stores/counts/keys/missing").json()["value"] is None
+    assert client.get("/v1/stores/by-id/keys/42").json()["value"] == {"name": "answer"}
+    bad = client.get("/v1/stores/by-id/keys/forty-two")
+    assert bad.status_code == 400
+    assert "by-id" in bad.json()["error"]["message"] and "int" in bad.json()["error"]["message"]
+    unknown = client.get("/v1/stores/nope/keys/x")
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_store"
+
+
+def test_iqv2_query_per_partition(client: httpx.Client) -> None:
+    body = {
+        "store": "counts",
+        "query": {"type": "range", "order": "descending"},
+        "execution_info": True,
+    }
+    result = client.post("/v1/query", json=body).json()
+    pairs = [pair for p in result["partitions"].values() for pair in p["value"]]
+    assert sorted(pairs) == [["flink", 1], ["kafka", 5], ["spark", 3]]
+    assert result["position"] == {"words": {"0": 7}}
+    assert all(p["ok"] and p["execution_info"] for p in result["partitions"].values())
+    failing = client.post(
+        "/v1/query",
+        json={
+            "store": "counts",
+            "query": {"type": "key", "key": "spark"},
+            "partitions": [0, 9],
+            "bound": {"words": {"0": 99}},
+            "require_active": True,
+        },
+    ).json()
+    assert failing["partitions"]["9"] == {
+        "ok": False,
+        "failure": "DOES_NOT_EXIST",
+        "position": None,
+        "message": failing["partitions"]["9"]["message"],
+    }
+    assert failing["partitions"]["0"]["failure"] == "NOT_UP_TO_BOUND"
+    windows = client.post(
+        "/v1/query",
+        json={
+            "store": "per-minute",
+            "query": {"type": "window_range", "time_from": 0, "time_to": 10**12},
+        },
+    ).json()
+    values = [w for p in windows["partitions"].values() for w in p["value"]]
+    assert values == [{"key": "spark", "start": 60_000, "end": 120_000, "value": 2}]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "text"),
+    [
+        (b"{not json", 400, "not JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+        (b'{"query": {"type": "key", "key": "a"}}', 400, "'store'"),
+        (b'{"store": "counts", "query": {"type": "prefix", "key": "a"}}', 400, "known types"),
+        (b'{"store": "counts", "query": {"type": "key"}}', 400, "non-null 'key'"),
+        (b'{"store": "by-id", "query": {"type": "key", "key": "x"}}', 400, "int"),
+        (
+            b'{"store": "counts", "query": {"type": "key", "key": "a"}, "partitions": [-1]}',
+            400,
+            "partition",
+        ),
+        (
+            b'{"store": "counts", "query": {"type": "key", "key": "a"}, "bound": {"t": {"x": 1}}}',
+            400,
+            "position",
+        ),
+        (b'{"store": "nope", "query": {"type": "key", "key": "a"}}', 404, "no store"),
+    ],
+)
+def test_bad_requests_get_json_errors(
+    client: httpx.Client, body: bytes, status: int, text: str
+) -> None:
+    response = client.post("/v1/query", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == status
+    assert text in response.json()["error"]["message"]
+
+
+def test_body_limit_and_unknown_routes(app: Application) -> None:
+    server = start_background(app, max_body=100)
+    try:
+        big = server.url + "/v1/query"
+        response = httpx.post(big, content=b"{" + b" " * 200 + b"}")
+        assert response.status_code == 413 and response.json()["error"]["code"] == "body_too_large"
+        missing = httpx.get(server.url + "/v2/nothing")
+        assert missing.status_code == 404 and "error" in missing.json()
+    finally:
+        server.stop()
+
+
+def test_bearer_token(app: Application) -> None:
+    server = start_background(app, token="s3cret")
+    try:
+        url = server.url + "/v1/stores/counts/keys/spark"
+        assert httpx.get(url).status_code == 401
+        assert httpx.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert httpx.get(url, headers={"Authorization": "Bearer s3cret"}).json()["value"] == 3
+    finally:
+        server.stop()
+
+
+def test_metadata_lags_health_and_503(app: Application, client: httpx.Client) -> None:
+    [instance] = client.get("/v1/metadata").json()
+    assert instance["host"] == "localhost" and "counts" in instance["stores"]
+    assert client.get("/v1/metadata/stores/counts").json() == [instance]
+    where = client.get("/v1/metadata/stores/counts/keys/spark").json()
+    assert where["active"] == "localhost:7070" and where["standbys"] == []
+    assert client.get("/v1/lags").json()["counts"]["0"]["lag"] == 0
+    assert client.get("/v1/health").json() == {"status": "ok", "state": "RUNNING"}
+    app.close()
+    assert client.get("/v1/health").status_code == 503
+    stopped = client.get("/v1/stores/counts/keys/spark")
+    assert stopped.status_code == 503 and stopped.json()["error"]["code"] == "not_running"
+
+
+def test_openapi_document(client: httpx.Client) -> None:
+    document = client.get("/openapi.json").json()
+    assert document["openapi"].startswith("3.")
+    assert {"/v1/query", "/v1/stores/{store}/keys/{key}", "/v1/metadata", "/v1/lags"} <= set(
+        document["paths"]
+    )
+    from openapi_spec_validator import validate
+
+    validate(document)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+bodies = st.fixed_dictionaries(
+    {},
+    optional={
+        "store": st.sampled_from(["counts", "by-id", "per-minute", "nope"]) | json_values,
+        "query": st.fixed_dictionaries(
+            {"type": st.sampled_from(["key", "range", "window_key", "window_range", "x"])},
+            optional={
+                "key": json_values,
+                "lower": json_values,
+                "upper": json_values,
+                "order": json_values,
+                "time_from": json_values,
+                "time_to": json_values,
+            },
+        )
+        | json_values,
+        "partitions": json_values,
+        "bound": json_values,
+        "require_active": json_values,
+    },
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(body=bodies)
+def test_fuzzed_requests_never_crash_the_service(
+    client: httpx.Client, body: dict[str, Any]
+) -> None:
+    response = client.post("/v1/query", json=body)
+    assert response.status_code in (200, 400, 404), response.text
+    payload = response.json()
+    if response.status_code != 200:
+        assert set(payload["error"]) == {"code", "message"}
+        assert "Traceback" not in payload["error"]["message"]
