@@ -27,7 +27,17 @@ FILES = 8
 
 def demo(directory: Path, *extra: str) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "iqstate.cli", "demo", "--dir", str(directory), "--quiet"]
-    command += ["--files", str(FILES), "--interval", "0.3", "--lines", "50", *extra]
+    command += [
+        "--files",
+        str(FILES),
+        "--interval",
+        "0.3",
+        "--lines",
+        "50",
+        "--http-port",
+        "0",
+        *extra,
+    ]
     return subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -94,7 +104,7 @@ def test_killed_driver_restarts_and_counts_exactly_once(tmp_path: Path) -> None:
 @pytest.mark.iqstate_slow
 def test_ctrl_c_stops_the_demo_cleanly(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "iqstate.cli", "demo", "--dir", str(tmp_path), "--quiet"]
-    command += ["--interval", "0.3", "--lines", "20"]
+    command += ["--interval", "0.3", "--lines", "20", "--http-port", "0"]
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )

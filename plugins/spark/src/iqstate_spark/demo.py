@@ -109,6 +109,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between input files")
     parser.add_argument("--lines", type=int, default=200, help="lines per input file")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--http-port",
+        type=int,
+        default=7070,
+        help="port of the HTTP API (with iqstate-http); 0: any",
+    )
     parser.add_argument("--quiet", action="store_true", help="print only the progress line")
 
 
@@ -128,11 +134,16 @@ def corpus_file(index: int, lines: int, seed: int) -> str:
 class Generator(threading.Thread):
     """Writes input files atomically into the inbox, continuing after the last one present."""
 
+    MAX_BACKLOG = 2
+    """Files written but not yet processed; the generator waits rather than run ahead."""
+
     def __init__(self, inbox: Path, staging: Path, args: argparse.Namespace) -> None:
         super().__init__(name="iqstate-demo-generator", daemon=True)
         self.inbox, self.staging, self.args = inbox, staging, args
         self.stopped = threading.Event()
         self.next_index = len(list(inbox.glob("words-*.txt")))
+        self.processed = self.next_index
+        """Files the word-count query has processed (set by the reporter)."""
 
     @property
     def finished(self) -> bool:
@@ -140,6 +151,9 @@ class Generator(threading.Thread):
 
     def run(self) -> None:
         while not self.stopped.is_set() and not self.finished:
+            if self.next_index - self.processed >= self.MAX_BACKLOG:
+                self.stopped.wait(0.05)
+                continue
             name = f"words-{self.next_index:06d}.txt"
             staged = self.staging / name
             staged.write_text(corpus_file(self.next_index, self.args.lines, self.args.seed))
@@ -165,6 +179,22 @@ def build_app(directory: Path) -> Application:
         engine="rocksdb", value_serde="int64",
     )  # fmt: skip
     return app
+
+
+def start_http(app: Application, port: int) -> Any:
+    """Serve the HTTP API on 127.0.0.1 when iqstate-http is installed; None otherwise."""
+    try:
+        import iqstate_http
+    except ImportError:
+        print("HTTP API: not served (pip install ./plugins/http to query the demo over HTTP)")
+        return None
+    try:
+        server = iqstate_http.start_background(app, port=port)
+    except RuntimeError as exc:
+        print(f"HTTP API: not served ({exc})")
+        return None
+    print(f"HTTP API: {server.url}/v1/stores/word-counts/keys/spark  ({server.url}/openapi.json)")
+    return server
 
 
 def spark_session() -> Any:
@@ -234,6 +264,7 @@ def run(args: argparse.Namespace) -> int:
     app = build_app(directory)
     app.start()
     print(f"iqstate demo in {directory}: Spark reads {inbox}, state in {directory / 'state'}")
+    http = start_http(app, args.http_port)
     generator = Generator(inbox, staging, args)
     generator.start()
     spark = spark_session()
@@ -255,6 +286,7 @@ def run(args: argparse.Namespace) -> int:
 
         def write_counts(batch_df: Any, batch_id: int) -> None:
             counts_sink(batch_df, batch_id)
+            generator.processed = max(generator.processed, batch_id + 1)
             reporter.after_batch(
                 batch_id, counts_sink.last_batch[1] if counts_sink.last_batch else 0
             )
@@ -277,12 +309,15 @@ def run(args: argparse.Namespace) -> int:
         )
         deadline = time.monotonic() + args.duration if args.duration else None
         while not stop.is_set():
-            if args.batches is not None and reporter.batches >= args.batches:
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            if generator.finished:
-                for query in queries:  # every file is written: catch up, then exit
+            done = (args.batches is not None and reporter.batches >= args.batches) or (
+                deadline is not None and time.monotonic() >= deadline
+            )
+            if done or generator.finished:
+                # Stop writing input, let both queries finish what was written, then exit:
+                # stopping a query in the middle of a batch only makes Spark noisy.
+                generator.stopped.set()
+                generator.join()
+                for query in queries:
                     query.processAllAvailable()
                 break
             for query in queries:
@@ -296,6 +331,8 @@ def run(args: argparse.Namespace) -> int:
         generator.stopped.set()
         for query in queries:
             query.stop()
+        if http is not None:
+            http.stop()
         app.close()
         spark.stop()
     print(f"done: {reporter.batches} word-count batches, {reporter.rows:,} rows")
