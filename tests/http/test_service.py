@@ -147,7 +147,10 @@ def test_bearer_token(app: Application) -> None:
 
 def test_metadata_lags_health_and_503(app: Application, client: httpx.Client) -> None:
     [instance] = client.get("/v1/metadata").json()
-    assert instance["host"] == "localhost" and "counts" in instance["stores"]
+    assert instance["host"] == "localhost" and instance["active"]["counts"] == [0, 1, 2]
+    assert instance["standby"] == {}
+    posted = client.post("/v1/metadata/key", json={"store": "by-id", "key": 42}).json()
+    assert posted["active"] == "localhost:7070" and posted["partition"] in (0, 1)
     assert client.get("/v1/metadata/stores/counts").json() == [instance]
     where = client.get("/v1/metadata/stores/counts/keys/spark").json()
     assert where["active"] == "localhost:7070" and where["standbys"] == []

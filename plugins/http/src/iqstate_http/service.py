@@ -32,6 +32,7 @@ from iqstate_http.codecs import (
     BadRequest,
     Codecs,
     bound_from_json,
+    from_json,
     key_from_path,
     position_to_json,
     to_json,
@@ -51,16 +52,21 @@ def error_response(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
-def _metadata_json(metadata: StreamsMetadata) -> dict[str, Any]:
+def _metadata_json(app: Application, metadata: StreamsMetadata) -> dict[str, Any]:
+    """One instance: its endpoint and, per store, the partitions it hosts as active / standby."""
+    by_topic = {app.changelog_partition(name, 0).topic: name for name in app.stores}
+
+    def per_store(partitions: Any) -> dict[str, list[int]]:
+        hosted: dict[str, list[int]] = {}
+        for tp in partitions:
+            hosted.setdefault(by_topic[tp.topic], []).append(tp.partition)
+        return {store: sorted(numbers) for store, numbers in sorted(hosted.items())}
+
     return {
         "host": metadata.host_info.host,
         "port": metadata.host_info.port,
-        "stores": sorted(metadata.state_store_names),
-        "partitions": sorted([tp.topic, tp.partition] for tp in metadata.topic_partitions),
-        "standby_stores": sorted(metadata.standby_state_store_names),
-        "standby_partitions": sorted(
-            [tp.topic, tp.partition] for tp in metadata.standby_topic_partitions
-        ),
+        "active": per_store(metadata.topic_partitions),
+        "standby": per_store(metadata.standby_topic_partitions),
     }
 
 
@@ -204,7 +210,7 @@ class QueryService:
     async def metadata(self, request: Request) -> Response:
         self._check_token(request)
         return JSONResponse(
-            self._guard(lambda: [_metadata_json(m) for m in self.app.all_metadata()])
+            self._guard(lambda: [_metadata_json(self.app, m) for m in self.app.all_metadata()])
         )
 
     async def store_metadata(self, request: Request) -> Response:
@@ -233,6 +239,29 @@ class QueryService:
             }
 
         return JSONResponse(self._guard(run))
+
+    async def key_metadata_json(self, request: Request) -> Response:
+        """`POST /v1/metadata/key` with `{"store", "key"}`: the key as JSON, no path encoding."""
+        self._check_token(request)
+        body = await self._json_body(request)
+        if (
+            not isinstance(body, dict)
+            or not isinstance(body.get("store"), str)
+            or "key" not in body
+        ):
+            raise ApiError(400, "bad_request", 'the body must be {"store": ..., "key": ...}')
+        spec = self._spec(body["store"])
+        return JSONResponse(self._guard(lambda: self._where(spec, from_json(spec, body["key"]))))
+
+    def _where(self, spec: StoreSpec, key: Any) -> dict[str, Any]:
+        found = self.app.query_metadata_for_key(spec.name, key)
+        assert found is not None  # the store exists
+        active = found.active_host
+        return {
+            "active": None if active.port < 0 else f"{active.host}:{active.port}",
+            "standbys": sorted(f"{h.host}:{h.port}" for h in found.standby_hosts),
+            "partition": found.partition,
+        }
 
     async def lags(self, request: Request) -> Response:
         self._check_token(request)
@@ -275,6 +304,7 @@ class QueryService:
             Route("/v1/metadata", self.metadata),
             Route("/v1/metadata/stores/{store}", self.store_metadata),
             Route("/v1/metadata/stores/{store}/keys/{key:path}", self.key_metadata),
+            Route("/v1/metadata/key", self.key_metadata_json, methods=["POST"]),
             Route("/v1/lags", self.lags),
             Route("/openapi.json", self.openapi),
         ]
