@@ -218,7 +218,9 @@ class QueryService:
         spec = self._spec(request.path_params["store"])
         return JSONResponse(
             self._guard(
-                lambda: [_metadata_json(m) for m in self.app.all_metadata_for_store(spec.name)]
+                lambda: [
+                    _metadata_json(self.app, m) for m in self.app.all_metadata_for_store(spec.name)
+                ]
             )
         )
 
