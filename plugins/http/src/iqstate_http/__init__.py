@@ -1,6 +1,14 @@
 """iqstate's HTTP query service."""
 
+from iqstate_http.client import RemoteQueryClient, RemoteSession
 from iqstate_http.server import BackgroundServer, serve, start_background
 from iqstate_http.service import QueryService
 
-__all__ = ["BackgroundServer", "QueryService", "serve", "start_background"]
+__all__ = [
+    "BackgroundServer",
+    "QueryService",
+    "RemoteQueryClient",
+    "RemoteSession",
+    "serve",
+    "start_background",
+]
