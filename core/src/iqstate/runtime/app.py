@@ -368,6 +368,14 @@ class Application:
             self._install(assignment)
             self._transition(AppState.RUNNING)
 
+    def local_partitions(self) -> list[tuple[str, int, PartitionRole, Position]]:
+        """Every store partition hosted here: store, partition, role and current position."""
+        return [
+            (name, partition, hosted.role, hosted.store.position)
+            for name, partitions in sorted(self._hosted.items())
+            for partition, hosted in sorted(partitions.items())
+        ]
+
     def roles(self) -> dict[str, dict[int, PartitionRole]]:
         """The role of every store partition hosted here."""
         return {

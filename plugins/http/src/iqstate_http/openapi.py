@@ -91,6 +91,7 @@ OPENAPI: dict[str, Any] = {
             "where a key lives", {"type": "object"}, ["store", "key"]
         ),
         "/v1/lags": _get("local partitions' changelog lag", {"type": "object"}, []),
+        "/v1/partitions": _get("local partitions: role and position", {"type": "array"}, []),
     },
     "components": {
         "schemas": {

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hmac
 import json
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from iqstate import (
@@ -40,6 +41,7 @@ from iqstate_http.codecs import (
 from iqstate_http.openapi import OPENAPI
 
 DEFAULT_MAX_BODY = 1024 * 1024
+PAGE = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
 
 
 class ApiError(Exception):
@@ -284,6 +286,25 @@ class QueryService:
 
         return JSONResponse(self._guard(run))
 
+    async def partitions(self, request: Request) -> Response:
+        self._check_token(request)
+        return JSONResponse(
+            self._guard(
+                lambda: [
+                    {
+                        "store": store,
+                        "partition": p,
+                        "role": role.state,
+                        "position": position_to_json(pos),
+                    }
+                    for store, p, role, pos in self.app.local_partitions()
+                ]
+            )
+        )
+
+    async def page(self, request: Request) -> Response:
+        return HTMLResponse(PAGE)
+
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(OPENAPI)
 
@@ -308,6 +329,8 @@ class QueryService:
             Route("/v1/metadata/stores/{store}/keys/{key:path}", self.key_metadata),
             Route("/v1/metadata/key", self.key_metadata_json, methods=["POST"]),
             Route("/v1/lags", self.lags),
+            Route("/v1/partitions", self.partitions),
+            Route("/", self.page),
             Route("/openapi.json", self.openapi),
         ]
         return Starlette(
