@@ -68,7 +68,7 @@ def load(url: str, prefix: str, seconds: int, connections: int) -> dict[str, Any
     script = Path(tempfile.mkdtemp()) / "keys.lua"
     script.write_text(LUA.format(prefix=prefix, last=KEYS - 1))
     output = subprocess.run(
-        ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url],
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
@@ -106,7 +106,7 @@ def main() -> None:
     app.close()
 
     print(calibration_line())
-    print(f"wrk: 2 threads, {args.connections} connections, {args.seconds} s, {KEYS:,} random keys")
+    print(f"wrk: 1 thread, {args.connections} connections, {args.seconds} s, {KEYS:,} random keys")
     for label, result in (("bare endpoint", baseline), ("iqstate key lookup", iqstate)):
         print(
             f"  {label:<20} {result['rate']:>9,.0f} req/s   p50 {result['p50']:6.2f} ms   "
