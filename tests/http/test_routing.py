@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from iqstate_http import RemoteQueryClient
+from support.keys import key_in as support_key_in
 
 from iqstate import FailureReason, KeyQuery, Position, RangeQuery, StateQueryRequest
 from iqstate.runtime import partition_for_bytes
@@ -31,10 +32,8 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def key_in(partition: int) -> str:
-    return next(
-        f"key-{i}" for i in range(40) if partition_for_bytes(f"key-{i}".encode(), 4) == partition
-    )
+def key_in(partition: int, partitions: int = 4) -> str:
+    return support_key_in(partition, partitions, candidates=40)
 
 
 @pytest.fixture

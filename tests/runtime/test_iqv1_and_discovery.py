@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from support.keys import key_in as support_key_in
 
 from iqstate import (
     ACTIVE,
@@ -41,11 +42,7 @@ KV = QueryableStoreTypes.key_value_store()
 
 
 def key_in(partition: int, partitions: int = 2) -> str:
-    return next(
-        f"key-{i}"
-        for i in range(1000)
-        if partition_for_bytes(f"key-{i}".encode(), partitions) == partition
-    )
+    return support_key_in(partition, partitions)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support.keys import key_in as support_key_in
 
 from iqstate import (
     ACTIVE,
@@ -30,7 +31,6 @@ from iqstate import (
 )
 from iqstate.engines.memory import MemoryKeyValueStore
 from iqstate.plugins import PluginRegistry, make_plugin_manager
-from iqstate.runtime import partition_for_bytes
 
 MakeApp = Callable[..., Application]
 HOST = HostInfo("localhost", 7070)
@@ -43,11 +43,7 @@ def request(query: Query[Any], store: str = "s") -> Any:
 
 
 def key_in(partition: int, partitions: int = 4) -> str:
-    return next(
-        f"key-{i}"
-        for i in range(1000)
-        if partition_for_bytes(f"key-{i}".encode(), partitions) == partition
-    )
+    return support_key_in(partition, partitions)
 
 
 @pytest.fixture
