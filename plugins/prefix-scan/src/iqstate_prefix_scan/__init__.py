@@ -1,0 +1,90 @@
+"""`PrefixScanQuery`, added to existing engines through the plugin hooks alone.
+
+Handlers are registered per store kind: the metered layer serializes the prefix and
+deserializes the pairs, the caching layer merges its write buffer in, and each engine
+answers through its `KeyValueStore.prefix_scan`. Kinds of engines that are not installed
+are simply never asked.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from iqstate import KeyValueIterator, PositionBound, Query, QueryConfig, QueryResult
+from iqstate.dispatch import answer
+from iqstate.errors import SerializationError
+from iqstate.hookspecs import hookimpl
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+ENGINE_KINDS = ("memory.key_value", "rocksdb.key_value", "lmdb.key_value")
+
+
+class PrefixScanQuery(Query[KeyValueIterator[K, V]], Generic[K, V]):
+    """The pairs whose serialized key starts with the serialized `prefix`."""
+
+    __slots__ = ("prefix",)
+
+    prefix: K
+
+    def __init__(self, prefix: K) -> None:
+        if prefix is None:
+            raise ValueError("PrefixScanQuery: the prefix must not be None")
+        object.__setattr__(self, "prefix", prefix)
+
+    @classmethod
+    def with_prefix(cls, prefix: K) -> PrefixScanQuery[K, V]:
+        return cls(prefix)
+
+
+def scan_engine(
+    store: Any, query: PrefixScanQuery[bytes, bytes], bound: PositionBound, config: QueryConfig
+) -> QueryResult[Any]:
+    """Engines and the caching layer: their own `prefix_scan` over bytes."""
+    return QueryResult.for_result(store.prefix_scan(query.prefix))
+
+
+def scan_cached(
+    store: Any, query: PrefixScanQuery[bytes, bytes], bound: PositionBound, config: QueryConfig
+) -> QueryResult[Any]:
+    """The caching layer answers itself, so buffered writes and deletes are seen."""
+    return answer(store, scan_engine, query, bound, config)
+
+
+def scan_metered(
+    store: Any, query: PrefixScanQuery[Any, Any], bound: PositionBound, config: QueryConfig
+) -> QueryResult[Any]:
+    """Serialize the prefix, ask the layer beneath, and type the pairs it returns."""
+    try:
+        raw_prefix = store.encode_key(query.prefix)
+    except SerializationError as error:
+        return store.serde_failure(error)  # type: ignore[no-any-return]
+    raw: QueryResult[Any] = store.wrapped.query(PrefixScanQuery(raw_prefix), bound, config)
+    if raw.is_failure:
+        return raw
+    return raw.swap_result(store.typed(raw.result))
+
+
+@hookimpl
+def iqstate_register_query_handlers(register: Any) -> None:
+    register(PrefixScanQuery, "metered.key_value", scan_metered)
+    register(PrefixScanQuery, "caching.key_value", scan_cached)
+    for kind in ENGINE_KINDS:
+        register(PrefixScanQuery, kind, scan_engine)
+
+
+def _decode(body: Any, key_from_json: Any) -> PrefixScanQuery[Any, Any]:
+    if body.get("prefix") is None:
+        raise ValueError("a prefix_scan query needs a non-null 'prefix'")
+    return PrefixScanQuery(key_from_json(body["prefix"]))
+
+
+def _encode(result: Any, to_json: Any) -> Any:
+    with result as pairs:
+        return [[to_json(key), to_json(value)] for key, value in pairs]
+
+
+@hookimpl
+def iqstate_register_query_codecs(register: Any) -> None:
+    register("prefix_scan", PrefixScanQuery, _decode, _encode)
