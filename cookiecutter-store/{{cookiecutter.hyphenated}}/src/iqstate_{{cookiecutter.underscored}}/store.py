@@ -1,0 +1,96 @@
+"""The engine's store: one SQLite database per store partition.
+
+`PersistentKeyValueStore` gives the store contract (uncommitted writes in an overlay,
+KIP-1035 offsets, the open/closed marker, legacy file migration); this class writes only
+the storage primitives: open, read one key, scan a range, count, write one commit, close.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from iqstate.codec import decode_offset, decode_position, encode_offset, encode_position
+from iqstate.context import StateStoreContext
+from iqstate.persistent import Commit, Pair, PersistentKeyValueStore, StoredState
+from iqstate.position import TopicPartition
+
+OPEN, CLOSED = b"\x01", b"\x00"
+
+
+class {{ cookiecutter.class_prefix }}Store(PersistentKeyValueStore):
+    kind = "{{ cookiecutter.hyphenated }}.key_value"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._db: sqlite3.Connection | None = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        assert self._db is not None, "not open"
+        return self._db
+
+    def _open_storage(self, directory: Path, context: StateStoreContext) -> StoredState:
+        db = sqlite3.connect(directory / "store.db", isolation_level=None, check_same_thread=False)
+        db.execute("CREATE TABLE IF NOT EXISTS data (key BLOB PRIMARY KEY, value BLOB NOT NULL)")
+        db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)")
+        stored = StoredState()
+        for name, value in db.execute("SELECT name, value FROM meta"):
+            if name == "status":
+                stored.was_open = value == OPEN
+            elif name == "position":
+                stored.position = decode_position(value)
+            else:
+                topic, _, partition = name.rpartition("-")
+                stored.offsets[TopicPartition(topic, int(partition))] = decode_offset(value)
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('status', ?)", (OPEN,))
+        self._db = db
+        return stored
+
+    def _close_storage(self, clean: bool) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            if clean:
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('status', ?)", (CLOSED,))
+            db.close()
+
+    def _read(self, key: bytes) -> bytes | None:
+        row = self.db.execute("SELECT value FROM data WHERE key = ?", (key,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def _scan(
+        self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
+    ) -> list[Pair]:
+        clauses, parameters = [], []
+        if lower is not None:
+            clauses.append("key >= ?")
+            parameters.append(lower)
+        if upper is not None:
+            clauses.append("key <= ?" if upper_inclusive else "key < ?")
+            parameters.append(upper)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        order = "DESC" if reverse else "ASC"
+        rows = self.db.execute(f"SELECT key, value FROM data {where} ORDER BY key {order}", parameters)
+        return [(bytes(key), bytes(value)) for key, value in rows]
+
+    def _count(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM data").fetchone()[0])
+
+    def _write(self, commit: Commit) -> None:
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for key, value in commit.changes.items():
+                if value is None:
+                    db.execute("DELETE FROM data WHERE key = ?", (key,))
+                else:
+                    db.execute("INSERT OR REPLACE INTO data VALUES (?, ?)", (key, value))
+            for partition in commit.removed_offsets:
+                db.execute("DELETE FROM meta WHERE name = ?", (str(partition),))
+            for partition, offset in commit.offsets.items():
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (str(partition), encode_offset(offset)))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('position', ?)", (encode_position(commit.position),))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
