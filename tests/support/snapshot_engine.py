@@ -24,6 +24,7 @@ from sortedcontainers import SortedDict
 
 from iqstate import Engine, EngineStore, KeyValueIterator, KeyValueStore, Position, TopicPartition
 from iqstate.context import StateStoreContext
+from iqstate.engine import apply_offset_changes
 from iqstate.hookspecs import hookimpl
 from iqstate.keyspace import prefix_upper_bound
 from iqstate.store_handlers import key_value_handlers
@@ -124,13 +125,7 @@ class SnapshotKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
         if fault is not None:
             raise fault
         offsets = dict(self._offsets)
-        if not changelog_offsets:
-            offsets.clear()
-        for tp, offset in changelog_offsets.items():
-            if offset is None:
-                offsets.pop(tp, None)
-            else:
-                offsets[tp] = offset
+        apply_offset_changes(offsets, changelog_offsets)
         snapshot = {
             "data": [[k.hex(), v.hex()] for k, v in self._data.items()],
             "offsets": [[tp.topic, tp.partition, o] for tp, o in offsets.items()]

@@ -43,6 +43,19 @@ class Engine:
 _UNBOUNDED = PositionBound.unbounded()
 
 
+def apply_offset_changes(
+    current: dict[TopicPartition, int], changes: Mapping[TopicPartition, int | None]
+) -> None:
+    """KIP-1035 commit semantics: an empty mapping clears all; a `None` offset removes one."""
+    if not changes:
+        current.clear()
+    for tp, offset in changes.items():
+        if offset is None:
+            current.pop(tp, None)
+        else:
+            current[tp] = offset
+
+
 def check_window_sizes(name: str, window_size_ms: int, retention_ms: int) -> None:
     """Window stores need `0 < window_size_ms <= retention_ms`."""
     if window_size_ms <= 0 or retention_ms < window_size_ms:

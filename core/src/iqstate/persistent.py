@@ -23,8 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from iqstate.codec import decode_offset, decode_position, parse_offset_key
 from iqstate.context import StateStoreContext
-from iqstate.engine import EngineStore
+from iqstate.engine import EngineStore, apply_offset_changes
 from iqstate.errors import IqstateError
 from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import prefix_upper_bound
@@ -38,6 +39,14 @@ class UncleanShutdownError(IqstateError):
     """A store was not closed cleanly and, under exactly-once, must be rebuilt."""
 
 
+STATUS_KEY = b"status"
+POSITION_KEY = b"position"
+OPEN, CLOSED = b"\x01", b"\x00"
+"""Reserved keys and status values of an offsets key space laid out as Kafka's RocksDB
+store lays out its `offsets` column family: `"<topic>-<partition>"` -> 8-byte offset,
+`"position"` -> encoded position, `"status"` -> open or closed."""
+
+
 @dataclass
 class StoredState:
     """What an engine read back from its storage at open."""
@@ -45,6 +54,19 @@ class StoredState:
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
     position: Position = field(default_factory=Position.empty)
     was_open: bool = False
+
+    @classmethod
+    def from_entries(cls, entries: Iterable[tuple[bytes, bytes]]) -> StoredState:
+        """Read an offsets key space with the reserved keys above."""
+        stored = cls()
+        for key, value in entries:
+            if key == STATUS_KEY:
+                stored.was_open = value == OPEN
+            elif key == POSITION_KEY:
+                stored.position = decode_position(value)
+            else:
+                stored.offsets[parse_offset_key(key)] = decode_offset(value)
+        return stored
 
 
 @dataclass(frozen=True)
@@ -213,12 +235,8 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
     def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
         self._check_open()
         self.check_offsets(changelog_offsets)
-        offsets = {} if not changelog_offsets else dict(self._offsets)
-        for partition, offset in changelog_offsets.items():
-            if offset is None:
-                offsets.pop(partition, None)
-            else:
-                offsets[partition] = offset
+        offsets = dict(self._offsets)
+        apply_offset_changes(offsets, changelog_offsets)
         removed = frozenset(self._offsets) - frozenset(offsets)
         self._write(Commit(self._pending, offsets, removed, self._position))
         self._pending = {}

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from iqstate.engine import apply_offset_changes
 from iqstate.errors import CorruptStateError
 from iqstate.position import Position, TopicPartition
 from iqstate.store import StateStore
@@ -101,19 +102,6 @@ def offsets_to_position(offsets: Mapping[TopicPartition, int]) -> Position:
     for tp, offset in offsets.items():
         components.setdefault(tp.topic, {})[tp.partition] = offset
     return Position.from_map(components)
-
-
-def apply_offset_changes(
-    current: dict[TopicPartition, int], changes: Mapping[TopicPartition, int | None]
-) -> None:
-    """KIP-1035 semantics: an empty mapping clears all; a `None` offset removes one."""
-    if not changes:
-        current.clear()
-    for tp, offset in changes.items():
-        if offset is None:
-            current.pop(tp, None)
-        else:
-            current[tp] = offset
 
 
 class OffsetKeeper:

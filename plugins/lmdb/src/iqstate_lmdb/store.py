@@ -15,23 +15,26 @@ from typing import Any, TypeVar
 import lmdb
 
 from iqstate.codec import (
-    decode_offset,
-    decode_position,
     encode_offset,
     encode_position,
     offset_key,
-    parse_offset_key,
 )
 from iqstate.context import StateStoreContext
 from iqstate.errors import CorruptStateError
-from iqstate.persistent import Commit, Pair, PersistentKeyValueStore, StoredState
+from iqstate.persistent import (
+    CLOSED,
+    OPEN,
+    POSITION_KEY,
+    STATUS_KEY,
+    Commit,
+    Pair,
+    PersistentKeyValueStore,
+    StoredState,
+)
 from iqstate.persistent_window import PersistentWindowStore
 from iqstate.runtime.lock import DirectoryLock
 
 T = TypeVar("T")
-STATUS_KEY = b"status"
-POSITION_KEY = b"position"
-OPEN, CLOSED = b"\x01", b"\x00"
 
 
 @dataclass(frozen=True)
@@ -92,14 +95,8 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
             self._env, self._lock = env, lock
             self._data = env.open_db(b"data")
             self._meta = env.open_db(b"offsets")
-            stored = StoredState()
             with env.begin(db=self._meta) as txn:
-                stored.was_open = txn.get(STATUS_KEY) == OPEN
-                for key, value in txn.cursor():
-                    if key == POSITION_KEY:
-                        stored.position = decode_position(value)
-                    elif key != STATUS_KEY:
-                        stored.offsets[parse_offset_key(key)] = decode_offset(value)
+                stored = StoredState.from_entries(txn.cursor())
             self._in_write(lambda txn: txn.put(STATUS_KEY, OPEN, db=self._meta))
         except BaseException:
             self._release()

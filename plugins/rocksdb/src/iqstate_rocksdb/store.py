@@ -16,25 +16,28 @@ from typing import Any
 from rocksdict import Rdict, WriteBatch
 
 from iqstate.codec import (
-    decode_offset,
     decode_position,
     encode_offset,
     encode_position,
     offset_key,
-    parse_offset_key,
 )
 from iqstate.context import StateStoreContext
 from iqstate.errors import CorruptStateError, StateDirectoryLockedError
-from iqstate.persistent import Commit, Pair, PersistentKeyValueStore, StoredState
+from iqstate.persistent import (
+    CLOSED,
+    OPEN,
+    POSITION_KEY,
+    STATUS_KEY,
+    Commit,
+    Pair,
+    PersistentKeyValueStore,
+    StoredState,
+)
 from iqstate.persistent_window import PersistentWindowStore
 from iqstate.position import Position
 from iqstate_rocksdb.options import RocksDBSettings
 
 OFFSETS_CF = "offsets"
-STATUS_KEY = b"status"
-POSITION_KEY = b"position"
-OPEN, CLOSED = b"\x01", b"\x00"
-_RESERVED = frozenset({STATUS_KEY, POSITION_KEY})
 
 
 def open_database(path: Path, settings: RocksDBSettings) -> Rdict:
@@ -76,12 +79,7 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
         try:
             offsets_cf = db.get_column_family(OFFSETS_CF)
             handle = db.get_column_family_handle(OFFSETS_CF)
-            stored = StoredState(was_open=offsets_cf.get(STATUS_KEY) == OPEN)
-            for key, value in offsets_cf.items():
-                if key == POSITION_KEY:
-                    stored.position = decode_position(value)
-                elif key != STATUS_KEY:
-                    stored.offsets[parse_offset_key(key)] = decode_offset(value)
+            stored = StoredState.from_entries(offsets_cf.items())
             mark = WriteBatch(raw_mode=True)
             mark.put(STATUS_KEY, OPEN, handle)
             db.write(mark, self._settings.write_options())
