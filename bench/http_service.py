@@ -7,18 +7,10 @@ connection count, on 127.0.0.1. Each request looks a random one of 10,000 keys u
 * iqstate: `GET /v1/stores/s/keys/<key>` (an IQv2 `KeyQuery` through `app.query`);
 * bare: `GET /bare/<key>` returning a dict look-up as JSON.
 
-    python bench/http.py [--seconds 5] [--connections 16]
+    python bench/http_service.py [--seconds 5] [--connections 16]
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# This script shares its name with the standard library's `http`: look bench/ up last.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _HERE]
-sys.path.append(str(_HERE))
 
 import argparse
 import re
@@ -27,6 +19,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import iqstate_http
@@ -88,7 +81,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     args = parser.parse_args()
     if shutil.which("wrk") is None:
-        raise SystemExit("bench/http.py needs wrk: apt-get install wrk")
+        raise SystemExit("bench/http_service.py needs wrk: apt-get install wrk")
     values = {f"key-{i}": f"value-{i}" for i in range(KEYS)}
     app = Application("bench-http", tempfile.mkdtemp(prefix="iqstate-bench-http-"))
     app.key_value_store("s", 4, value_serde="string")
