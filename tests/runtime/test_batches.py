@@ -6,6 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from iqstate import (
     ACTIVE,
@@ -25,6 +27,7 @@ from iqstate import (
     WindowKeyQuery,
 )
 from iqstate.runtime import murmur2, partition_for_bytes
+from iqstate.runtime.partitioner import ACCELERATED, murmur2_python
 
 MakeApp = Callable[..., Application]
 HOST = HostInfo("localhost", 7070)
@@ -42,6 +45,18 @@ HOST = HostInfo("localhost", 7070)
 )
 def test_murmur2_matches_the_java_client(text: str, expected: int) -> None:
     assert murmur2(text.encode()) == expected
+    assert murmur2_python(text.encode()) == expected
+
+
+def test_the_compiled_murmur2_is_installed_here() -> None:
+    # It is a dependency on this platform; without it partitioning costs ~20x more.
+    assert ACCELERATED
+
+
+@given(st.binary(max_size=300))
+def test_compiled_and_pure_python_murmur2_agree(data: bytes) -> None:
+    assert murmur2(data) == murmur2_python(data)
+    assert partition_for_bytes(data, 12) == (murmur2_python(data) & 0x7FFFFFFF) % 12
 
 
 def test_partition_is_positive_murmur2_modulo() -> None:
