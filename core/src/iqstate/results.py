@@ -11,6 +11,8 @@ from iqstate.position import Position, PositionBound
 R = TypeVar("R")
 R2 = TypeVar("R2")
 
+_new_object = object.__new__
+
 
 class FailureReason(enum.Enum):
     """Why a store partition could not answer a query."""
@@ -55,13 +57,14 @@ class QueryResult(Generic[R]):
         raise TypeError("use QueryResult.for_result(...) or QueryResult.for_failure(...)")
 
     @classmethod
-    def for_result(cls, result: R) -> QueryResult[R]:
-        instance = object.__new__(cls)
+    def for_result(cls, result: R, position: Position | None = None) -> QueryResult[R]:
+        """A success; stores answering a query give the `position` they answered at."""
+        instance = _new_object(cls)
         instance._result = result
         instance._failure = None
         instance._message = None
         instance._execution_info = None
-        instance.position = None
+        instance.position = position
         return instance
 
     @classmethod
@@ -154,9 +157,8 @@ class QueryResult(Generic[R]):
                 "Callers must avoid calling swap_result on a failed result "
                 f"({self._failure.name}: {self._message})."
             )
-        swapped: QueryResult[R2] = QueryResult.for_result(new_result)
+        swapped: QueryResult[R2] = QueryResult.for_result(new_result, self.position)
         swapped._execution_info = self._execution_info
-        swapped.position = self.position
         return swapped
 
     def substitute_result(self, new_result: R2) -> QueryResult[R2]:
@@ -209,16 +211,16 @@ class StateQueryResult(Generic[R]):
 
         Raises `ValueError` when several partitions returned a value.
         """
-        found = [
-            result
-            for result in self._partition_results.values()
-            if result.is_success and result._result is not None
-        ]
-        if len(found) > 1:
-            raise ValueError(
-                f"The query did not return exactly one partition result: {self._partition_results}"
-            )
-        return found[0] if found else None
+        found: QueryResult[R] | None = None
+        for result in self._partition_results.values():
+            if result._failure is None and result._result is not None:
+                if found is not None:
+                    raise ValueError(
+                        "The query did not return exactly one partition result: "
+                        f"{self._partition_results}"
+                    )
+                found = result
+        return found
 
     @property
     def position(self) -> Position:

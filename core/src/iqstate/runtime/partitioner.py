@@ -73,9 +73,17 @@ if _compiled_murmur2 is not None:
         """The partition Kafka's default partitioner picks for serialized `key`."""
         return (_hash(key, _SEED) & 0x7FFFFFFF) % num_partitions
 
+    def murmur2_partitioner(num_partitions: int) -> Callable[[Any, bytes], int]:
+        """`(key, key_bytes) -> partition` by Kafka's default partitioner, one call per key."""
+        return lambda key, key_bytes: (_hash(key_bytes, _SEED) & 0x7FFFFFFF) % num_partitions
+
 else:  # pragma: no cover - only where the package ships no wheel
     murmur2 = murmur2_python
 
     def partition_for_bytes(key: bytes, num_partitions: int) -> int:
         """The partition Kafka's default partitioner picks for serialized `key`."""
         return (murmur2_python(key) & 0x7FFFFFFF) % num_partitions
+
+    def murmur2_partitioner(num_partitions: int) -> Callable[[Any, bytes], int]:
+        """`(key, key_bytes) -> partition` by Kafka's default partitioner, one call per key."""
+        return lambda key, key_bytes: (murmur2_python(key_bytes) & 0x7FFFFFFF) % num_partitions

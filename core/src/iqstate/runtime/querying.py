@@ -49,6 +49,24 @@ def query_partition(
     config: QueryConfig,
 ) -> QueryResult[Any]:
     """One partition's answer; every problem is a failed result, never an exception."""
+    if hosted is not None and (not require_active or hosted.role.is_running_active):
+        with hosted.lock:
+            if not hosted.closed:
+                try:
+                    return hosted.store.query(query, bound, config)
+                except Exception as exc:  # a layer failing is this partition's failure
+                    failure = QueryResult.for_failure(
+                        FailureReason.STORE_EXCEPTION,
+                        f"store {spec.name!r} partition {partition} failed to handle {query!r}: "
+                        f"{type(exc).__name__}: {exc}",
+                    )
+                    failure.position = hosted.store.position
+                    return failure
+    return unanswered(spec, hosted, partition)
+
+
+def unanswered(spec: StoreSpec, hosted: HostedPartition | None, partition: int) -> QueryResult[Any]:
+    """Why a partition that `query_partition` could not ask did not answer."""
     if not 0 <= partition < spec.partitions:
         return QueryResult.for_failure(
             FailureReason.DOES_NOT_EXIST,
@@ -61,32 +79,19 @@ def query_partition(
             f"Partition {partition} of store {spec.name!r} was not present on this instance "
             "at the time of the query.",
         )
-    role = hosted.role
-    if require_active and not role.is_running_active:
-        failure = QueryResult.for_failure(
-            FailureReason.NOT_ACTIVE,
-            f"Query requires a running active replica, but partition {partition} of store "
-            f"{spec.name!r} is {role.state} here.",
+    if hosted.closed:
+        return QueryResult.for_failure(
+            FailureReason.NOT_PRESENT,
+            f"Partition {partition} of store {spec.name!r} moved away from this instance "
+            "during the query.",
         )
-        failure.position = hosted.store.position
-        return failure
-    with hosted.lock:
-        if hosted.closed:
-            return QueryResult.for_failure(
-                FailureReason.NOT_PRESENT,
-                f"Partition {partition} of store {spec.name!r} moved away from this instance "
-                "during the query.",
-            )
-        try:
-            return hosted.store.query(query, bound, config)
-        except Exception as exc:  # a layer failing is this partition's failure, not the caller's
-            failure = QueryResult.for_failure(
-                FailureReason.STORE_EXCEPTION,
-                f"store {spec.name!r} partition {partition} failed to handle {query!r}: "
-                f"{type(exc).__name__}: {exc}",
-            )
-            failure.position = hosted.store.position
-            return failure
+    failure = QueryResult.for_failure(
+        FailureReason.NOT_ACTIVE,
+        f"Query requires a running active replica, but partition {partition} of store "
+        f"{spec.name!r} is {hosted.role.state} here.",
+    )
+    failure.position = hosted.store.position
+    return failure
 
 
 def execute(
@@ -97,9 +102,8 @@ def execute(
     query, bound, require_active = request._query, request._bound, request._require_active
     result: StateQueryResult[Any] = StateQueryResult()
     results = result._partition_results
-    get_hosted = hosted.get
     for partition in partitions_to_ask(spec, request, hosted):
         results[partition] = query_partition(
-            spec, get_hosted(partition), partition, query, bound, require_active, config
+            spec, hosted.get(partition), partition, query, bound, require_active, config
         )
     return result

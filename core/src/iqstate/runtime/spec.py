@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from iqstate.engine import Engine
 from iqstate.layers import MeteredKeyValueStore, MeteredWindowStore
 from iqstate.layers.chain import build_key_value_chain, build_window_chain
-from iqstate.runtime.partitioner import Partitioner, partition_for_bytes
+from iqstate.runtime.partitioner import Partitioner, murmur2_partitioner
 from iqstate.serdes import Serde
 
 StoreType = Literal["key_value", "window"]
@@ -32,13 +32,20 @@ class StoreSpec:
     retention_ms: int = 0
     config: Mapping[str, Any] = field(default_factory=dict)
 
-    def partition_of(self, key: Any, key_bytes: bytes) -> int:
-        """The partition of `key`: the custom partitioner's, or murmur2 of its bytes."""
-        if self.partitions == 1:
-            return 0
-        if self.partitioner is None:
-            return partition_for_bytes(key_bytes, self.partitions)
-        return checked_partition(self.partitioner(key, self.partitions), self)
+    partition_of: Callable[[Any, bytes], int] = field(init=False, repr=False, compare=False)
+    """`partition_of(key, key_bytes)`: the custom partitioner's choice, or murmur2's."""
+
+    def __post_init__(self) -> None:
+        # Chosen once: this runs for every key of every batch and key query.
+        object.__setattr__(self, "partition_of", self._choose_partition_of())
+
+    def _choose_partition_of(self) -> Callable[[Any, bytes], int]:
+        partitions, partitioner = self.partitions, self.partitioner
+        if partitions == 1:
+            return lambda key, key_bytes: 0
+        if partitioner is None:
+            return murmur2_partitioner(partitions)
+        return lambda key, key_bytes: checked_partition(partitioner(key, partitions), self)
 
     def build(self) -> MeteredKeyValueStore[Any, Any] | MeteredWindowStore[Any, Any]:
         """A fresh, uninitialised chain for one partition."""
