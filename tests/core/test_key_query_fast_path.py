@@ -77,6 +77,7 @@ def filled(fused: bool, closed: bool) -> MeteredKeyValueStore[Any, Any]:
     store = chain()
     if not fused:
         store._handlers[KeyQuery] = metered_key_query
+        store._fused_key_query = False
     store.put_all([("a", {"n": 1}), ("b", None)])
     store.innermost().put(b"bad-json", b"{not json")  # type: ignore[attr-defined]
     store.update_position(Position.from_map({"in": {0: 5}}))
@@ -94,3 +95,9 @@ def test_fused_and_general_paths_give_the_same_answer(
     fused = filled(fused=True, closed=closed).query(query, bound, config)
     general = filled(fused=False, closed=closed).query(query, bound, config)
     assert describe(fused) == describe(general)
+    if isinstance(key, str):  # the runtime passes keys it could serialize, with their bytes
+        for with_fusion in (True, False):
+            given_bytes = filled(fused=with_fusion, closed=closed).query_serialized_key(
+                query, key.encode(), bound, config
+            )
+            assert describe(given_bytes) == describe(general)

@@ -117,13 +117,29 @@ class MeteredKeyValueStore(_SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyVa
         self._delete_sensor = sensor("delete")
         self._range_sensor = sensor("range")
         self._prefix_scan_sensor = sensor("prefix-scan")
+        self._fused_key_query = False
 
     def init(self, context: StateStoreContext) -> None:
         super().init(context)
-        if self._handlers.get(KeyQuery) is metered_key_query and _answers_key_query_by_default(
-            self.wrapped
-        ):
+        self._fused_key_query = self._handlers.get(
+            KeyQuery
+        ) is metered_key_query and _answers_key_query_by_default(self.wrapped)
+        if self._fused_key_query:
             self._handlers[KeyQuery] = metered_key_query_on_engine
+
+    def query_serialized_key(
+        self,
+        query: KeyQuery[K, V],
+        raw_key: bytes,
+        position_bound: PositionBound,
+        config: QueryConfig,
+    ) -> QueryResult[V | None]:
+        """`query(query, ...)` for a caller that already has the key's bytes under this store's
+        key serde (the runtime serializes keys to find their partition): spares serializing
+        it again when the fused key path is in use."""
+        if self._fused_key_query and not config.collect_execution_info:
+            return _engine_key_lookup(self, query, raw_key, position_bound, config)
+        return self.query(query, position_bound, config)
 
     def get(self, key: K) -> V | None:
         start = _now()
@@ -325,12 +341,26 @@ def metered_key_query_on_engine(
     """
     if config.collect_execution_info:
         return metered_key_query(store, query, bound, config)
+    try:
+        raw_key = store._serialize_key(query.key)
+    except Exception:
+        return metered_key_query(store, query, bound, config)
+    return _engine_key_lookup(store, query, raw_key, bound, config)
+
+
+def _engine_key_lookup(
+    store: MeteredKeyValueStore[Any, Any],
+    query: KeyQuery[Any, Any],
+    raw_key: bytes,
+    bound: PositionBound,
+    config: QueryConfig,
+) -> QueryResult[Any]:
     engine: EngineStore = store.wrapped  # type: ignore[assignment]
     position = engine.position
     if bound is not _UNBOUNDED and not position.dominates(bound.position):
         return metered_key_query(store, query, bound, config)
     try:
-        value = engine.get(store._serialize_key(query.key))  # type: ignore[attr-defined]
+        value = engine.get(raw_key)  # type: ignore[attr-defined]
         if value is not None:
             value = store._deserialize_value(value)
     except Exception:

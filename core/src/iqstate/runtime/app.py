@@ -26,7 +26,6 @@ from iqstate.plugins import PluginRegistry, default_registry
 from iqstate.position import Position, TopicPartition
 from iqstate.request import StateQueryRequest
 from iqstate.results import StateQueryResult
-from iqstate.runtime import querying
 from iqstate.runtime.assignment import (
     Assignment,
     AssignmentProvider,
@@ -40,6 +39,7 @@ from iqstate.runtime.lock import DirectoryLock
 from iqstate.runtime.metadata import HostInfo, KeyQueryMetadata, LagInfo, StreamsMetadata
 from iqstate.runtime.names import check_name, check_positive_int
 from iqstate.runtime.partitioner import Partitioner, partition_for_bytes
+from iqstate.runtime.querying import execute as _execute
 from iqstate.runtime.spec import StoreSpec, StoreType, checked_partition
 from iqstate.serdes import Serde, Serdes
 
@@ -476,12 +476,13 @@ class Application:
 
     def query(self, request: StateQueryRequest[T]) -> StateQueryResult[T]:
         """Run an IQv2 request against the partitions hosted here (SPEC section 3)."""
-        spec = self._specs.get(request.store_name)
+        name = request._store
+        spec = self._specs.get(name)
         if spec is None:
-            spec = self._spec(request.store_name)  # raises UnknownStateStoreError
+            spec = self._spec(name)  # raises UnknownStateStoreError
         if self._state not in _QUERYABLE:
             self._check_queryable()
-        return querying.execute(spec, request, self._hosted.get(spec.name, _NOTHING_HOSTED))
+        return _execute(spec, request, self._hosted.get(name, _NOTHING_HOSTED))
 
     def store(self, parameters: StoreQueryParameters[T]) -> T:
         """An IQv1 read-only facade over the store partitions hosted here."""

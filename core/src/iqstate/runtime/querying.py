@@ -47,20 +47,32 @@ def query_partition(
     bound: PositionBound,
     require_active: bool,
     config: QueryConfig,
+    key_bytes: bytes | None = None,
 ) -> QueryResult[Any]:
-    """One partition's answer; every problem is a failed result, never an exception."""
+    """One partition's answer; every problem is a failed result, never an exception.
+
+    `key_bytes`, for a `KeyQuery` on a key-value store, is its key already serialized.
+    """
     if hosted is not None and (not require_active or hosted.role.is_running_active):
         with hosted.lock:
             if not hosted.closed:
+                store = hosted.store
                 try:
-                    return hosted.store.query(query, bound, config)
+                    if key_bytes is None:
+                        return store.query(query, bound, config)
+                    return store.query_serialized_key(  # type: ignore[union-attr]
+                        query,  # type: ignore[arg-type]
+                        key_bytes,
+                        bound,
+                        config,
+                    )
                 except Exception as exc:  # a layer failing is this partition's failure
                     failure = QueryResult.for_failure(
                         FailureReason.STORE_EXCEPTION,
                         f"store {spec.name!r} partition {partition} failed to handle {query!r}: "
                         f"{type(exc).__name__}: {exc}",
                     )
-                    failure.position = hosted.store.position
+                    failure.position = store.position
                     return failure
     return unanswered(spec, hosted, partition)
 
@@ -102,6 +114,22 @@ def execute(
     query, bound, require_active = request._query, request._bound, request._require_active
     result: StateQueryResult[Any] = StateQueryResult()
     results = result._partition_results
+    if type(query) is KeyQuery and request._partitions is None and spec.store_type == "key_value":
+        # The hot path: a key lookup across the store asks only the key's partition, with
+        # the key's bytes, which partitioning needed anyway.
+        key = query.key
+        try:
+            key_bytes = spec.key_serde.serialize(key)
+        except Exception:
+            key_bytes = None  # every hosted partition reports the serde's error
+        if key_bytes is not None:
+            partition = spec.partition_of(key, key_bytes)
+            owner = hosted.get(partition)
+            if owner is not None:
+                results[partition] = query_partition(
+                    spec, owner, partition, query, bound, require_active, config, key_bytes
+                )
+            return result
     for partition in partitions_to_ask(spec, request, hosted):
         results[partition] = query_partition(
             spec, hosted.get(partition), partition, query, bound, require_active, config
