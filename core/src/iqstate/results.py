@@ -53,30 +53,26 @@ class QueryResult(Generic[R]):
     _execution_info: list[str] | None
     position: Position | None
 
-    def __init__(self) -> None:
-        raise TypeError("use QueryResult.for_result(...) or QueryResult.for_failure(...)")
+    def __init__(self, result: R, position: Position | None = None) -> None:
+        """A success; `for_result` and `for_failure` are the named ways to build results."""
+        self._result = result
+        self._failure = None
+        self._message = None
+        self._execution_info = None
+        self.position = position
 
     @classmethod
     def for_result(cls, result: R, position: Position | None = None) -> QueryResult[R]:
         """A success; stores answering a query give the `position` they answered at."""
-        instance = _new_object(cls)
-        instance._result = result
-        instance._failure = None
-        instance._message = None
-        instance._execution_info = None
-        instance.position = position
-        return instance
+        return cls(result, position)
 
     @classmethod
     def for_failure(cls, reason: FailureReason, message: str) -> QueryResult[Any]:
         if not isinstance(reason, FailureReason):
             raise TypeError(f"for_failure needs a FailureReason, got {reason!r}")
-        instance = object.__new__(cls)
-        instance._result = None
+        instance: QueryResult[Any] = QueryResult(None)
         instance._failure = reason
         instance._message = message
-        instance._execution_info = None
-        instance.position = None
         return instance
 
     @classmethod
@@ -191,6 +187,14 @@ class StateQueryResult(Generic[R]):
     def __init__(self) -> None:
         self._partition_results: dict[int, QueryResult[R]] = {}
         self._global_result: QueryResult[R] | None = None
+
+    @classmethod
+    def of_partition(cls, partition: int, result: QueryResult[R]) -> StateQueryResult[R]:
+        """The result of a request that one partition answered (key lookups)."""
+        instance = _new_object(cls)
+        instance._partition_results = {partition: result}
+        instance._global_result = None
+        return instance
 
     def add_result(self, partition: int, result: QueryResult[R]) -> None:
         self._partition_results[partition] = result

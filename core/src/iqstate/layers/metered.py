@@ -365,7 +365,7 @@ def _engine_key_lookup(
             value = store._deserialize_value(value)
     except Exception:
         return metered_key_query(store, query, bound, config)
-    return QueryResult.for_result(value, position)
+    return QueryResult(value, position)
 
 
 def metered_range_query(

@@ -65,6 +65,7 @@ class AppState(enum.Enum):
 
 
 _QUERYABLE = frozenset({AppState.RUNNING, AppState.REBALANCING})
+_RUNNING, _REBALANCING = AppState.RUNNING, AppState.REBALANCING
 
 _TRANSITIONS: dict[AppState, frozenset[AppState]] = {
     AppState.CREATED: frozenset({AppState.REBALANCING, AppState.PENDING_SHUTDOWN}),
@@ -480,7 +481,8 @@ class Application:
         spec = self._specs.get(name)
         if spec is None:
             spec = self._spec(name)  # raises UnknownStateStoreError
-        if self._state not in _QUERYABLE:
+        state = self._state  # identity checks: hashing an enum member costs more
+        if state is not _RUNNING and state is not _REBALANCING:
             self._check_queryable()
         return _execute(spec, request, self._hosted.get(name, _NOTHING_HOSTED))
 

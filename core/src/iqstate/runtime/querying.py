@@ -112,24 +112,28 @@ def execute(
     # Reads the request's fields directly: this runs once per query.
     config = QueryConfig.WITH_EXECUTION_INFO if request._execution_info else QueryConfig.DEFAULT
     query, bound, require_active = request._query, request._bound, request._require_active
-    result: StateQueryResult[Any] = StateQueryResult()
-    results = result._partition_results
     if type(query) is KeyQuery and request._partitions is None and spec.store_type == "key_value":
         # The hot path: a key lookup across the store asks only the key's partition, with
-        # the key's bytes, which partitioning needed anyway.
+        # the key's bytes, which partitioning needed anyway. A key the serde refuses takes
+        # the general path, where every hosted partition reports the serde's error.
         key = query.key
         try:
             key_bytes = spec.key_serde.serialize(key)
         except Exception:
-            key_bytes = None  # every hosted partition reports the serde's error
+            key_bytes = None
         if key_bytes is not None:
             partition = spec.partition_of(key, key_bytes)
             owner = hosted.get(partition)
-            if owner is not None:
-                results[partition] = query_partition(
+            if owner is None:
+                return StateQueryResult()
+            return StateQueryResult.of_partition(
+                partition,
+                query_partition(
                     spec, owner, partition, query, bound, require_active, config, key_bytes
-                )
-            return result
+                ),
+            )
+    result: StateQueryResult[Any] = StateQueryResult()
+    results = result._partition_results
     for partition in partitions_to_ask(spec, request, hosted):
         results[partition] = query_partition(
             spec, hosted.get(partition), partition, query, bound, require_active, config
