@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,9 @@ def test_map_grows_instead_of_failing(tmp_path: Path) -> None:
     store = open_store(tmp_path, initial_map_mb=1)
     before = store.map_size()
     for batch in range(8):
+        # A read before each commit leaves a reused read transaction open; the map must
+        # still grow (LMDB resizes only with no transaction open).
+        assert store.get(b"%d-0" % (batch - 1)) == (b"x" * 1000 if batch else None)
         store.put_all([(b"%d-%d" % (batch, i), b"x" * 1000) for i in range(1000)])
         store.commit({TP: batch})
     assert store.map_size() > before
@@ -48,6 +52,33 @@ def test_map_grows_instead_of_failing(tmp_path: Path) -> None:
     reopened = open_store(tmp_path)
     assert reopened.get(b"7-999") == b"x" * 1000 and reopened.committed_offset(TP) == 7
     reopened.close()
+
+
+def test_reads_see_each_commit_and_threads_read_alongside(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    seen: list[int] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set():
+            value = store.get(b"counter")
+            seen.append(-1 if value is None else int(value))
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        for number in range(300):
+            store.put(b"counter", b"%d" % number)
+            store.commit({TP: number})
+            assert store.get(b"counter") == b"%d" % number, "a read after a commit sees it"
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join()
+    assert set(seen) <= set(range(-1, 300)), "every read saw a committed value"
+    assert store.get(b"counter") == b"299"
+    store.close()
 
 
 def test_unclean_shutdown_and_locking(tmp_path: Path) -> None:

@@ -7,10 +7,11 @@ open/closed marker under `"status"`. A commit is one write transaction across bo
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import lmdb
 
@@ -71,6 +72,9 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         self._data: Any = None
         self._meta: Any = None
         self._lock: DirectoryLock | None = None
+        self._reader: Any = None
+        """A read transaction reused by key reads until the next commit."""
+        self._reader_lock = threading.Lock()
 
     def _open_storage(self, directory: Path, context: StateStoreContext) -> StoredState:
         settings = LMDBSettings.from_config(context.config, store=self.name)
@@ -110,9 +114,18 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                 with self._env.begin(write=True) as txn:
                     return work(txn)
             except lmdb.MapFullError:
+                self._drop_reader()  # LMDB resizes only with no transaction open
                 self._env.set_mapsize(self._env.info()["map_size"] * 2)
 
+    def _drop_reader(self) -> None:
+        """End the reused read transaction: after a commit, before a resize or a close."""
+        with self._reader_lock:
+            reader, self._reader = self._reader, None
+            if reader is not None:
+                reader.abort()
+
     def _release(self) -> None:
+        self._drop_reader()
         env, self._env = self._env, None
         if env is not None:
             env.close()
@@ -128,9 +141,20 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
             self._release()
 
     def _read(self, key: bytes) -> bytes | None:
+        # Key reads reuse one read transaction between commits: beginning a transaction
+        # costs more than the look-up. A thread finding it in use begins its own.
+        reader_lock = self._reader_lock
+        if reader_lock.acquire(False):
+            try:
+                reader = self._reader
+                if reader is None:
+                    reader = self._reader = self._env.begin(db=self._data)
+                value: bytes | None = reader.get(key)
+                return value
+            finally:
+                reader_lock.release()
         with self._env.begin(db=self._data) as txn:
-            value: bytes | None = txn.get(key)
-            return value
+            return cast("bytes | None", txn.get(key))
 
     def _scan(
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
@@ -187,6 +211,7 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
             txn.put(POSITION_KEY, encoded_position, db=meta)
 
         self._in_write(apply)
+        self._drop_reader()  # later reads see this commit
 
     def map_size(self) -> int:
         return int(self._env.info()["map_size"])
