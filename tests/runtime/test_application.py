@@ -15,6 +15,7 @@ import pytest
 from iqstate import (
     Application,
     AppState,
+    HostInfo,
     InMemoryChangelog,
     KeyQuery,
     PluginError,
@@ -74,6 +75,8 @@ def test_option_errors_name_what_is_wrong(make_app: MakeApp) -> None:
         app.key_value_store("s", 2)
     with pytest.raises(ValueError, match="application_server"):
         make_app(application_server="localhost")
+    with pytest.raises(TypeError, match="application_server must be a 'host:port' string"):
+        make_app(application_server=HostInfo("localhost", 7070))
     with pytest.raises(ValueError, match="processing_guarantee"):
         make_app(processing_guarantee="maybe")
     with pytest.raises(ValueError, match="application name"):

@@ -10,11 +10,14 @@ from iqstate.queries import Query
 
 R = TypeVar("R")
 
+_UNBOUNDED = PositionBound.unbounded()
+
 
 class StateQueryRequest(Generic[R]):
     """Which store to ask, which query, which partitions, and under which consistency terms.
 
-    Every option returns a new request; a request is never modified.
+    Every option returns a new request; a request is never modified (its fields are
+    private slots, read through properties).
     """
 
     __slots__ = ("_bound", "_execution_info", "_partitions", "_query", "_require_active", "_store")
@@ -26,8 +29,22 @@ class StateQueryRequest(Generic[R]):
     _require_active: bool
     _execution_info: bool
 
-    def __init__(self) -> None:
-        raise TypeError('use StateQueryRequest.in_store("name").with_query(query)')
+    def __init__(
+        self,
+        store: str,
+        query: Query[R],
+        partitions: frozenset[int] | None,
+        bound: PositionBound,
+        require_active: bool,
+        execution_info: bool,
+    ) -> None:
+        """Every field at once, unchecked; build requests with `in_store(name).with_query(q)`."""
+        self._store = store
+        self._query = query
+        self._partitions = partitions
+        self._bound = bound
+        self._require_active = require_active
+        self._execution_info = execution_info
 
     @staticmethod
     def in_store(name: str) -> InStore:
@@ -36,25 +53,6 @@ class StateQueryRequest(Generic[R]):
             raise ValueError(f"StateQueryRequest.in_store needs a store name, got {name!r}")
         return InStore(name)
 
-    @classmethod
-    def _build(
-        cls,
-        store: str,
-        query: Query[R],
-        partitions: frozenset[int] | None,
-        bound: PositionBound,
-        require_active: bool,
-        execution_info: bool,
-    ) -> StateQueryRequest[R]:
-        instance = object.__new__(cls)
-        object.__setattr__(instance, "_store", store)
-        object.__setattr__(instance, "_query", query)
-        object.__setattr__(instance, "_partitions", partitions)
-        object.__setattr__(instance, "_bound", bound)
-        object.__setattr__(instance, "_require_active", require_active)
-        object.__setattr__(instance, "_execution_info", execution_info)
-        return instance
-
     def _replace(
         self,
         *,
@@ -62,7 +60,7 @@ class StateQueryRequest(Generic[R]):
         require_active: bool | None = None,
         execution_info: bool | None = None,
     ) -> StateQueryRequest[R]:
-        return StateQueryRequest._build(
+        return StateQueryRequest(
             self._store,
             self._query,
             self._partitions,
@@ -70,9 +68,6 @@ class StateQueryRequest(Generic[R]):
             self._require_active if require_active is None else require_active,
             self._execution_info if execution_info is None else execution_info,
         )
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("StateQueryRequest is immutable")
 
     def with_partitions(self, partitions: Iterable[int]) -> StateQueryRequest[R]:
         """Ask only these partitions (a copy of the iterable is kept)."""
@@ -83,7 +78,7 @@ class StateQueryRequest(Generic[R]):
                     f"StateQueryRequest.with_partitions: partitions must be ints >= 0, "
                     f"got {partition!r}"
                 )
-        return StateQueryRequest._build(
+        return StateQueryRequest(
             self._store,
             self._query,
             chosen,
@@ -93,7 +88,7 @@ class StateQueryRequest(Generic[R]):
         )
 
     def with_all_partitions(self) -> StateQueryRequest[R]:
-        return StateQueryRequest._build(
+        return StateQueryRequest(
             self._store,
             self._query,
             None,
@@ -185,6 +180,4 @@ class InStore:
     def with_query(self, query: Query[R]) -> StateQueryRequest[R]:
         if not isinstance(query, Query):
             raise TypeError(f"with_query needs a Query, got {type(query).__name__}")
-        return StateQueryRequest._build(
-            self.store_name, query, None, PositionBound.unbounded(), False, False
-        )
+        return StateQueryRequest(self.store_name, query, None, _UNBOUNDED, False, False)

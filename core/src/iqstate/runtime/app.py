@@ -7,7 +7,7 @@ import json
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, TypeVar
 
 from iqstate.changelog import ChangelogWriter
@@ -215,7 +215,8 @@ class Application:
 
     @property
     def stores(self) -> Mapping[str, StoreSpec]:
-        return dict(self._specs)
+        """The declared stores by name, as a read-only view."""
+        return MappingProxyType(self._specs)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -22,6 +22,11 @@ class HostInfo:
     @classmethod
     def parse(cls, endpoint: str) -> HostInfo:
         """`"host:port"` -> `HostInfo`; raises `ValueError` naming what is malformed."""
+        if not isinstance(endpoint, str):
+            raise TypeError(
+                f"application_server must be a 'host:port' string, got {type(endpoint).__name__}"
+                f" {endpoint!r}"
+            )
         host, separator, port = endpoint.rpartition(":")
         if not separator or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -93,7 +94,10 @@ def to_json(value: Any) -> Any:
     return value
 
 
+@functools.lru_cache(maxsize=256)
 def position_to_json(position: Position | None) -> dict[str, dict[str, int]] | None:
+    """A position as JSON; cached, as a partition's position changes only once per batch
+    (the dict is shared: serialize it, never modify it)."""
     if position is None:
         return None
     return {
