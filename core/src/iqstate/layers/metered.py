@@ -135,11 +135,24 @@ class MeteredKeyValueStore(_SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyVa
         config: QueryConfig,
     ) -> QueryResult[V | None]:
         """`query(query, ...)` for a caller that already has the key's bytes under this store's
-        key serde (the runtime serializes keys to find their partition): spares serializing
-        it again when the fused key path is in use."""
-        if self._fused_key_query and not config.collect_execution_info:
-            return _engine_key_lookup(self, query, raw_key, position_bound, config)
-        return self.query(query, position_bound, config)
+        key serde (the runtime serializes keys to find their partition).
+
+        On the fused path (see `metered_key_query_on_engine`) this is the whole key lookup;
+        anything unusual takes the general path, so the answer is always the one `query`
+        gives."""
+        if not self._fused_key_query or config.collect_execution_info:
+            return self.query(query, position_bound, config)
+        engine: EngineStore = self.wrapped  # type: ignore[assignment]
+        position = engine.position
+        if position_bound is not _UNBOUNDED and not position.dominates(position_bound.position):
+            return metered_key_query(self, query, position_bound, config)
+        try:
+            value = engine.get(raw_key)  # type: ignore[attr-defined]
+            if value is not None:
+                value = self._deserialize_value(value)
+        except Exception:
+            return metered_key_query(self, query, position_bound, config)
+        return QueryResult(value, position)
 
     def get(self, key: K) -> V | None:
         start = _now()
@@ -345,27 +358,7 @@ def metered_key_query_on_engine(
         raw_key = store._serialize_key(query.key)
     except Exception:
         return metered_key_query(store, query, bound, config)
-    return _engine_key_lookup(store, query, raw_key, bound, config)
-
-
-def _engine_key_lookup(
-    store: MeteredKeyValueStore[Any, Any],
-    query: KeyQuery[Any, Any],
-    raw_key: bytes,
-    bound: PositionBound,
-    config: QueryConfig,
-) -> QueryResult[Any]:
-    engine: EngineStore = store.wrapped  # type: ignore[assignment]
-    position = engine.position
-    if bound is not _UNBOUNDED and not position.dominates(bound.position):
-        return metered_key_query(store, query, bound, config)
-    try:
-        value = engine.get(raw_key)  # type: ignore[attr-defined]
-        if value is not None:
-            value = store._deserialize_value(value)
-    except Exception:
-        return metered_key_query(store, query, bound, config)
-    return QueryResult(value, position)
+    return store.query_serialized_key(query, raw_key, bound, config)
 
 
 def metered_range_query(
