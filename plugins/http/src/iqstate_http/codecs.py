@@ -94,6 +94,21 @@ def to_json(value: Any) -> Any:
     return value
 
 
+_encode_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+"""Encode as Starlette's `JSONResponse` does, in one bound call."""
+
+
+def json_bytes(value: Any) -> bytes:
+    """`value` as a UTF-8 JSON document, byte for byte what `JSONResponse` would send."""
+    return _encode_json(value).encode()
+
+
+@functools.lru_cache(maxsize=256)
+def position_json_bytes(position: Position | None) -> bytes:
+    """`position_to_json(position)` encoded; cached like it, for responses built as bytes."""
+    return json_bytes(position_to_json(position))
+
+
 @functools.lru_cache(maxsize=256)
 def position_to_json(position: Position | None) -> dict[str, dict[str, int]] | None:
     """A position as JSON; cached, as a partition's position changes only once per batch

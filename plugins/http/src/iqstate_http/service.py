@@ -35,7 +35,9 @@ from iqstate_http.codecs import (
     Codecs,
     bound_from_json,
     from_json,
+    json_bytes,
     key_from_path,
+    position_json_bytes,
     position_to_json,
     to_json,
 )
@@ -213,13 +215,14 @@ class QueryService:
             partition, answer = spec.partition_of(key, spec.key_serde.serialize(key)), None
         if answer is not None and answer.is_failure:
             raise ApiError(503, answer.failure_reason.name.lower(), answer.failure_message)
-        return JSONResponse(
-            {
-                "value": None if answer is None else to_json(answer.result),
-                "partition": partition,
-                "position": position_to_json(result.position),
-            }
+        # The body as bytes, the position's JSON cached: {"value", "partition", "position"}.
+        value = b"null" if answer is None else json_bytes(to_json(answer.result))
+        body = b'{"value":%b,"partition":%d,"position":%b}' % (
+            value,
+            partition,
+            position_json_bytes(result.position),
         )
+        return Response(body, media_type="application/json")
 
     async def metadata(self, request: Request) -> Response:
         self._check_token(request)
