@@ -7,7 +7,7 @@ connection count, on 127.0.0.1. Each request looks a random one of 10,000 keys u
 * iqstate: `GET /v1/stores/s/keys/<key>` (an IQv2 `KeyQuery` through `app.query`);
 * bare: `GET /bare/<key>` returning a dict look-up as JSON.
 
-    python bench/http_service.py [--seconds 5] [--connections 16] [--rounds 3]
+    python bench/http_service.py [--seconds 5] [--connections 16] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("bench/http_service.py needs wrk: apt-get install wrk")
