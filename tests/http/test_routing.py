@@ -1,4 +1,4 @@
-"""RemoteQueryClient against two instances in separate processes on loopback.
+"""RemoteQueryClient (and its asyncio twin) against two instances in separate processes.
 
 Instance A is active for partitions 0 and 1 of `counts` and standby for 2 and 3; instance
 B the reverse, with its standby of partition 0 lagging 3 records and of partition 1
@@ -8,6 +8,7 @@ killed answers from B's standbys within the acceptable lag, or reports per parti
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import socket
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from iqstate_http import RemoteQueryClient
+from iqstate_http import AsyncRemoteQueryClient, RemoteQueryClient
 from support.keys import key_in as support_key_in
 
 from iqstate import FailureReason, KeyQuery, Position, RangeQuery, StateQueryRequest
@@ -119,3 +120,43 @@ def test_routing_fan_out_sessions_and_failover(instances: dict[str, subprocess.P
         )
     finally:
         client.close()
+
+
+@pytest.mark.iqstate_slow
+def test_async_client_routes_fans_out_and_fails_over(
+    instances: dict[str, subprocess.Popen[str]],
+) -> None:
+    async def scenario() -> None:
+        async with AsyncRemoteQueryClient(instances["a"].url) as client:  # type: ignore[attr-defined]
+            lookups = await asyncio.gather(
+                *(client.query(key_request(key_in(partition))) for partition in range(4))
+            )
+            for partition, result in enumerate(lookups):
+                assert list(result.partition_results) == [partition]
+                found = result.only_partition_result()
+                assert found is not None and found.result == int(key_in(partition).split("-")[1])
+
+            everything = await client.query(
+                StateQueryRequest.in_store("counts").with_query(RangeQuery.with_no_bounds())
+            )
+            assert sorted(everything.partition_results) == [0, 1, 2, 3]
+            pairs = {k: v for r in everything.partition_results.values() for k, v in r.result}
+            assert pairs == {f"key-{i}": i for i in range(40)}
+
+            session = client.session()
+            await session.query(key_request(key_in(3)))
+            assert session.position == Position.from_map({"src": {0: 100}})
+
+            instances["a"].send_signal(signal.SIGKILL)
+            instances["a"].wait(timeout=10)
+
+            from_standby = await client.query(key_request(key_in(0)), acceptable_lag=10)
+            found = from_standby.only_partition_result()
+            assert found is not None and found.result == int(key_in(0).split("-")[1])
+            too_stale = await client.query(key_request(key_in(1)), acceptable_lag=10)
+            assert too_stale.partition_results[1].failure_reason is FailureReason.NOT_PRESENT
+            assert (await session.query(key_request(key_in(2)))).position == Position.from_map(
+                {"src": {0: 100}}
+            )
+
+    asyncio.run(scenario())

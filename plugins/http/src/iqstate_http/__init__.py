@@ -1,10 +1,17 @@
 """iqstate's HTTP query service."""
 
-from iqstate_http.client import RemoteQueryClient, RemoteSession
+from iqstate_http.client import (
+    AsyncRemoteQueryClient,
+    AsyncRemoteSession,
+    RemoteQueryClient,
+    RemoteSession,
+)
 from iqstate_http.server import BackgroundServer, serve, start_background
 from iqstate_http.service import QueryService
 
 __all__ = [
+    "AsyncRemoteQueryClient",
+    "AsyncRemoteSession",
     "BackgroundServer",
     "QueryService",
     "RemoteQueryClient",
