@@ -310,8 +310,8 @@ def metered_key_query(
     bound: PositionBound,
     config: QueryConfig,
 ) -> QueryResult[Any]:
-    # The hottest path in iqstate: it reads the result's fields directly and reuses the
-    # fresh result object from beneath instead of copying it.
+    # The general path, for any chain (the fused one below covers metered -> engine): it
+    # reads the result's fields directly and reuses the fresh result object from beneath.
     key = query.key
     try:
         raw_key = store._serialize_key(key)
