@@ -153,6 +153,9 @@ def test_body_limit_and_unknown_routes(app: Application) -> None:
         assert response.status_code == 413 and response.json()["error"]["code"] == "body_too_large"
         missing = httpx.get(server.url + "/v2/nothing")
         assert missing.status_code == 404 and "error" in missing.json()
+        wrong_method = httpx.post(server.url + "/v1/stores/counts/keys/spark")
+        assert wrong_method.status_code == 405 and "error" in wrong_method.json()
+        assert httpx.head(server.url + "/v1/stores/counts/keys/spark").status_code == 200
     finally:
         server.stop()
 

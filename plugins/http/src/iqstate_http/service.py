@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from iqstate import (
     Application,
@@ -88,6 +90,16 @@ def _api_error(exc: Exception) -> Exception:
     return exc
 
 
+class _KeyLookup:
+    """The key route as a plain ASGI endpoint (Starlette calls it without wrapping)."""
+
+    def __init__(self, service: QueryService) -> None:
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.service.key_response(scope)(scope, receive, send)
+
+
 class QueryService:
     """Handlers bound to one application; `asgi()` builds the Starlette app."""
 
@@ -110,9 +122,12 @@ class QueryService:
         return spec
 
     def _check_token(self, request: Request) -> None:
-        if self.token is None:
-            return
-        header = request.headers.get("authorization", "")
+        if self.token is not None:
+            self._check_token_in(request.headers)
+
+    def _check_token_in(self, headers: Headers) -> None:
+        assert self.token is not None
+        header = headers.get("authorization", "")
         scheme, _, supplied = header.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             supplied.encode(), self.token.encode()
@@ -195,11 +210,12 @@ class QueryService:
 
         return JSONResponse(self._guard(run))
 
-    async def key(self, request: Request) -> Response:
-        # The busiest route: plain code, no closures; errors as in `_guard`.
+    def key_response(self, scope: Scope) -> Response:
+        """`GET /v1/stores/{store}/keys/{key}`: the busiest route, served as plain ASGI (no
+        `Request` object, no per-request closures); errors raise as in every other route."""
         if self.token is not None:
-            self._check_token(request)
-        params = request.path_params
+            self._check_token_in(Headers(scope=scope))
+        params = scope["path_params"]
         spec = self._spec(params["store"])
         try:
             key = key_from_path(spec, params["key"])
@@ -336,7 +352,7 @@ class QueryService:
             return error_response(500, "internal_error", f"{type(exc).__name__}: {exc}")
 
         routes = [  # matched in order: the busiest routes first
-            Route("/v1/stores/{store}/keys/{key:path}", self.key),
+            Route("/v1/stores/{store}/keys/{key:path}", _KeyLookup(self), methods=["GET", "HEAD"]),
             Route("/v1/query", self.query, methods=["POST"]),
             Route("/v1/health", self.health),
             Route("/v1/metadata", self.metadata),
