@@ -29,14 +29,19 @@ def partitions_to_ask(
         return sorted(request._partitions)
     query = request._query
     if type(query) in _KEYED_QUERIES:
-        key = query.key  # type: ignore[attr-defined]
-        try:
-            key_bytes = spec.key_serde.serialize(key)
-        except Exception:
-            return sorted(hosted)
-        partition = spec.partition_of(key, key_bytes)
-        return (partition,) if partition in hosted else ()
+        located = locate_key(spec, query.key)  # type: ignore[attr-defined]
+        if located is not None:
+            return (located[0],) if located[0] in hosted else ()
     return sorted(hosted)
+
+
+def locate_key(spec: StoreSpec, key: Any) -> tuple[int, bytes] | None:
+    """The key's partition and bytes; `None` when the key serde refuses the key."""
+    try:
+        key_bytes = spec.key_serde.serialize(key)
+    except Exception:
+        return None
+    return spec.partition_of(key, key_bytes), key_bytes
 
 
 def query_partition(
@@ -116,13 +121,9 @@ def execute(
         # The hot path: a key lookup across the store asks only the key's partition, with
         # the key's bytes, which partitioning needed anyway. A key the serde refuses takes
         # the general path, where every hosted partition reports the serde's error.
-        key = query.key
-        try:
-            key_bytes = spec.key_serde.serialize(key)
-        except Exception:
-            key_bytes = None
-        if key_bytes is not None:
-            partition = spec.partition_of(key, key_bytes)
+        located = locate_key(spec, query.key)
+        if located is not None:
+            partition, key_bytes = located
             owner = hosted.get(partition)
             if owner is None:
                 return StateQueryResult()
