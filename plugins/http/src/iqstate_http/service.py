@@ -77,8 +77,8 @@ def _metadata_json(app: Application, metadata: StreamsMetadata) -> dict[str, Any
     }
 
 
-def _api_error(exc: Exception) -> Exception:
-    """The API error for an exception from parsing or querying; others pass unchanged."""
+def _api_error(exc: Exception) -> ApiError | None:
+    """The API error for an exception from parsing or querying; `None` for any other."""
     if isinstance(exc, BadRequest):
         return ApiError(400, "bad_request", str(exc))
     if isinstance(exc, UnknownStateStoreError):
@@ -87,7 +87,7 @@ def _api_error(exc: Exception) -> Exception:
         return ApiError(503, "not_running", str(exc))
     if isinstance(exc, InvalidStateStoreError):
         return ApiError(503, "store_unavailable", str(exc))
-    return exc
+    return None
 
 
 class _KeyLookup:
@@ -154,7 +154,10 @@ class QueryService:
         try:
             return call()
         except Exception as exc:
-            raise _api_error(exc) from exc
+            mapped = _api_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
 
     def _result_json(self, query: Any, result: Any) -> dict[str, Any]:
         partitions: dict[str, Any] = {}
@@ -223,7 +226,10 @@ class QueryService:
                 StateQueryRequest.in_store(spec.name).with_query(KeyQuery.with_key(key))
             )
         except Exception as exc:
-            raise _api_error(exc) from exc
+            mapped = _api_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
         answers = result.partition_results  # only the key's partition, if hosted here
         if answers:
             ((partition, answer),) = answers.items()
