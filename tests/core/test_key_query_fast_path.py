@@ -42,6 +42,14 @@ class OverridingEngine(MemoryKeyValueStore):
         return result
 
 
+class PositionOverridingEngine(MemoryKeyValueStore):
+    """An engine computing its own position: the fused path must ask it."""
+
+    @property
+    def position(self) -> Position:
+        return Position.from_map({"own": {0: 1}})
+
+
 def test_the_default_chain_uses_the_fused_handler() -> None:
     assert chain()._handlers[KeyQuery] is metered_key_query_on_engine
 
@@ -52,6 +60,10 @@ def test_a_layer_or_an_engine_with_its_own_query_keeps_the_general_path() -> Non
     store.init(context())
     assert store._handlers[KeyQuery] is metered_key_query
     assert store.query(KeyQuery.with_key("k")).result == "from the override"
+    own = build_key_value_chain(PositionOverridingEngine("s"), Serdes.string(), Serdes.json())
+    own.init(context())
+    assert own._handlers[KeyQuery] is metered_key_query
+    assert own.query(KeyQuery.with_key("k")).position == Position.from_map({"own": {0: 1}})
 
 
 def describe(result: QueryResult[Any]) -> tuple[object, ...]:

@@ -11,8 +11,6 @@ from iqstate.position import Position, PositionBound
 R = TypeVar("R")
 R2 = TypeVar("R2")
 
-_new_object = object.__new__
-
 
 class FailureReason(enum.Enum):
     """Why a store partition could not answer a query."""
@@ -184,17 +182,12 @@ class StateQueryResult(Generic[R]):
 
     __slots__ = ("_global_result", "_partition_results")
 
-    def __init__(self) -> None:
-        self._partition_results: dict[int, QueryResult[R]] = {}
+    def __init__(self, partition_results: dict[int, QueryResult[R]] | None = None) -> None:
+        """Empty, or holding `partition_results` (the dict is kept, not copied)."""
+        self._partition_results: dict[int, QueryResult[R]] = (
+            {} if partition_results is None else partition_results
+        )
         self._global_result: QueryResult[R] | None = None
-
-    @classmethod
-    def of_partition(cls, partition: int, result: QueryResult[R]) -> StateQueryResult[R]:
-        """The result of a request that one partition answered (key lookups)."""
-        instance = _new_object(cls)
-        instance._partition_results = {partition: result}
-        instance._global_result = None
-        return instance
 
     def add_result(self, partition: int, result: QueryResult[R]) -> None:
         self._partition_results[partition] = result

@@ -143,7 +143,7 @@ class MeteredKeyValueStore(_SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyVa
         if not self._fused_key_query or config.collect_execution_info:
             return self.query(query, position_bound, config)
         engine: EngineStore = self.wrapped  # type: ignore[assignment]
-        position = engine.position
+        position = engine._position  # the fused path requires EngineStore's own `position`
         if position_bound is not _UNBOUNDED and not position.dominates(position_bound.position):
             return metered_key_query(self, query, position_bound, config)
         try:
@@ -331,10 +331,12 @@ def metered_key_query(
 
 
 def _answers_key_query_by_default(store: StateStore) -> bool:
-    """Whether `store` is an engine answering `KeyQuery` with the built-in handler."""
+    """Whether `store` is an engine answering `KeyQuery` with the built-in handler and
+    `EngineStore`'s own `query` and `position` (what the fused path does in their place)."""
     return (
         isinstance(store, EngineStore)
         and type(store).query is EngineStore.query
+        and type(store).position is EngineStore.position
         and store._handlers.get(KeyQuery) is answer_key_query
     )
 

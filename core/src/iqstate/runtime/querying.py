@@ -127,11 +127,12 @@ def execute(
             owner = hosted.get(partition)
             if owner is None:
                 return StateQueryResult()
-            return StateQueryResult.of_partition(
-                partition,
-                query_partition(
-                    spec, owner, partition, query, bound, require_active, config, key_bytes
-                ),
+            return StateQueryResult(
+                {
+                    partition: query_partition(
+                        spec, owner, partition, query, bound, require_active, config, key_bytes
+                    )
+                }
             )
     result: StateQueryResult[Any] = StateQueryResult()
     results = result._partition_results
