@@ -48,6 +48,12 @@ class StateStoreContext:
     changelog_partition: TopicPartition | None = None
     changelog_writer: ChangelogWriter | None = None
     query_handlers: QueryHandlerRegistry | None = None
+    sync_commits: bool = False
+    """Whether a commit must survive power loss (fsync) before it returns.
+
+    The runtime sets it under exactly-once when the store has no changelog: then the store
+    is the only copy of a batch the pipeline will not replay. An engine option may override
+    it per store."""
     _registrations: dict[int, _Registration] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

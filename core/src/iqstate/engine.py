@@ -38,6 +38,9 @@ class Engine:
     window_store: WindowStoreFactory | None = None
     persistent: bool = False
     description: str = ""
+    check_config: Callable[[Mapping[str, Any], str], None] | None = None
+    """`check_config(config, store_name)` raises `ValueError` naming a bad engine option;
+    called when a store is declared, so a typo fails there and not at `start()`."""
 
 
 _UNBOUNDED = PositionBound.unbounded()

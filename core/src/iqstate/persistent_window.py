@@ -67,6 +67,10 @@ class PersistentWindowStore(EngineStore, WindowStore[bytes, bytes]):
     def manages_offsets(self) -> bool:
         return True
 
+    @property  # type: ignore[override]
+    def atomic_commits(self) -> bool:
+        return self.key_value_class.atomic_commits
+
     def init(self, context: StateStoreContext) -> None:
         super().init(context)
         try:

@@ -33,6 +33,7 @@ class StorageStatsQuery(Query[dict[str, int]]):
 
 class SQLiteKeyValueStore(PersistentKeyValueStore):
     kind = "sqlite.key_value"
+    atomic_commits = True  # one transaction per commit
 
     def __init__(self, name: str) -> None:
         super().__init__(name)

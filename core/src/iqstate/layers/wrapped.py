@@ -72,6 +72,10 @@ class WrappedStore(StateStore, Generic[S]):
     def manages_offsets(self) -> bool:
         return self.wrapped.manages_offsets
 
+    @property  # type: ignore[override]
+    def atomic_commits(self) -> bool:
+        return self.wrapped.atomic_commits
+
     def query(
         self,
         query: Query[R],

@@ -65,6 +65,7 @@ class LMDBSettings:
 
 class LMDBKeyValueStore(PersistentKeyValueStore):
     kind = "lmdb.key_value"
+    atomic_commits = True  # one write transaction per commit
 
     def __init__(self, name: str) -> None:
         super().__init__(name)

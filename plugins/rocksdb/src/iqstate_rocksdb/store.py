@@ -61,6 +61,7 @@ def open_database(path: Path, settings: RocksDBSettings) -> Rdict:
 
 class RocksDBKeyValueStore(PersistentKeyValueStore):
     kind = "rocksdb.key_value"
+    atomic_commits = True  # one WriteBatch through the WAL per commit
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
