@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, NoReturn, TypeVar
 
+from iqstate.errors import IqstateError
 from iqstate.position import PositionBound
 from iqstate.queries import Query
 
@@ -169,6 +170,13 @@ class StateQueryRequest(Generic[R]):
         )
 
 
+class IncompleteRequestError(IqstateError, AttributeError):
+    """A request was used before `with_query` gave it a query.
+
+    An `AttributeError` too, so `hasattr` and `getattr(..., default)` keep working on it.
+    """
+
+
 class InStore:
     """The first half of a request: the store is chosen, the query is not yet."""
 
@@ -176,6 +184,24 @@ class InStore:
 
     def __init__(self, store_name: str) -> None:
         self.store_name = store_name
+
+    if not TYPE_CHECKING:  # type checkers keep reporting such uses of InStore as errors
+
+        def __getattr__(self, name: str) -> NoReturn:
+            """Anything a request has, asked of a request without a query: say what to do.
+
+            Runs only for attributes `InStore` lacks, so wherever a request is first used
+            (`Application.query`, a routing client, a getter such as `.query`, an option
+            such as `.with_partitions`), the error names the missing `with_query` call.
+            """
+            if name.startswith("__"):
+                raise AttributeError(name)
+            asked = "" if name.startswith("_") else f", so no .{name}"
+            raise IncompleteRequestError(
+                f"StateQueryRequest.in_store({self.store_name!r}) has no query yet{asked}: "
+                f"call .with_query(<query>) on it first, e.g. StateQueryRequest.in_store("
+                f"{self.store_name!r}).with_query(KeyQuery.with_key(key))"
+            )
 
     def with_query(self, query: Query[R]) -> StateQueryRequest[R]:
         if not isinstance(query, Query):
