@@ -38,6 +38,7 @@ SNAPSHOT = "snapshot.json"
 class SnapshotKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
     kind = "snapshot.key_value"
     persistent = True
+    atomic_commits = True  # the snapshot file is replaced by one rename
     keeps_offsets = True
 
     def __init__(self, name: str) -> None:
@@ -149,6 +150,7 @@ class SnapshotKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
 
 class LegacySnapshotKeyValueStore(SnapshotKeyValueStore):
     kind = "snapshot-legacy.key_value"
+    atomic_commits = False  # the runtime writes its offset files after the data
     keeps_offsets = False
 
 

@@ -4,6 +4,7 @@ from iqstate.changelog import ChangelogRecord, ChangelogWriter, InMemoryChangelo
 from iqstate.context import StateStoreContext
 from iqstate.engine import Engine, EngineStore
 from iqstate.errors import (
+    BatchGapError,
     ClosedStoreError,
     CorruptStateError,
     IllegalQueryResultAccess,
@@ -11,6 +12,7 @@ from iqstate.errors import (
     InvalidStateStoreError,
     InvalidStateStorePartitionError,
     IqstateError,
+    LostStateError,
     PluginError,
     SerializationError,
     StateDirectoryLockedError,
@@ -65,6 +67,7 @@ __all__ = [
     "Application",
     "Assignment",
     "AssignmentProvider",
+    "BatchGapError",
     "ChangelogRecord",
     "ChangelogWriter",
     "ClosedStoreError",
@@ -84,6 +87,7 @@ __all__ = [
     "KeyValueIterator",
     "KeyValueStore",
     "LagInfo",
+    "LostStateError",
     "PartitionRole",
     "PluginError",
     "Position",

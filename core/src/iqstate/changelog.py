@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from iqstate.position import Position, TopicPartition
 
@@ -35,6 +35,15 @@ class ChangelogWriter(Protocol):
         """Make sent records durable; the end offset (the next record's offset) per partition."""
 
 
+@runtime_checkable
+class ChangelogReader(Protocol):
+    """A changelog that can be read back: what lets the runtime rebuild a store partition."""
+
+    def read(self, partition: TopicPartition, start: int) -> list[ChangelogRecord]:
+        """The records of `partition` from offset `start` to its end, in offset order."""
+        ...
+
+
 class InMemoryChangelog:
     """A changelog held in memory: records get consecutive offsets per partition from 0.
 
@@ -55,9 +64,13 @@ class InMemoryChangelog:
 
     def records(self, partition: TopicPartition) -> list[ChangelogRecord]:
         """The records of one changelog partition, offset `i` at index `i`."""
-        with self._lock:
-            return list(self._records.get(partition, ()))
+        return self.read(partition, 0)
 
     def partitions(self) -> list[TopicPartition]:
         with self._lock:
             return sorted(self._records)
+
+    def read(self, partition: TopicPartition, start: int) -> list[ChangelogRecord]:
+        """The records of one changelog partition from offset `start` on."""
+        with self._lock:
+            return list(self._records.get(partition, ())[start:])

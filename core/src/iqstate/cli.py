@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from iqstate.plugins import PluginRegistry, default_registry
+from iqstate.scaffold import ScaffoldError, render
 
 
 def _engine_kinds(registry: PluginRegistry, name: str) -> list[str]:
@@ -78,28 +79,14 @@ def _print_plugins(report: dict[str, Any]) -> None:
     print("\nSerdes: " + ", ".join(f"{n} ({p})" for n, p in report["serdes"].items()))
 
 
-def default_template() -> Path | None:
-    """`cookiecutter-store/` of the repository this iqstate was installed from, if any."""
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "cookiecutter-store"
-        if (candidate / "cookiecutter.json").exists():
-            return candidate
-    return None
-
-
-def new_store(name: str, output_dir: str, template: str | None) -> int:
-    """Render the store plugin template for `name` (needs the cookiecutter package)."""
+def new_store(name: str, output_dir: str, template: str | None, registry: PluginRegistry) -> int:
+    """Render the store plugin template for `name`; a refused name is one line and exit code 2."""
+    taken = set(registry.engines) | set(registry.plugin_names)
     try:
-        from cookiecutter.main import cookiecutter
-    except ImportError:
-        print("iqstate new-store needs cookiecutter: pip install cookiecutter", file=sys.stderr)
+        created = render(name, Path(output_dir), Path(template) if template else None, taken)
+    except ScaffoldError as error:
+        print(f"iqstate new-store: {error}", file=sys.stderr)
         return 2
-    source = Path(template) if template else default_template()
-    if source is None:
-        print("iqstate new-store: pass --template <path to cookiecutter-store>", file=sys.stderr)
-        return 2
-    created = cookiecutter(str(source), no_input=True, extra_context={"name": name},
-                           output_dir=output_dir)  # fmt: skip
     print(f"created {created}: cd there, then pip install -e '.[testing]' && python -m pytest")
     return 0
 
@@ -114,13 +101,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     scaffold = commands.add_parser("new-store", help="scaffold a new store plugin distribution")
     scaffold.add_argument("name", help="the engine's name, e.g. my-store")
     scaffold.add_argument("--output-dir", default=".")
-    scaffold.add_argument("--template", default=None, help="path to cookiecutter-store/")
+    scaffold.add_argument(
+        "--template", default=None, help="another template (default: the one iqstate ships)"
+    )
     registry = default_registry()
     for command in registry.commands.values():
         command.add_arguments(commands.add_parser(command.name, help=command.help))
     args = parser.parse_args(argv)
     if args.command == "new-store":
-        return new_store(args.name, args.output_dir, args.template)
+        return new_store(args.name, args.output_dir, args.template, registry)
     if args.command in registry.commands:
         return registry.commands[args.command].run(args)
     if args.command == "plugins":

@@ -66,3 +66,13 @@ class IncompatibleStateError(IqstateError):
 
 class StateDirectoryLockedError(IqstateError):
     """Another process holds the application's state directory."""
+
+
+class LostStateError(IqstateError):
+    """A store partition's committed state is missing or cannot be trusted, and nothing can
+    rebuild it; the message names the partition, its directory and what to do."""
+
+
+class BatchGapError(IqstateError):
+    """A batch id lies more than one past a partition's fence: batches in between are
+    missing there (a rolled-back or replaced partition). Nothing of the batch was written."""

@@ -8,9 +8,11 @@ range, write one atomic commit, close). This class gives it the rest of the cont
   so after a crash the store holds exactly the last commit;
 * offsets follow KIP-1035 (`None` removes one, an empty mapping removes all) and are kept
   by the store (`manages_offsets = True`);
-* an open/closed status marker tells a clean close from a crash: under exactly-once a store
-  that was not closed cleanly raises `UncleanShutdownError` at init (the runtime wipes and
-  rebuilds it), under at-least-once it opens as is;
+* an open/closed status marker tells a clean close from a crash. An engine whose `_write`
+  is atomic declares `atomic_commits = True` and is used as it is after a crash: its files
+  hold exactly the last commit. Under exactly-once, an engine that cannot promise that
+  raises `UncleanShutdownError` at init after a crash (the runtime rebuilds it from its
+  changelog, or refuses to start); under at-least-once it opens as is;
 * legacy `.checkpoint` / `.position` files left by the runtime are migrated into the store
   at init and deleted;
 * range results are copied when created, so an iterator never sees later commits.
@@ -36,7 +38,8 @@ Pair = tuple[bytes, bytes]
 
 
 class UncleanShutdownError(IqstateError):
-    """A store was not closed cleanly and, under exactly-once, must be rebuilt."""
+    """A store without atomic commits was not closed cleanly: under exactly-once it must be
+    rebuilt from its changelog."""
 
 
 STATUS_KEY = b"status"
@@ -135,13 +138,17 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
         except BaseException:
             self._open = False
             raise
-        if stored.was_open and context.processing_guarantee == "exactly_once":
+        if (
+            stored.was_open
+            and not self.atomic_commits
+            and context.processing_guarantee == "exactly_once"
+        ):
             self._close_storage(clean=False)
             self._open = False
             raise UncleanShutdownError(
                 f"{self.kind} store {self.name!r} partition {context.partition} in "
-                f"{context.directory} was not closed cleanly; under exactly-once it must be "
-                "wiped and rebuilt from its changelog"
+                f"{context.directory} was not closed cleanly and its engine does not promise "
+                "atomic commits; under exactly-once it must be rebuilt from its changelog"
             )
         self._offsets = dict(stored.offsets)
         self._position = stored.position

@@ -67,7 +67,7 @@ class PersistentWindowStore(EngineStore, WindowStore[bytes, bytes]):
     def manages_offsets(self) -> bool:
         return True
 
-    @property  # type: ignore[override]
+    @property
     def atomic_commits(self) -> bool:
         return self.key_value_class.atomic_commits
 

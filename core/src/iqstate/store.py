@@ -64,13 +64,16 @@ class StateStore(ABC):
     kind: ClassVar[str] = "state_store"
     """The dispatch key of this store class: query handlers are registered per kind."""
 
-    atomic_commits: ClassVar[bool] = False
-    """True iff after a crash at any instant the store's files hold exactly its last commit.
+    @property
+    def atomic_commits(self) -> bool:
+        """True iff after a crash at any instant the store's files hold exactly its last commit.
 
-    Such a store is used as it is after a crash (SPEC section 4); a store that cannot
-    promise it is wiped and rebuilt from its changelog, or refused when it has none. The
-    conformance suite SIGKILLs a writer of every store that claims it.
-    """
+        Such a store is used as it is after a crash (SPEC section 4); a store that cannot
+        promise it is rebuilt from its changelog, or refused when it has none. An engine
+        claims it with a class attribute `atomic_commits = True`; the conformance suite
+        SIGKILLs a writer of every store that claims it.
+        """
+        return False
 
     @property
     @abstractmethod

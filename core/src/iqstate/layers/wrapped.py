@@ -72,7 +72,7 @@ class WrappedStore(StateStore, Generic[S]):
     def manages_offsets(self) -> bool:
         return self.wrapped.manages_offsets
 
-    @property  # type: ignore[override]
+    @property
     def atomic_commits(self) -> bool:
         return self.wrapped.atomic_commits
 

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from iqstate.changelog import ChangelogWriter
 from iqstate.context import ProcessingGuarantee, StateStoreContext
 from iqstate.errors import (
+    BatchGapError,
     CorruptStateError,
     IncompatibleStateError,
     InvalidStateStoreError,
@@ -33,6 +34,7 @@ from iqstate.runtime.assignment import (
     StandaloneAssignment,
 )
 from iqstate.runtime.batch import Batch, StorePartition
+from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.iqv1 import StoreQueryParameters
 from iqstate.runtime.lock import DirectoryLock
@@ -120,6 +122,7 @@ class Application:
         self._assignment = assignment or StandaloneAssignment()
         self._changelog = changelog
         self._specs: dict[str, StoreSpec] = {}
+        self._committed: dict[str, CommittedPartitions] = {}
         self._hosted: dict[str, dict[int, HostedPartition]] = {}
         self._state = AppState.CREATED
         self._state_lock = threading.RLock()
@@ -193,6 +196,9 @@ class Application:
         engine = self._plugins.engine(engine_name, store=name)
         if store_type == "window" and engine.window_store is None:
             raise ValueError(f"store {name!r}: engine {engine_name!r} has no window stores")
+        config = dict(options.get("config") or {})
+        if engine.check_config is not None:
+            engine.check_config(config, name)
         partitioner = options.get("partitioner")
         if partitioner is not None and not callable(partitioner):
             raise TypeError(f"store {name!r}: partitioner must be callable(key, partitions)")
@@ -208,7 +214,7 @@ class Application:
             partitioner=partitioner,
             window_size_ms=options.get("window_size_ms", 0),
             retention_ms=options.get("retention_ms", 0),
-            config=dict(options.get("config") or {}),
+            config=config,
         )
         self._specs[name] = spec
         return spec
@@ -285,6 +291,7 @@ class Application:
                     )
             else:
                 metadata_file.write_text(json.dumps(declared, sort_keys=True), encoding="utf-8")
+            self._committed[spec.name] = CommittedPartitions(directory)
 
     def close(self) -> None:
         """Stop serving and release every store and the directory lock (idempotent)."""
@@ -337,6 +344,7 @@ class Application:
             else None,
             changelog_writer=self._changelog if spec.logging else None,
             query_handlers=self._plugins.query_handlers,
+            sync_commits=self.processing_guarantee == "exactly_once" and not spec.logging,
         )
 
     def changelog_partition(self, store: str, partition: int) -> TopicPartition:
@@ -356,7 +364,13 @@ class Application:
         for name, partition, role in assignment.items():
             if partition not in hosted.get(name, {}):
                 spec = self._specs[name]
-                opened = HostedPartition(spec, partition, role, self._context(spec, partition))
+                opened = HostedPartition(
+                    spec,
+                    partition,
+                    role,
+                    self._context(spec, partition),
+                    self._committed.get(name),
+                )
                 opened.open()
                 hosted.setdefault(name, {})[partition] = opened
         self._hosted = hosted
@@ -392,6 +406,8 @@ class Application:
         position: Position | Mapping[str, Mapping[int, int]] | None = None,
         batch_id: int | None = None,
         stores: Iterable[str] | None = None,
+        *,
+        allow_gaps: bool = False,
     ) -> Batch:
         """A batch of writes, committed to every store partition when the `with` block ends.
 
@@ -399,7 +415,10 @@ class Application:
         `batch_id` (increasing) fences replays: a partition that committed this id or a
         later one skips the batch. `stores` limits the batch to the stores one pipeline
         feeds (default: every store), so independent pipelines with their own batch ids
-        and positions can share an application.
+        and positions can share an application. A `batch_id` more than one past a
+        partition's fence means batches are missing there (a rolled-back or replaced
+        partition): the batch raises `BatchGapError` and writes nothing, unless
+        `allow_gaps=True` says the pipeline's ids are not consecutive.
         """
         if position is not None and not isinstance(position, Position):
             position = Position.from_map(position)
@@ -412,7 +431,7 @@ class Application:
             covered = frozenset(stores)
             for name in covered:
                 self._spec(name)
-        return Batch(self, position, batch_id, covered)
+        return Batch(self, position, batch_id, covered, allow_gaps=allow_gaps)
 
     def _commit_batch(
         self, batch: Batch
@@ -434,10 +453,12 @@ class Application:
                         f"instance does not host as a running active replica ({role}); "
                         "nothing was written"
                     )
+            covered = sorted(self._hosted if batch.stores is None else batch.stores)
+            if not batch.allow_gaps:
+                self._check_no_gaps(covered, batch.batch_id)
             applied: list[StorePartition] = []
             skipped: list[StorePartition] = []
             try:
-                covered = sorted(self._hosted if batch.stores is None else batch.stores)
                 for name in covered:
                     for partition, hosted in sorted(self._hosted.get(name, {}).items()):
                         if not hosted.role.is_running_active:
@@ -451,6 +472,21 @@ class Application:
                 self._transition(AppState.ERROR)
                 raise
             return frozenset(applied), frozenset(skipped)
+
+    def _check_no_gaps(self, covered: list[str], batch_id: int | None) -> None:
+        gaps = [
+            f"store {name!r} partition {partition} (last batch {hosted.fence}, missing "
+            f"{_describe_ids(missing)})"
+            for name in covered
+            for partition, hosted in sorted(self._hosted.get(name, {}).items())
+            if hosted.role.is_running_active and (missing := hosted.missing_batches(batch_id))
+        ]
+        if gaps:
+            raise BatchGapError(
+                f"batch {batch_id} skips batches on {'; '.join(gaps)}: those partitions were "
+                "rolled back or replaced. Nothing was written. Replay the missing batches, "
+                "or pass allow_gaps=True to begin_batch if the batch ids are not consecutive"
+            )
 
     # -- querying --------------------------------------------------------------------------
 
@@ -624,3 +660,7 @@ class Application:
             name: {p: hosted.store.metrics.snapshot() for p, hosted in sorted(parts.items())}
             for name, parts in sorted(self._hosted.items())
         }
+
+
+def _describe_ids(ids: range) -> str:
+    return str(ids.start) if len(ids) == 1 else f"{ids.start}..{ids.stop - 1}"

@@ -62,8 +62,11 @@ class Batch:
         position: Position | None,
         batch_id: int | None,
         stores: frozenset[str] | None = None,
+        *,
+        allow_gaps: bool = False,
     ) -> None:
         self._app = app
+        self.allow_gaps = allow_gaps
         self.position = position
         self.batch_id = batch_id
         self.stores = stores

@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
+import time
 from typing import Any
 
-from iqstate.changelog import ChangelogWriter
+from iqstate.changelog import ChangelogReader, ChangelogRecord, ChangelogWriter
 from iqstate.context import StateStoreContext
+from iqstate.errors import CorruptStateError, LostStateError
+from iqstate.keyspace import decode_window_key
 from iqstate.layers import CachingKeyValueStore, MeteredKeyValueStore, MeteredWindowStore
 from iqstate.layers.wrapped import WrappedStore
 from iqstate.persistent import UncleanShutdownError
 from iqstate.position import Position, TopicPartition
 from iqstate.runtime.assignment import PartitionRole
+from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.offsets import OffsetKeeper, fence_partition
 from iqstate.runtime.spec import StoreSpec
+from iqstate.store import KeyValueStore, WindowStore
 
 _log = logging.getLogger(__name__)
+RESTORE_CHUNK = 10_000
+"""Changelog records applied per restore commit."""
 
 
 class HostedPartition:
@@ -26,6 +32,11 @@ class HostedPartition:
     `lock` serialises a batch's commit with queries and IQv1 reads of this partition, so a
     reader sees a partition either before or after a batch, never in between, and the
     position it reads belongs to the data it reads.
+
+    Opening decides whether the local files can be trusted (SPEC section 4): a store with
+    atomic commits is used as it is after a crash; one that cannot promise that, a corrupt
+    one, or one whose committed state vanished is rebuilt from a readable changelog (its
+    files are moved aside, never deleted) or refused with `LostStateError`.
     """
 
     def __init__(
@@ -34,6 +45,7 @@ class HostedPartition:
         partition: int,
         role: PartitionRole,
         context: StateStoreContext,
+        committed: CommittedPartitions | None = None,
     ) -> None:
         self.spec = spec
         self.partition = partition
@@ -46,32 +58,95 @@ class HostedPartition:
         self.fence: int | None = None
         self.closed = True
         self.rebuilt = False
-        """True when an unclean store was wiped at open and restarted empty."""
+        """True when the local files could not be trusted and the partition was rebuilt."""
         self._offsets: OffsetKeeper | None = None
+        self._committed = committed
+        reader = context.changelog_writer
+        self._changelog: ChangelogReader | None = (
+            reader if isinstance(reader, ChangelogReader) and spec.logging else None
+        )
 
     def open(self) -> None:
         try:
             self.store.init(self.context)
-        except UncleanShutdownError as unclean:
-            self._wipe(unclean)
+        except (UncleanShutdownError, CorruptStateError) as untrusted:
+            if self._changelog is None:
+                if isinstance(untrusted, UncleanShutdownError):
+                    raise LostStateError(
+                        f"{untrusted}. Store {self.spec.name!r} has no changelog to rebuild "
+                        f"it from: start with processing_guarantee='at_least_once' to use "
+                        f"the files as they are, or move {self.context.directory} away to "
+                        "start the partition empty"
+                    ) from untrusted
+                raise
+            self._set_aside(untrusted)
             self.store = self.spec.build()
             self.store.init(self.context)
         self._offsets = OffsetKeeper(self.store, self.context.directory)
         self._offsets.load()
         self.fence = self._offsets.committed_offset(self.fence_partition)
         self.closed = False
+        if self._lost_its_state():
+            if self._changelog is None:
+                self.close()
+                raise LostStateError(self._lost_message())
+            _log.warning(
+                "store %r partition %d lost its committed state; rebuilding it from its changelog",
+                self.spec.name,
+                self.partition,
+            )
+            self.rebuilt = True
+        if self._changelog is not None:
+            self._restore(self._changelog)
 
-    def _wipe(self, reason: UncleanShutdownError) -> None:
-        """Delete an unclean store's files so it restarts empty (rebuilt from its changelog)."""
+    def _holds_nothing(self) -> bool:
+        return (
+            self.fence is None
+            and self.store.position.is_empty()
+            and self.committed_changelog_offset() is None
+        )
+
+    def _lost_its_state(self) -> bool:
+        return (
+            self._committed is not None
+            and self.partition in self._committed
+            and self._holds_nothing()
+        )
+
+    def _lost_message(self) -> str:
+        assert self._committed is not None
+        return (
+            f"store {self.spec.name!r} partition {self.partition} committed data before "
+            f"(recorded in {self._committed.path}) but {self.context.directory} now holds "
+            "none: its files were deleted or replaced. Restore the directory from a backup; "
+            "or, to accept the loss and start the partition empty, remove partition "
+            f"{self.partition} from {self._committed.path}"
+        )
+
+    def _set_aside(self, reason: Exception) -> None:
+        """Move untrusted files out of the way (never delete them) before a rebuild."""
         directory = self.context.directory
-        assert directory is not None  # only persistent stores report unclean shutdowns
-        _log.warning("%s; wiping %s", reason, directory)
-        for entry in directory.iterdir():
-            if entry.is_dir():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+        assert directory is not None  # only persistent stores are untrusted
+        aside = directory.with_name(f"{directory.name}.untrusted-{time.time_ns()}")
+        _log.warning("%s; moving it to %s and rebuilding from the changelog", reason, aside)
+        directory.rename(aside)
+        directory.mkdir()
         self.rebuilt = True
+
+    def _restore(self, changelog: ChangelogReader) -> None:
+        """Apply the changelog records after the committed offset, in chunks of commits."""
+        tp = self.changelog_partition
+        assert tp is not None  # a store with a changelog has a changelog partition
+        start = self.committed_changelog_offset() or 0
+        records = changelog.read(tp, start)
+        engine = self.store.innermost()
+        for first in range(0, len(records), RESTORE_CHUNK):
+            chunk = records[first : first + RESTORE_CHUNK]
+            _apply_records(engine, chunk)
+            engine.update_position(chunk[-1].position)
+            self.offsets.commit({tp: start + first + len(chunk)})
+        if records and self._committed is not None:
+            self._committed.add(self.partition)
 
     def close(self) -> None:
         with self.lock:
@@ -92,6 +167,12 @@ class HostedPartition:
     def skips(self, batch_id: int | None) -> bool:
         """True iff this partition already committed `batch_id` (or a later batch)."""
         return batch_id is not None and self.fence is not None and batch_id <= self.fence
+
+    def missing_batches(self, batch_id: int | None) -> range:
+        """The batch ids between this partition's fence and `batch_id` (empty if none)."""
+        if batch_id is None or self.fence is None:
+            return range(0)
+        return range(self.fence + 1, batch_id)
 
     def apply(
         self,
@@ -122,6 +203,13 @@ class HostedPartition:
                     changes[self.changelog_partition] = end
             self.offsets.commit(changes)
             self.fence = fence
+            committed = self._committed
+            if (
+                committed is not None
+                and self.partition not in committed
+                and not self._holds_nothing()
+            ):
+                committed.add(self.partition)
             self.context.run_commit_callbacks()
             return True
 
@@ -132,3 +220,17 @@ class HostedPartition:
             if isinstance(layer, CachingKeyValueStore):
                 layer.flush_buffer()
             layer = layer.wrapped
+
+
+def _apply_records(engine: Any, records: list[ChangelogRecord]) -> None:
+    """Write changelog records into an engine store (window keys carry their start)."""
+    if isinstance(engine, WindowStore):
+        windows = []
+        for record in records:
+            key, window_start = decode_window_key(record.key)
+            windows.append((key, window_start, record.value))
+        engine.put_all(windows)
+    elif isinstance(engine, KeyValueStore):
+        engine.put_all([(record.key, record.value) for record in records])
+    else:
+        raise TypeError(f"cannot restore changelog records into {type(engine).__name__}")

@@ -12,14 +12,13 @@ offset under a reserved topic name, so it is committed exactly as atomically as 
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 from iqstate.engine import apply_offset_changes
 from iqstate.errors import CorruptStateError
 from iqstate.position import Position, TopicPartition
+from iqstate.runtime.files import replace_atomically
 from iqstate.store import StateStore
 
 FENCE_TOPIC = "__iqstate-batch-fence"
@@ -42,16 +41,7 @@ def write_offsets_file(path: Path, offsets: Mapping[TopicPartition, int]) -> Non
         if " " in tp.topic:
             raise ValueError(f"topic {tp.topic!r} cannot be written to {path.name}")
         lines.append(f"{tp.topic} {tp.partition} {offsets[tp]}")
-    fd, temporary = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write("\n".join(lines) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    replace_atomically(path, "\n".join(lines) + "\n")
 
 
 def read_offsets_file(path: Path) -> dict[TopicPartition, int]:

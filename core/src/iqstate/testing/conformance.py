@@ -10,11 +10,21 @@
             return StoreFactory.for_engine(MY_ENGINE)
 
 Persistent engines should also override `simulate_crash` to abandon a store the way a
-killed process would (no clean-close marker, nothing flushed).
+killed process would (no clean-close marker, nothing flushed). A store that claims
+`atomic_commits` is also written by a separate process that is SIGKILLed at random moments
+(`IQSTATE_CRASH_ITERATIONS` times, default 3), so its `store_factory` must be picklable
+(module-level classes or functions, as `StoreFactory.for_engine` gives).
 """
 
 from __future__ import annotations
 
+import itertools
+import multiprocessing
+import os
+import pickle
+import random
+import signal
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -342,11 +352,40 @@ class StoreConformance:
         store.put(b"a", b"lost")
         store.put(b"b", b"lost")
         self.simulate_crash(store)
-        reopened = open_kv(processing_guarantee="at_least_once")
+        guarantee = "exactly_once" if store.atomic_commits else "at_least_once"
+        reopened = open_kv(processing_guarantee=guarantee)
         assert list(reopened.all()) == [(b"a", b"committed")]
         if self.manages_offsets:
             assert reopened.committed_offset(tp) == 1
             assert reopened.position == Position.from_map({"in": {0: 1}})
+
+    def test_sigkill_keeps_the_last_commit(
+        self,
+        store_factory: StoreFactory,
+        open_kv: Callable[..., KeyValueStore[bytes, bytes]],
+        tmp_path: Path,
+    ) -> None:
+        """A store claiming atomic commits, its writer SIGKILLed at random moments, reopens
+        under exactly-once with data, offsets and position of its last commit."""
+        if not store_factory.key_value("probe").atomic_commits:
+            pytest.skip("the store does not claim atomic commits")
+        spawn = multiprocessing.get_context("spawn")
+        rng = random.Random(type(self).__name__)
+        tp = TopicPartition(CHANGELOG, 0)
+        last = 0
+        for _ in range(crash_iterations()):
+            reported = _run_writer_until_killed(spawn, store_factory, tmp_path, last + 1, rng)
+            store = open_kv("crash")
+            values = {value for _, value in store.all()}
+            assert len(values) == 1, f"a mix of commits after SIGKILL: {sorted(values)[:5]}"
+            committed = int(values.pop())
+            assert committed >= reported, "a commit that returned was lost"
+            assert len(list(store.all())) == CRASH_KEYS
+            if self.manages_offsets:
+                assert store.committed_offset(tp) == committed
+                assert store.position == Position.from_map({"src": {0: committed}})
+            store.close()
+            last = committed
 
     # -- window stores --------------------------------------------------------------------
 
@@ -449,3 +488,52 @@ class StoreConformance:
                     suppress_health_check=[HealthCheck.too_slow],
                 ),
             )
+
+
+CRASH_KEYS = 200
+
+
+def crash_iterations() -> int:
+    """SIGKILLs per store in the crash test: `IQSTATE_CRASH_ITERATIONS` (default 3)."""
+    return int(os.environ.get("IQSTATE_CRASH_ITERATIONS", "3"))
+
+
+def _commit_until_killed(factory: StoreFactory, root: str, first: int, progress: Any) -> None:
+    """In a child process: commit numbered batches (every key gets the number) forever."""
+    store = factory.key_value("crash")
+    store.init(make_context(Path(root), "crash"))
+    tp = TopicPartition(CHANGELOG, 0)
+    for number in itertools.count(first):
+        value = str(number).encode()
+        store.put_all([(b"key-%05d" % i, value) for i in range(CRASH_KEYS)])
+        store.update_position(Position.from_map({"src": {0: number}}))
+        store.commit({tp: number})
+        progress.send(number)
+
+
+def _run_writer_until_killed(
+    spawn: Any, factory: StoreFactory, root: Path, first: int, rng: random.Random
+) -> int:
+    """Start a writer, let it commit a random number of times, SIGKILL it; the last number
+    it reported as committed."""
+    receiver, sender = spawn.Pipe(duplex=False)
+    try:
+        child = spawn.Process(
+            target=_commit_until_killed, args=(factory, str(root), first, sender), daemon=True
+        )
+        child.start()
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        pytest.fail(f"store_factory must be picklable for the SIGKILL test: {exc}")
+    sender.close()
+    try:
+        if not receiver.poll(120):
+            pytest.fail("the writer process committed nothing within 120 s")
+        reported = int(receiver.recv())
+        for _ in range(rng.randint(0, 20)):
+            reported = int(receiver.recv())
+        time.sleep(rng.random() * 0.02)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+        receiver.close()
+    return reported
