@@ -69,7 +69,7 @@ class PersistentWindowStore(EngineStore, WindowStore[bytes, bytes]):
 
     @property
     def atomic_commits(self) -> bool:
-        return self.key_value_class.atomic_commits
+        return self._store.atomic_commits
 
     def init(self, context: StateStoreContext) -> None:
         super().init(context)
