@@ -190,12 +190,21 @@ class MemoryWindowStore(EngineStore, WindowStore[bytes, bytes]):
         self.check_offsets(changelog_offsets)
 
 
+def check_no_options(config: Mapping[str, Any], store: str) -> None:
+    """The memory engine has no options: any given is a mistake worth naming."""
+    if config:
+        raise ValueError(
+            f"store {store!r}: the memory engine takes no options, got {sorted(config)}"
+        )
+
+
 MEMORY_ENGINE = Engine(
     name="memory",
     key_value_store=MemoryKeyValueStore,
     window_store=MemoryWindowStore,
     persistent=False,
     description="sorted in-process stores; not persistent, rebuilt from the changelog",
+    check_config=check_no_options,
 )
 
 

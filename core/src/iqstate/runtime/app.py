@@ -361,18 +361,25 @@ class Application:
                 else:
                     current.role = role
                     hosted.setdefault(name, {})[partition] = current
-        for name, partition, role in assignment.items():
-            if partition not in hosted.get(name, {}):
-                spec = self._specs[name]
-                opened = HostedPartition(
-                    spec,
-                    partition,
-                    role,
-                    self._context(spec, partition),
-                    self._committed.get(name),
-                )
-                opened.open()
-                hosted.setdefault(name, {})[partition] = opened
+        opened: list[HostedPartition] = []
+        try:
+            for name, partition, role in assignment.items():
+                if partition not in hosted.get(name, {}):
+                    spec = self._specs[name]
+                    partition_store = HostedPartition(
+                        spec,
+                        partition,
+                        role,
+                        self._context(spec, partition),
+                        self._committed.get(name),
+                    )
+                    partition_store.open()
+                    opened.append(partition_store)
+                    hosted.setdefault(name, {})[partition] = partition_store
+        except BaseException:
+            for partition_store in opened:  # release what this call opened, then fail
+                partition_store.close()
+            raise
         self._hosted = hosted
 
     def _rebalance(self, assignment: Assignment) -> None:
