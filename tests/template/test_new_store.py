@@ -1,0 +1,107 @@
+"""`iqstate new-store`: works from a built iqstate, and refuses names that cannot work.
+
+A refusal is one line on stderr and exit code 2 (no traceback), and nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from iqstate.cli import main
+
+CORE = Path(__file__).parent.parent.parent / "core"
+
+RUN_CLI_FROM = (
+    "import sys, iqstate.cli as cli; "
+    "assert cli.__file__.startswith(sys.argv[1]), f'iqstate imported from {cli.__file__}'; "
+    "raise SystemExit(cli.main(sys.argv[2:]))"
+)
+"""Runs `iqstate` from the folder in argv[1] (an unpacked wheel), not from the checkout."""
+
+
+def build_wheel(source: Path, into: Path) -> Path:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(into), str(source)],
+        check=True,
+    )  # fmt: skip
+    (wheel,) = into.glob("iqstate-*.whl")
+    return wheel
+
+
+def build_sdist(into: Path) -> Path:
+    subprocess.run(
+        [sys.executable, "-m", "hatchling", "build", "-t", "sdist", "-d", str(into)],
+        cwd=CORE, check=True, capture_output=True,
+    )  # fmt: skip
+    (sdist,) = into.glob("iqstate-*.tar.gz")
+    return sdist
+
+
+@pytest.mark.parametrize("built_from", ["checkout", "sdist"])
+def test_new_store_works_from_a_built_wheel(tmp_path: Path, built_from: str) -> None:
+    source = CORE if built_from == "checkout" else build_sdist(tmp_path / "sdist")
+    wheel = build_wheel(source, tmp_path / "wheel")
+    with zipfile.ZipFile(wheel) as archive:
+        assert "iqstate/store_template/cookiecutter.json" in archive.namelist()
+        archive.extractall(tmp_path / "installed")
+
+    installed = str(tmp_path / "installed")
+    rendered = subprocess.run(
+        [sys.executable, "-c", RUN_CLI_FROM, installed,
+         "new-store", "my-kv", "--output-dir", str(tmp_path / "out")],
+        env={**os.environ, "PYTHONPATH": installed, "IQSTATE_DISABLE_PLUGIN_AUTOLOAD": "1"},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    project = tmp_path / "out" / "my-kv"
+    assert (project / "src" / "iqstate_my_kv" / "store.py").is_file()
+    assert 'name = "iqstate-my-kv"' in (project / "pyproject.toml").read_text()
+
+
+def refusal(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> str:
+    """Run `iqstate new-store name`; assert it was refused cleanly; its one-line message."""
+    before = set(tmp_path.iterdir())
+    code = main(["new-store", name, "--output-dir", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err.startswith("iqstate new-store: ")
+    assert captured.err.count("\n") == 1
+    assert set(tmp_path.iterdir()) == before, "a refused name writes nothing"
+    return captured.err
+
+
+@pytest.mark.parametrize("name", ["bad name!", "2fast", "my--store", "store-", "_store", "café"])
+def test_refuses_names_that_generate_a_broken_project(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    message = refusal(tmp_path, capsys, name)
+    assert f"{name!r} is not a valid store name" in message
+    assert "e.g. my-store" in message
+
+
+@pytest.mark.parametrize("name", ["memory", "rocksdb", "lmdb", "sqlite", "Memory", "prefix_scan"])
+def test_refuses_names_of_iqstate_engines_and_plugins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    message = refusal(tmp_path, capsys, name)
+    engine = name.lower().replace("_", "-")
+    assert f"{engine!r} is already the name of an iqstate engine or plugin" in message
+
+
+def test_refuses_an_existing_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["new-store", "Acme Store", "--output-dir", str(tmp_path)]) == 0
+    project = tmp_path / "acme-store"
+    assert (project / "src" / "iqstate_acme_store" / "plugin.py").is_file()
+    store = (project / "src" / "iqstate_acme_store" / "store.py").read_text()
+    capsys.readouterr()
+
+    message = refusal(tmp_path, capsys, "acme_store")
+    assert f"{project} already exists; choose another name or --output-dir" in message
+    assert (project / "src" / "iqstate_acme_store" / "store.py").read_text() == store
