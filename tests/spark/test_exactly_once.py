@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from iqstate_spark.demo import build_app
 
-from iqstate import Application, Position, RangeQuery, StateQueryRequest, WindowRangeQuery
+from iqstate import Position, RangeQuery, StateQueryRequest, WindowRangeQuery
 
 FILES = 8
 
@@ -99,36 +99,3 @@ def test_killed_driver_restarts_and_counts_exactly_once(tmp_path: Path) -> None:
         }
         assert per_minute == dict(minutes)
         assert {r.position for r in windows.partition_results.values()} == {last_batch}
-
-
-@pytest.mark.iqstate_slow
-def test_ctrl_c_stops_the_demo_cleanly(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "iqstate.cli", "demo", "--dir", str(tmp_path), "--quiet"]
-    command += ["--interval", "0.3", "--lines", "20", "--http-port", "0"]
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
-    assert process.stdout is not None
-    for line in process.stdout:
-        if line.startswith("batch"):
-            break
-    process.send_signal(signal.SIGINT)
-    rest, _ = process.communicate(timeout=120)
-    assert process.returncode == 0
-    assert "interrupted; stopping" in rest and "done:" in rest
-    app = Application(
-        "iqstate-demo", tmp_path / "state"
-    )  # exactly-once: unclean stores would be wiped
-    app.key_value_store("word-counts", 4, engine="rocksdb", value_serde="int64")
-    app.window_store(
-        "words-per-minute", 4, 60_000, 24 * 3_600_000, engine="rocksdb", value_serde="int64"
-    )
-    with app:
-        lags = app.all_local_store_partition_lags()
-        assert not any(lag.rebuilt for partitions in lags.values() for lag in partitions.values())
-        counts = app.query(
-            StateQueryRequest.in_store("word-counts").with_query(RangeQuery.with_no_bounds())
-        )
-        assert any(list(r.result) for r in counts.partition_results.values()), (
-            "closed with its data"
-        )

@@ -10,9 +10,10 @@ Structured Streaming queries read the folder, one file per micro-batch:
   store `words-per-minute`.
 
 After each batch the demo prints IQv2 query results: a key lookup with its position, the
-top words, and the busiest words of the latest minute. `--batches` / `--duration` make it
-exit by itself; Ctrl-C stops it cleanly. Restarting it with the same `--dir` resumes from
-Spark's checkpoint and iqstate's stores, exactly once.
+top words, and the busiest words of the latest minute. `--batches N` runs N word-count
+batches (N new input files) and exits; `--duration` and `--files` also make it exit by
+itself; Ctrl-C stops it cleanly. Restarting it with the same `--dir` resumes from Spark's
+checkpoint and iqstate's stores, exactly once.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from iqstate import (
     StateQueryRequest,
     WindowRangeQuery,
 )
+from iqstate_spark.offsets import committed_batches
 from iqstate_spark.sink import to_store
 
 SOURCE = "demo-files"
@@ -97,7 +99,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dir", default="iqstate-demo", help="working directory (state, checkpoints, input)"
     )
     parser.add_argument(
-        "--batches", type=int, default=None, help="exit after this many word-count batches"
+        "--batches",
+        type=int,
+        default=None,
+        help="run this many word-count batches (one new input file each), then exit",
     )
     parser.add_argument("--duration", type=float, default=None, help="exit after this many seconds")
     parser.add_argument(
@@ -132,22 +137,32 @@ def corpus_file(index: int, lines: int, seed: int) -> str:
 
 
 class Generator(threading.Thread):
-    """Writes input files atomically into the inbox, continuing after the last one present."""
+    """Writes input files atomically into the inbox, continuing after the last one present.
+
+    The word-count query reads one file per micro-batch, so input files are batches: with
+    `--batches N` the generator writes just enough files for N batches in this run (counting
+    the files a previous run wrote but its queries did not commit), then stops writing.
+    """
 
     MAX_BACKLOG = 2
     """Files written but not yet processed; the generator waits rather than run ahead."""
 
-    def __init__(self, inbox: Path, staging: Path, args: argparse.Namespace) -> None:
+    def __init__(
+        self, inbox: Path, staging: Path, args: argparse.Namespace, processed: int
+    ) -> None:
         super().__init__(name="iqstate-demo-generator", daemon=True)
         self.inbox, self.staging, self.args = inbox, staging, args
         self.stopped = threading.Event()
         self.next_index = len(list(inbox.glob("words-*.txt")))
-        self.processed = self.next_index
-        """Files the word-count query has processed (set by the reporter)."""
+        self.processed = processed
+        """Files the word-count query has processed (committed batches, then the reporter's)."""
+        limits = [args.files, None if args.batches is None else processed + args.batches]
+        self.last = min((limit for limit in limits if limit is not None), default=None)
+        """How many files the inbox holds when the generator stops writing; None: no end."""
 
     @property
     def finished(self) -> bool:
-        return self.args.files is not None and self.next_index >= self.args.files
+        return self.last is not None and self.next_index >= self.last
 
     def run(self) -> None:
         while not self.stopped.is_set() and not self.finished:
@@ -163,16 +178,13 @@ class Generator(threading.Thread):
 
 
 def build_app(directory: Path) -> Application:
-    # The batch fences make Spark's replays exactly-once. The processing guarantee only
-    # decides what becomes of a store that was not closed cleanly: exactly-once would wipe
-    # it (to rebuild from a changelog), and the demo has no changelog; its engines commit
-    # atomically, so after a crash a store holds exactly its last commit and is kept.
-    app = Application(
-        "iqstate-demo",
-        directory / "state",
-        application_server="localhost:7070",
-        processing_guarantee="at_least_once",
-    )
+    """The demo's application: exactly-once (the default), two RocksDB stores, no changelog.
+
+    RocksDB commits atomically, so after a crash each store holds its last commit and is used
+    as it is; Spark replays the batch it had not committed, and the batch fences make the
+    replay change nothing that had landed.
+    """
+    app = Application("iqstate-demo", directory / "state", application_server="localhost:7070")
     app.key_value_store("word-counts", 4, engine="rocksdb", value_serde="int64")
     app.window_store(
         "words-per-minute", 4, window_size_ms=60_000, retention_ms=24 * 3_600_000,
@@ -254,9 +266,75 @@ class Reporter:
                 print(f"   minute {label}: " + ", ".join(f"{w}={c}" for w, c in minute[:5]))
 
 
-def run(args: argparse.Namespace) -> int:
+class StopSignals:
+    """Ctrl-C and SIGTERM ask the demo to stop after the batches already written.
+
+    PySpark's own Ctrl-C handler cancels every running Spark job, which fails the streaming
+    queries mid-batch and floods the console with Java traces; this one only sets
+    `requested`, so the demo finishes the input it wrote and stops Spark while it is idle.
+    A second Ctrl-C raises `KeyboardInterrupt` as usual, to stop at once.
+    """
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self.previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def __enter__(self) -> StopSignals:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self.previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+
+def start_queries(
+    spark: Any, app: Application, directory: Path, generator: Generator, reporter: Reporter
+) -> list[Any]:
+    """The word-count and per-minute streaming queries over the inbox, one file per batch."""
     from pyspark.sql import functions as F
 
+    lines = spark.readStream.option("maxFilesPerTrigger", 1).text(str(directory / "inbox"))
+    parts = F.split("value", " ")
+    events = lines.select(
+        F.to_timestamp(F.concat_ws(" ", parts[0], parts[1])).alias("ts"),
+        F.explode(F.slice(parts, 3, 100)).alias("word"),
+    )
+    counts_sink = to_store(app, "word-counts", key="word", value="count", source_names=[SOURCE])
+    minute_sink = to_store(
+        app, "words-per-minute", key="word", value="count", source_names=[SOURCE]
+    )
+
+    def write_counts(batch_df: Any, batch_id: int) -> None:
+        counts_sink(batch_df, batch_id)
+        generator.processed = max(generator.processed, batch_id + 1)
+        reporter.after_batch(batch_id, counts_sink.last_batch[1] if counts_sink.last_batch else 0)
+
+    word_counts = (
+        events.groupBy("word")
+        .count()
+        .writeStream.outputMode("update")
+        .option("checkpointLocation", str(directory / "checkpoints" / "word-counts"))
+        .foreachBatch(write_counts)
+        .start()
+    )
+    per_minute = (
+        events.groupBy(F.window("ts", "1 minute"), "word")
+        .count()
+        .writeStream.outputMode("update")
+        .option("checkpointLocation", str(directory / "checkpoints" / "words-per-minute"))
+        .foreachBatch(minute_sink)
+        .start()
+    )
+    return [word_counts, per_minute]
+
+
+def run(args: argparse.Namespace) -> int:
     directory = Path(args.dir).resolve()
     inbox, staging = directory / "inbox", directory / "staging"
     for folder in (inbox, staging):
@@ -265,75 +343,40 @@ def run(args: argparse.Namespace) -> int:
     app.start()
     print(f"iqstate demo in {directory}: Spark reads {inbox}, state in {directory / 'state'}")
     http = start_http(app, args.http_port)
-    generator = Generator(inbox, staging, args)
+    committed = committed_batches(directory / "checkpoints" / "word-counts")
+    generator = Generator(inbox, staging, args, processed=committed)
     generator.start()
     spark = spark_session()
     reporter = Reporter(app, args.quiet)
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    queries = []
-    try:
-        lines = spark.readStream.option("maxFilesPerTrigger", 1).text(str(inbox))
-        parts = F.split("value", " ")
-        events = lines.select(
-            F.to_timestamp(F.concat_ws(" ", parts[0], parts[1])).alias("ts"),
-            F.explode(F.slice(parts, 3, 100)).alias("word"),
-        )
-        counts_sink = to_store(app, "word-counts", key="word", value="count", source_names=[SOURCE])
-        minute_sink = to_store(
-            app, "words-per-minute", key="word", value="count", source_names=[SOURCE]
-        )
-
-        def write_counts(batch_df: Any, batch_id: int) -> None:
-            counts_sink(batch_df, batch_id)
-            generator.processed = max(generator.processed, batch_id + 1)
-            reporter.after_batch(
-                batch_id, counts_sink.last_batch[1] if counts_sink.last_batch else 0
-            )
-
-        queries.append(
-            events.groupBy("word")
-            .count()
-            .writeStream.outputMode("update")
-            .option("checkpointLocation", str(directory / "checkpoints" / "word-counts"))
-            .foreachBatch(write_counts)
-            .start()
-        )
-        queries.append(
-            events.groupBy(F.window("ts", "1 minute"), "word")
-            .count()
-            .writeStream.outputMode("update")
-            .option("checkpointLocation", str(directory / "checkpoints" / "words-per-minute"))
-            .foreachBatch(minute_sink)
-            .start()
-        )
-        deadline = time.monotonic() + args.duration if args.duration else None
-        while not stop.is_set():
-            done = (args.batches is not None and reporter.batches >= args.batches) or (
-                deadline is not None and time.monotonic() >= deadline
-            )
-            if done or generator.finished:
-                # Stop writing input, let both queries finish what was written, then exit:
-                # stopping a query in the middle of a batch only makes Spark noisy.
-                generator.stopped.set()
-                generator.join()
+    queries: list[Any] = []
+    with StopSignals() as signals:
+        try:
+            queries = start_queries(spark, app, directory, generator, reporter)
+            deadline = time.monotonic() + args.duration if args.duration else None
+            while not (generator.finished or signals.requested.is_set()):
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
                 for query in queries:
-                    query.processAllAvailable()
-                break
+                    if query.exception() is not None:
+                        raise RuntimeError(f"streaming query failed: {query.exception()}")
+                signals.requested.wait(0.2)
+            if signals.requested.is_set():
+                print("\ninterrupted; stopping after the input already written", flush=True)
+            # Stop writing input and let both queries finish what was written: stopping a
+            # query in the middle of a batch fails the batch and makes Spark noisy.
+            generator.stopped.set()
+            generator.join()
             for query in queries:
-                if query.exception() is not None:
-                    raise RuntimeError(f"streaming query failed: {query.exception()}")
-            stop.wait(0.2)
-    except KeyboardInterrupt:
-        print("\ninterrupted; stopping")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        generator.stopped.set()
-        for query in queries:
-            query.stop()
-        if http is not None:
-            http.stop()
-        app.close()
-        spark.stop()
+                query.processAllAvailable()
+        except KeyboardInterrupt:
+            print("\ninterrupted again; stopping now", flush=True)
+        finally:
+            generator.stopped.set()
+            for query in queries:
+                query.stop()
+            if http is not None:
+                http.stop()
+            app.close()
+            spark.stop()
     print(f"done: {reporter.batches} word-count batches, {reporter.rows:,} rows")
     return 0

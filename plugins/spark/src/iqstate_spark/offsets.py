@@ -79,3 +79,14 @@ def batch_position(
         except ValueError as exc:
             raise CorruptStateError(f"{path} line {index + 3}: {exc}") from exc
     return Position.from_map(components)
+
+
+def committed_batches(checkpoint: str | Path) -> int:
+    """How many micro-batches the query has committed: one past the last id in `commits/`.
+
+    Spark writes `<checkpointLocation>/commits/<n>` once batch `n` is done; a batch with
+    offsets but no commit runs again on restart. 0 for a query that has not run yet.
+    """
+    commits = Path(checkpoint) / "commits"
+    ids = [int(path.name) for path in commits.glob("*") if path.name.isdigit()]
+    return max(ids) + 1 if ids else 0
