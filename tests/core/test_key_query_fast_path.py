@@ -1,4 +1,4 @@
-"""The metered layer's fused `KeyQuery` path answers exactly as the general layered path."""
+"""The store chain's fused key lookup answers exactly as the general layered path."""
 
 from __future__ import annotations
 
@@ -17,20 +17,23 @@ from iqstate import (
     StateStoreContext,
 )
 from iqstate.engines.memory import MemoryKeyValueStore
-from iqstate.layers import MeteredKeyValueStore, build_key_value_chain
-from iqstate.layers.metered import metered_key_query, metered_key_query_on_engine
+from iqstate.layers.chain import KeyValueStoreChain, key_value_chain
 
 
 def context() -> StateStoreContext:
     return StateStoreContext(application_id="app", store_name="s", partition=0)
 
 
-def chain(caching: bool = False) -> MeteredKeyValueStore[Any, Any]:
-    store = build_key_value_chain(
-        MemoryKeyValueStore("s"), Serdes.string(), Serdes.json(), caching=caching
+def chain(caching: bool = False, engine: MemoryKeyValueStore | None = None) -> KeyValueStoreChain:
+    store = key_value_chain(
+        engine or MemoryKeyValueStore("s"), Serdes.string(), Serdes.json(), caching=caching
     )
     store.init(context())
     return store
+
+
+def is_fused(store: KeyValueStoreChain) -> bool:
+    return store.key_lookup == store._fused_key_lookup
 
 
 class OverridingEngine(MemoryKeyValueStore):
@@ -50,20 +53,24 @@ class PositionOverridingEngine(MemoryKeyValueStore):
         return Position.from_map({"own": {0: 1}})
 
 
-def test_the_default_chain_uses_the_fused_handler() -> None:
-    assert chain()._handlers[KeyQuery] is metered_key_query_on_engine
+def lookup(store: KeyValueStoreChain, key: str) -> QueryResult[Any]:
+    return store.key_lookup(
+        KeyQuery.with_key(key), key.encode(), PositionBound.unbounded(), QueryConfig.DEFAULT
+    )
+
+
+def test_the_default_chain_uses_the_fused_lookup() -> None:
+    assert is_fused(chain())
 
 
 def test_a_layer_or_an_engine_with_its_own_query_keeps_the_general_path() -> None:
-    assert chain(caching=True)._handlers[KeyQuery] is metered_key_query
-    store = build_key_value_chain(OverridingEngine("s"), Serdes.string(), Serdes.json())
-    store.init(context())
-    assert store._handlers[KeyQuery] is metered_key_query
-    assert store.query(KeyQuery.with_key("k")).result == "from the override"
-    own = build_key_value_chain(PositionOverridingEngine("s"), Serdes.string(), Serdes.json())
-    own.init(context())
-    assert own._handlers[KeyQuery] is metered_key_query
-    assert own.query(KeyQuery.with_key("k")).position == Position.from_map({"own": {0: 1}})
+    assert not is_fused(chain(caching=True))
+    overriding = chain(engine=OverridingEngine("s"))
+    assert not is_fused(overriding)
+    assert lookup(overriding, "k").result == "from the override"
+    own = chain(engine=PositionOverridingEngine("s"))
+    assert not is_fused(own)
+    assert lookup(own, "k").position == Position.from_map({"own": {0: 1}})
 
 
 def describe(result: QueryResult[Any]) -> tuple[object, ...]:
@@ -85,16 +92,14 @@ bounds = st.sampled_from(
 )
 
 
-def filled(fused: bool, closed: bool) -> MeteredKeyValueStore[Any, Any]:
+def filled(closed: bool) -> KeyValueStoreChain:
     store = chain()
-    if not fused:
-        store._handlers[KeyQuery] = metered_key_query
-        store._fused_key_query = False
-    store.put_all([("a", {"n": 1}), ("b", None)])
-    store.innermost().put(b"bad-json", b"{not json")  # type: ignore[attr-defined]
+    store.typed.put_all([("a", {"n": 1}), ("b", None)])
+    engine: Any = store.engine
+    engine.put(b"bad-json", b"{not json")
     store.update_position(Position.from_map({"in": {0: 5}}))
     if closed:
-        store.innermost().close()
+        engine.close()
     return store
 
 
@@ -104,12 +109,8 @@ def test_fused_and_general_paths_give_the_same_answer(
 ) -> None:
     config = QueryConfig.WITH_EXECUTION_INFO if execution_info else QueryConfig.DEFAULT
     query: KeyQuery[Any, Any] = KeyQuery.with_key(key)
-    fused = filled(fused=True, closed=closed).query(query, bound, config)
-    general = filled(fused=False, closed=closed).query(query, bound, config)
-    assert describe(fused) == describe(general)
+    general = filled(closed).query(query, bound, config)
     if isinstance(key, str):  # the runtime passes keys it could serialize, with their bytes
-        for with_fusion in (True, False):
-            given_bytes = filled(fused=with_fusion, closed=closed).query_serialized_key(
-                query, key.encode(), bound, config
-            )
-            assert describe(given_bytes) == describe(general)
+        fused = filled(closed)
+        assert is_fused(fused)
+        assert describe(fused.key_lookup(query, key.encode(), bound, config)) == describe(general)

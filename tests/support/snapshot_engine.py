@@ -70,7 +70,7 @@ class SnapshotKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
                 t: {int(p): o for p, o in offsets.items()}
                 for t, offsets in snapshot["position"].items()
             }
-            self._position = Position.from_map(position)
+            self.current_position = Position.from_map(position)
 
     def close(self) -> None:
         super().close()
@@ -132,7 +132,7 @@ class SnapshotKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
             "offsets": [[tp.topic, tp.partition, o] for tp, o in offsets.items()]
             if self.keeps_offsets
             else [],
-            "position": self._position.to_map() if self.keeps_offsets else {},
+            "position": self.current_position.to_map() if self.keeps_offsets else {},
         }
         path = self._path()
         temporary = path.with_suffix(".tmp")

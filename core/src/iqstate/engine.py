@@ -11,15 +11,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from iqstate.context import StateStoreContext
 from iqstate.dispatch import HandlerTable, answer, note_execution
 from iqstate.errors import ClosedStoreError
 from iqstate.position import Position, PositionBound, TopicPartition
-from iqstate.queries import Query
+from iqstate.queries import KeyQuery, Query
 from iqstate.results import QueryResult
 from iqstate.store import KeyValueStore, QueryConfig, StateStore, WindowStore
+from iqstate.store_handlers import answer_key_query
 
 R = TypeVar("R")
 
@@ -71,11 +72,25 @@ def check_window_sizes(name: str, window_size_ms: int, retention_ms: int) -> Non
 class EngineStore(StateStore):
     """Base class of engine stores: everything but the data operations."""
 
+    answers_key_query_by_get: ClassVar[bool] = True
+    """Declares that, with the built-in `KeyQuery` handler in its table, this store answers
+    a `KeyQuery` exactly as `get(key)` at `current_position`, so a store chain may read it
+    that way in one call. A subclass overriding `query` or `position` is taken not to,
+    unless it declares otherwise."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        overrides = "query" in cls.__dict__ or "position" in cls.__dict__
+        if overrides and "answers_key_query_by_get" not in cls.__dict__:
+            cls.answers_key_query_by_get = False
+
     def __init__(self, name: str) -> None:
         self._name = name
         self._context: StateStoreContext | None = None
         self._handlers: HandlerTable = {}
-        self._position = Position.empty()
+        self.current_position = Position.empty()
+        """The store's position as a plain attribute: `position` returns it, and a store
+        chain's fused key lookup reads it directly (the hottest path)."""
         self._open = False
 
     @property
@@ -101,11 +116,21 @@ class EngineStore(StateStore):
             raise ClosedStoreError(f"{self.kind} store {self._name!r} is already open")
         self._context = context
         self._handlers = context.handlers.table_for(self.kind)
-        self._position = Position.empty()
+        self.current_position = Position.empty()
         self._open = True
 
     def close(self) -> None:
         self._open = False
+
+    def handles(self, query_type: type[Query[Any]]) -> bool:
+        """Whether this store has a handler for `query_type`."""
+        return query_type in self._handlers
+
+    @property
+    def key_query_is_get(self) -> bool:
+        """True iff a `KeyQuery` here is answered exactly as `get(key)` at
+        `current_position` (see `answers_key_query_by_get`)."""
+        return self.answers_key_query_by_get and self._handlers.get(KeyQuery) is answer_key_query
 
     def check_offsets(self, changes: Mapping[TopicPartition, int | None]) -> None:
         """Refuse a malformed `commit` mapping before anything is written."""
@@ -129,11 +154,11 @@ class EngineStore(StateStore):
 
     @property
     def position(self) -> Position:
-        return self._position
+        return self.current_position
 
     def update_position(self, position: Position) -> None:
         self._check_open()
-        self._position = self._position.merge(position)
+        self.current_position = self.current_position.merge(position)
 
     def query(
         self,
@@ -157,5 +182,5 @@ class EngineStore(StateStore):
 
     def _unknown(self, query: Query[Any]) -> QueryResult[Any]:
         result: QueryResult[Any] = QueryResult.for_unknown_query_type(query, self)
-        result.position = self._position
+        result.position = self.current_position
         return result

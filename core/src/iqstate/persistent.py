@@ -151,7 +151,7 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
                 "atomic commits; under exactly-once it must be rebuilt from its changelog"
             )
         self._offsets = dict(stored.offsets)
-        self._position = stored.position
+        self.current_position = stored.position
         self._migrate_legacy_files(context.directory)
 
     def _migrate_legacy_files(self, directory: Path) -> None:
@@ -161,7 +161,7 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
         if legacy is None:
             return
         offsets, position = legacy
-        self._position = self._position.merge(position)
+        self.current_position = self.current_position.merge(position)
         self.commit(dict(offsets) or {})
         for name in (CHECKPOINT_FILE, POSITION_FILE):
             (directory / name).unlink(missing_ok=True)
@@ -245,7 +245,7 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
         offsets = dict(self._offsets)
         apply_offset_changes(offsets, changelog_offsets)
         removed = frozenset(self._offsets) - frozenset(offsets)
-        self._write(Commit(self._pending, offsets, removed, self._position))
+        self._write(Commit(self._pending, offsets, removed, self.current_position))
         self._pending = {}
         self._offsets = offsets
 

@@ -78,7 +78,7 @@ class PersistentWindowStore(EngineStore, WindowStore[bytes, bytes]):
         except BaseException:
             self._open = False
             raise
-        self._position = self._store.position
+        self.current_position = self._store.position
         stored = self._store.get(_STREAM_TIME)
         self._stream_time = _time.deserialize(stored) if stored is not None else _MIN_TIME
 
@@ -95,12 +95,12 @@ class PersistentWindowStore(EngineStore, WindowStore[bytes, bytes]):
 
     @property
     def position(self) -> Position:
-        return self._position
+        return self.current_position
 
     def update_position(self, position: Position) -> None:
         self._check_open()
         self._store.update_position(position)
-        self._position = self._store.position
+        self.current_position = self._store.position
 
     def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
         self._check_open()

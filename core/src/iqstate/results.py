@@ -155,20 +155,6 @@ class QueryResult(Generic[R]):
         swapped._execution_info = self._execution_info
         return swapped
 
-    def substitute_result(self, new_result: R2) -> QueryResult[R2]:
-        """Replace the result in place and return this object, retyped.
-
-        For layers that received this result object fresh from the store beneath and
-        own it (the metered layer deserializing it); saves building a copy on the hot
-        path. Callers holding other references must use `swap_result` instead.
-        """
-        if self._failure is not None:
-            raise IllegalQueryResultAccess(
-                f"Cannot substitute the result of a failed query ({self._failure.name})."
-            )
-        self._result = new_result  # type: ignore[assignment]
-        return self  # type: ignore[return-value]
-
     def __repr__(self) -> str:
         if self._failure is None:
             body = f"result={self._result!r}"

@@ -44,10 +44,6 @@ class QueryConfig:
     def __init__(self, collect_execution_info: bool = False) -> None:
         self.collect_execution_info = collect_execution_info
 
-    @classmethod
-    def of(cls, collect_execution_info: bool) -> QueryConfig:
-        return cls.WITH_EXECUTION_INFO if collect_execution_info else cls.DEFAULT
-
     def __repr__(self) -> str:
         return f"QueryConfig(collect_execution_info={self.collect_execution_info})"
 
@@ -128,6 +124,11 @@ class StateStore(ABC):
         """The changelog offset committed for `partition`, if this store manages offsets."""
         return None
 
+    def prepare_commit(self) -> None:  # noqa: B027 (a hook layers override)
+        """Push what a layer buffers down the chain before a commit's offsets are taken
+        (a caching layer writes its buffer; Kafka's wrapped stores pass a cache flush down
+        the same way). Nothing to do for a store that buffers nothing."""
+
     @property
     def manages_offsets(self) -> bool:
         """True iff the store keeps changelog offsets and position in its own storage."""
@@ -157,13 +158,6 @@ class KeyValueStore(StateStore, Generic[K, V]):
         """Apply many puts (and `None`-valued deletes) in order."""
         for key, value in entries:
             self.put(key, value)
-
-    def put_if_absent(self, key: K, value: V) -> V | None:
-        """Put `value` unless `key` has one; returns the value that was there."""
-        existing = self.get(key)
-        if existing is None:
-            self.put(key, value)
-        return existing
 
     @abstractmethod
     def delete(self, key: K) -> V | None:

@@ -96,6 +96,10 @@ class CachingKeyValueStore(WrappedStore[KeyValueStore[bytes, bytes]], KeyValueSt
             self.wrapped.put_all(list(self._buffer.items()))
             self._buffer.clear()
 
+    def prepare_commit(self) -> None:
+        self.flush_buffer()
+        self.wrapped.prepare_commit()
+
     def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
         self.flush_buffer()
         self.wrapped.commit(changelog_offsets)

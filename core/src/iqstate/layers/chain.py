@@ -1,17 +1,40 @@
-"""Assemble a store chain: metered -> caching (optional) -> change-logging (optional) -> engine."""
+"""A store partition's chain: metered -> caching (optional) -> change-logging (optional) ->
+engine, assembled here and handed to the runtime as one `StoreChain`.
+
+The chain is the only thing the runtime talks to for a store partition: it runs queries,
+the key lookup, writes of serialized entries, restores from a changelog, prepares and makes
+commits, and closes. Which form the key lookup takes is decided here, once, when the chain
+is initialised: fused (the engine's `get` read directly, one call) when the layers and the
+engine declare that a `KeyQuery` means exactly that, the general layered query otherwise.
+"""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
+from iqstate.changelog import ChangelogRecord
+from iqstate.context import StateStoreContext
+from iqstate.engine import EngineStore
+from iqstate.keyspace import decode_window_key
 from iqstate.layers.caching import DEFAULT_CACHE_ENTRIES, CachingKeyValueStore
 from iqstate.layers.changelogging import ChangeLoggingKeyValueStore, ChangeLoggingWindowStore
 from iqstate.layers.metered import MeteredKeyValueStore, MeteredWindowStore
+from iqstate.layers.wrapped import WrappedStore
+from iqstate.metrics import StoreMetrics
+from iqstate.position import Position, PositionBound, TopicPartition
+from iqstate.queries import KeyQuery, Query
+from iqstate.results import QueryResult
 from iqstate.serdes import Serde
-from iqstate.store import KeyValueStore, WindowStore
+from iqstate.store import KeyValueStore, QueryConfig, StateStore, WindowStore
 
 K = TypeVar("K")
 V = TypeVar("V")
+R = TypeVar("R")
+Top = TypeVar("Top", MeteredKeyValueStore[Any, Any], MeteredWindowStore[Any, Any])
+
+_UNBOUNDED = PositionBound.unbounded()
 
 
 def build_key_value_chain(
@@ -44,3 +67,173 @@ def build_window_chain(
     if logging:
         store = ChangeLoggingWindowStore(store)
     return MeteredWindowStore(store, key_serde, value_serde)
+
+
+def _layers_between(top: WrappedStore[Any]) -> tuple[list[WrappedStore[Any]], StateStore]:
+    """The layers beneath `top` and the engine at the bottom."""
+    layers: list[WrappedStore[Any]] = []
+    store: StateStore = top.wrapped
+    while isinstance(store, WrappedStore):
+        layers.append(store)
+        store = store.wrapped
+    return layers, store
+
+
+class StoreChain(ABC, Generic[Top]):
+    """One store partition as the runtime sees it; build with `key_value_chain` or
+    `window_chain`. `typed` is the top of the chain, for typed reads (IQv1)."""
+
+    def __init__(self, top: Top) -> None:
+        self.typed: Top = top
+        self._between, self.engine = _layers_between(top)
+        self.key_lookup = self._layered_key_lookup
+        """`key_lookup(query, key_bytes, bound, config)`: a `KeyQuery` whose key is already
+        serialized with the store's key serde; fused or layered, chosen at `init`."""
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def init(self, context: StateStoreContext) -> None:
+        self.typed.init(context)
+        if self._can_fuse_key_lookup():
+            self._deserialize_value = self.typed.value_deserializer
+            self.key_lookup = self._fused_key_lookup
+
+    def close(self) -> None:
+        self.typed.close()
+
+    @property
+    def persistent(self) -> bool:
+        return self.typed.persistent
+
+    @property
+    def manages_offsets(self) -> bool:
+        return self.typed.manages_offsets
+
+    @property
+    def metrics(self) -> StoreMetrics:
+        return self.typed.metrics
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def query(self, query: Query[R], bound: PositionBound, config: QueryConfig) -> QueryResult[R]:
+        return self.typed.query(query, bound, config)
+
+    def _can_fuse_key_lookup(self) -> bool:
+        engine = self.engine
+        return (
+            isinstance(engine, EngineStore)
+            and engine.key_query_is_get
+            and self.typed.handles(KeyQuery)
+            and not any(layer.handles(KeyQuery) for layer in self._between)
+        )
+
+    def _layered_key_lookup(
+        self, query: KeyQuery[Any, Any], key_bytes: bytes, bound: PositionBound, config: QueryConfig
+    ) -> QueryResult[Any]:
+        return self.typed.query(query, bound, config)
+
+    def _fused_key_lookup(
+        self, query: KeyQuery[Any, Any], key_bytes: bytes, bound: PositionBound, config: QueryConfig
+    ) -> QueryResult[Any]:
+        # The layers answer a KeyQuery with the engine's value at its position; so does this,
+        # in one call. Anything unusual (execution info, a bound not reached, an exception)
+        # takes the layered path, so every answer is the one the layers give.
+        if config.collect_execution_info:
+            return self.typed.query(query, bound, config)
+        engine: Any = self.engine
+        position = engine.current_position
+        if bound is not _UNBOUNDED and not position.dominates(bound.position):
+            return self.typed.query(query, bound, config)
+        try:
+            value = engine.get(key_bytes)
+            if value is not None:
+                value = self._deserialize_value(value)
+        except Exception:
+            return self.typed.query(query, bound, config)
+        return QueryResult(value, position)
+
+    # -- writing and committing -----------------------------------------------------------------
+
+    @abstractmethod
+    def write(self, entries: list[Any]) -> None:
+        """Write serialized entries through the whole chain (a batch's writes)."""
+
+    @abstractmethod
+    def restore(self, records: Sequence[ChangelogRecord]) -> None:
+        """Write changelog records into the engine, beneath the layers (nothing is logged)."""
+
+    @property
+    def position(self) -> Position:
+        return self.typed.position
+
+    def update_position(self, position: Position) -> None:
+        self.typed.update_position(position)
+
+    def restore_position(self, position: Position) -> None:
+        """Merge a restored record's position into the engine, beneath the layers."""
+        self.engine.update_position(position)
+
+    def prepare_commit(self) -> None:
+        """Push buffered writes down the chain (to the changelog) before offsets are taken."""
+        self.typed.prepare_commit()
+
+    def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
+        self.typed.commit(changelog_offsets)
+
+    def committed_offset(self, partition: TopicPartition) -> int | None:
+        return self.typed.committed_offset(partition)
+
+
+class KeyValueStoreChain(StoreChain[MeteredKeyValueStore[Any, Any]]):
+    """The chain of a key-value store partition."""
+
+    def write(self, entries: list[tuple[bytes, bytes | None]]) -> None:
+        self.typed.put_all_serialized(entries)
+
+    def restore(self, records: Sequence[ChangelogRecord]) -> None:
+        engine: Any = self.engine
+        engine.put_all([(record.key, record.value) for record in records])
+
+
+class WindowStoreChain(StoreChain[MeteredWindowStore[Any, Any]]):
+    """The chain of a window store partition; changelog keys carry the window start."""
+
+    def write(self, entries: list[tuple[bytes, int, bytes | None]]) -> None:
+        self.typed.put_all_serialized(entries)
+
+    def restore(self, records: Sequence[ChangelogRecord]) -> None:
+        windows = []
+        for record in records:
+            key, window_start = decode_window_key(record.key)
+            windows.append((key, window_start, record.value))
+        engine: Any = self.engine
+        engine.put_all(windows)
+
+
+def key_value_chain(
+    engine_store: KeyValueStore[bytes, bytes],
+    key_serde: Serde[Any],
+    value_serde: Serde[Any],
+    *,
+    caching: bool | int = False,
+    logging: bool = False,
+) -> KeyValueStoreChain:
+    """A key-value store partition's chain over `engine_store`, uninitialised."""
+    return KeyValueStoreChain(
+        build_key_value_chain(
+            engine_store, key_serde, value_serde, caching=caching, logging=logging
+        )
+    )
+
+
+def window_chain(
+    engine_store: WindowStore[bytes, bytes],
+    key_serde: Serde[Any],
+    value_serde: Serde[Any],
+    *,
+    logging: bool = False,
+) -> WindowStoreChain:
+    """A window store partition's chain over `engine_store`, uninitialised."""
+    return WindowStoreChain(
+        build_window_chain(engine_store, key_serde, value_serde, logging=logging)
+    )

@@ -11,8 +11,6 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
-from iqstate.context import StateStoreContext
-from iqstate.engine import EngineStore
 from iqstate.errors import SerializationError
 from iqstate.iterators import KeyValueIterator
 from iqstate.layers.wrapped import WrappedStore
@@ -29,14 +27,12 @@ from iqstate.queries import (
 from iqstate.results import FailureReason, QueryResult
 from iqstate.serdes import Serde, decoding_error, encoding_error
 from iqstate.store import KeyValueStore, QueryConfig, StateStore, WindowStore
-from iqstate.store_handlers import answer_key_query
 
 K = TypeVar("K")
 V = TypeVar("V")
 S = TypeVar("S", bound=StateStore)
 
 _now = time.perf_counter_ns
-_UNBOUNDED = PositionBound.unbounded()
 
 
 class _SerdeLayer(WrappedStore[S], Generic[S, K, V]):
@@ -48,7 +44,9 @@ class _SerdeLayer(WrappedStore[S], Generic[S, K, V]):
         self.value_serde = value_serde
         self._serialize_key = key_serde.serialize
         self._deserialize_key = key_serde.deserialize
-        self._deserialize_value = value_serde.deserialize
+        self.value_deserializer = value_serde.deserialize
+        """The value serde's `deserialize`, for callers that decode many values (the store
+        chain's fused key lookup); raises whatever the serde raises."""
         self.metrics = StoreMetrics(wrapped.name)
         self._commit_sensor = self.metrics.sensor("commit")
 
@@ -79,7 +77,7 @@ class _SerdeLayer(WrappedStore[S], Generic[S, K, V]):
 
     def decode_value(self, data: bytes) -> V:
         try:
-            return self._deserialize_value(data)
+            return self.value_deserializer(data)
         except Exception as exc:
             raise self.decoding_error(self.value_serde, data, "value", exc) from exc
 
@@ -117,42 +115,6 @@ class MeteredKeyValueStore(_SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyVa
         self._delete_sensor = sensor("delete")
         self._range_sensor = sensor("range")
         self._prefix_scan_sensor = sensor("prefix-scan")
-        self._fused_key_query = False
-
-    def init(self, context: StateStoreContext) -> None:
-        super().init(context)
-        self._fused_key_query = self._handlers.get(
-            KeyQuery
-        ) is metered_key_query and _answers_key_query_by_default(self.wrapped)
-        if self._fused_key_query:
-            self._handlers[KeyQuery] = metered_key_query_on_engine
-
-    def query_serialized_key(
-        self,
-        query: KeyQuery[K, V],
-        raw_key: bytes,
-        position_bound: PositionBound,
-        config: QueryConfig,
-    ) -> QueryResult[V | None]:
-        """`query(query, ...)` for a caller that already has the key's bytes under this store's
-        key serde (the runtime serializes keys to find their partition).
-
-        On the fused path (see `metered_key_query_on_engine`) this is the whole key lookup;
-        anything unusual takes the general path, so the answer is always the one `query`
-        gives."""
-        if not self._fused_key_query or config.collect_execution_info:
-            return self.query(query, position_bound, config)
-        engine: EngineStore = self.wrapped  # type: ignore[assignment]
-        position = engine._position  # the fused path requires EngineStore's own `position`
-        if position_bound is not _UNBOUNDED and not position.dominates(position_bound.position):
-            return metered_key_query(self, query, position_bound, config)
-        try:
-            value = engine.get(raw_key)  # type: ignore[attr-defined]
-            if value is not None:
-                value = self._deserialize_value(value)
-        except Exception:
-            return metered_key_query(self, query, position_bound, config)
-        return QueryResult(value, position)
 
     def get(self, key: K) -> V | None:
         start = _now()
@@ -192,7 +154,7 @@ class MeteredKeyValueStore(_SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyVa
 
     def _decode_pair(self, pair: tuple[bytes, bytes]) -> tuple[K, V]:
         try:
-            return self._deserialize_key(pair[0]), self._deserialize_value(pair[1])
+            return self._deserialize_key(pair[0]), self.value_deserializer(pair[1])
         except Exception:
             return self.decode_key(pair[0]), self.decode_value(pair[1])
 
@@ -310,8 +272,6 @@ def metered_key_query(
     bound: PositionBound,
     config: QueryConfig,
 ) -> QueryResult[Any]:
-    # The general path, for any chain (the fused one below covers metered -> engine): it
-    # reads the result's fields directly and reuses the fresh result object from beneath.
     key = query.key
     try:
         raw_key = store._serialize_key(key)
@@ -320,47 +280,13 @@ def metered_key_query(
     raw: QueryResult[Any] = store.wrapped.query(
         key_query_of(raw_key, query.is_skip_cache), bound, config
     )
-    value = raw._result
-    if value is None or raw._failure is not None:
+    if raw.is_failure or raw.result is None:
         return raw
+    value = raw.result
     try:
-        raw._result = store._deserialize_value(value)
+        return raw.swap_result(store.value_deserializer(value))
     except Exception as exc:
         return store.serde_failure(store.decoding_error(store.value_serde, value, "value", exc))
-    return raw
-
-
-def _answers_key_query_by_default(store: StateStore) -> bool:
-    """Whether `store` is an engine answering `KeyQuery` with the built-in handler and
-    `EngineStore`'s own `query` and `position` (what the fused path does in their place)."""
-    return (
-        isinstance(store, EngineStore)
-        and type(store).query is EngineStore.query
-        and type(store).position is EngineStore.position
-        and store._handlers.get(KeyQuery) is answer_key_query
-    )
-
-
-def metered_key_query_on_engine(
-    store: MeteredKeyValueStore[Any, Any],
-    query: KeyQuery[Any, Any],
-    bound: PositionBound,
-    config: QueryConfig,
-) -> QueryResult[Any]:
-    """`metered_key_query` fused with the engine's built-in `KeyQuery` answer beneath it.
-
-    Installed at `init` only when the store beneath is an engine that answers `KeyQuery`
-    with `answer_key_query`: one call instead of four on the hottest path. Anything
-    unusual (execution info, a bound not reached, an exception) takes the general path,
-    so every answer is the one the two handlers give when composed.
-    """
-    if config.collect_execution_info:
-        return metered_key_query(store, query, bound, config)
-    try:
-        raw_key = store._serialize_key(query.key)
-    except Exception:
-        return metered_key_query(store, query, bound, config)
-    return store.query_serialized_key(query, raw_key, bound, config)
 
 
 def metered_range_query(
@@ -378,7 +304,7 @@ def metered_range_query(
     raw = store.wrapped.query(raw_query, bound, config)
     if raw.is_failure:
         return raw
-    return raw.substitute_result(store.typed(raw.result))
+    return raw.swap_result(store.typed(raw.result))
 
 
 def metered_window_key_query(
@@ -397,7 +323,7 @@ def metered_window_key_query(
     raw = store.wrapped.query(raw_query, bound, config)
     if raw.is_failure:
         return raw
-    return raw.substitute_result(store.typed_fetch(raw.result))
+    return raw.swap_result(store.typed_fetch(raw.result))
 
 
 def metered_window_range_query(
@@ -411,4 +337,4 @@ def metered_window_range_query(
     )
     if raw.is_failure:
         return raw
-    return raw.substitute_result(store.typed_windows(raw.result))
+    return raw.swap_result(store.typed_windows(raw.result))

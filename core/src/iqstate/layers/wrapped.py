@@ -68,6 +68,13 @@ class WrappedStore(StateStore, Generic[S]):
     def committed_offset(self, partition: TopicPartition) -> int | None:
         return self.wrapped.committed_offset(partition)
 
+    def prepare_commit(self) -> None:
+        self.wrapped.prepare_commit()
+
+    def handles(self, query_type: type[Query[Any]]) -> bool:
+        """Whether this layer answers `query_type` itself (else it passes it down)."""
+        return query_type in self._handlers
+
     @property
     def manages_offsets(self) -> bool:
         return self.wrapped.manages_offsets

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import json
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -11,18 +10,15 @@ from types import MappingProxyType, TracebackType
 from typing import Any, TypeVar
 
 from iqstate.changelog import ChangelogWriter
-from iqstate.context import ProcessingGuarantee, StateStoreContext
+from iqstate.context import ProcessingGuarantee
 from iqstate.errors import (
     BatchGapError,
-    CorruptStateError,
-    IncompatibleStateError,
     InvalidStateStoreError,
     InvalidStateStorePartitionError,
     StreamsNotStartedError,
     StreamsStoppedError,
     UnknownStateStoreError,
 )
-from iqstate.layers.changelogging import changelog_topic
 from iqstate.plugins import PluginRegistry, default_registry
 from iqstate.position import Position, TopicPartition
 from iqstate.request import StateQueryRequest
@@ -34,20 +30,20 @@ from iqstate.runtime.assignment import (
     StandaloneAssignment,
 )
 from iqstate.runtime.batch import Batch, StorePartition
-from iqstate.runtime.committed import CommittedPartitions
+from iqstate.runtime.committer import BatchCommitter
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.iqv1 import StoreQueryParameters
-from iqstate.runtime.lock import DirectoryLock
 from iqstate.runtime.metadata import HostInfo, KeyQueryMetadata, LagInfo, StreamsMetadata
+from iqstate.runtime.metadata_state import MetadataState
 from iqstate.runtime.names import check_name, check_positive_int
-from iqstate.runtime.partitioner import Partitioner, partition_for_bytes
+from iqstate.runtime.partitioner import Partitioner
+from iqstate.runtime.partitions import HostedPartitions, HostingSettings, changelog_partition
 from iqstate.runtime.querying import execute as _execute
-from iqstate.runtime.spec import StoreSpec, StoreType, checked_partition
+from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec, WindowStoreSpec
+from iqstate.runtime.state_directory import StateDirectory
 from iqstate.serdes import Serde, Serdes
 
 T = TypeVar("T")
-STORE_METADATA_FILE = "store.json"
-_NOTHING_HOSTED: Mapping[int, HostedPartition] = {}
 
 
 class AppState(enum.Enum):
@@ -117,16 +113,30 @@ class Application:
                 f"processing_guarantee must be one of {_GUARANTEES}, got {processing_guarantee!r}"
             )
         self.processing_guarantee: ProcessingGuarantee = processing_guarantee
-        self.directory = self.state_dir / self.application_id
-        self._plugins = plugins or default_registry()
+        self._state_directory = StateDirectory(self.state_dir, self.application_id)
+        self.directory = self._state_directory.path
+        self.plugins = plugins or default_registry()
+        """The plugins this application takes engines, serdes and query handlers from."""
+        self._plugins = self.plugins
         self._assignment = assignment or StandaloneAssignment()
         self._changelog = changelog
         self._specs: dict[str, StoreSpec] = {}
-        self._committed: dict[str, CommittedPartitions] = {}
-        self._hosted: dict[str, dict[int, HostedPartition]] = {}
+        self._partitions = HostedPartitions(
+            HostingSettings(
+                self.application_id,
+                processing_guarantee,
+                changelog,
+                self.plugins.query_handlers,
+            ),
+            self._specs,
+            self._state_directory,
+        )
+        self._committer = BatchCommitter(self._partitions, changelog)
+        self._metadata = MetadataState(
+            self.application_id, self._specs, self._assignment, self._partitions
+        )
         self._state = AppState.CREATED
         self._state_lock = threading.RLock()
-        self._lock = DirectoryLock(self.directory)
 
     # -- declaring stores ------------------------------------------------------------------
 
@@ -146,7 +156,7 @@ class Application:
         if isinstance(caching, int) and not isinstance(caching, bool) and caching < 1:
             raise ValueError(f"store {name!r}: caching must be a bool or a size >= 1")
         return self._declare(
-            name, "key_value", partitions, engine, key_serde, value_serde,
+            KeyValueStoreSpec, name, partitions, engine, key_serde, value_serde,
             caching=caching, logging=logging, partitioner=partitioner, config=config,
         )  # fmt: skip
 
@@ -172,15 +182,15 @@ class Application:
                 f"window_size_ms ({window_size_ms})"
             )
         return self._declare(
-            name, "window", partitions, engine, key_serde, value_serde,
+            WindowStoreSpec, name, partitions, engine, key_serde, value_serde,
             logging=logging, partitioner=partitioner, config=config,
             window_size_ms=window_size_ms, retention_ms=retention_ms,
         )  # fmt: skip
 
     def _declare(
         self,
+        spec_type: type[StoreSpec],
         name: str,
-        store_type: StoreType,
         partitions: int,
         engine_name: str,
         key_serde: Serde[Any] | str | None,
@@ -193,28 +203,23 @@ class Application:
         if name in self._specs:
             raise ValueError(f"store {name!r} is declared twice")
         check_positive_int(f"store {name!r}: partitions", partitions)
-        engine = self._plugins.engine(engine_name, store=name)
-        if store_type == "window" and engine.window_store is None:
+        engine = self.plugins.engine(engine_name, store=name)
+        if spec_type is WindowStoreSpec and engine.window_store is None:
             raise ValueError(f"store {name!r}: engine {engine_name!r} has no window stores")
-        config = dict(options.get("config") or {})
+        config = dict(options.pop("config", None) or {})
         if engine.check_config is not None:
             engine.check_config(config, name)
         partitioner = options.get("partitioner")
         if partitioner is not None and not callable(partitioner):
             raise TypeError(f"store {name!r}: partitioner must be callable(key, partitions)")
-        spec = StoreSpec(
+        spec = spec_type(
             name=name,
-            store_type=store_type,
             partitions=partitions,
             engine=engine,
-            key_serde=self._plugins.serde(key_serde or Serdes.string(), store=name),
-            value_serde=self._plugins.serde(value_serde or Serdes.json(), store=name),
-            caching=options.get("caching", False),
-            logging=bool(options.get("logging", False)),
-            partitioner=partitioner,
-            window_size_ms=options.get("window_size_ms", 0),
-            retention_ms=options.get("retention_ms", 0),
+            key_serde=self.plugins.serde(key_serde or Serdes.string(), store=name),
+            value_serde=self.plugins.serde(value_serde or Serdes.json(), store=name),
             config=config,
+            **options,
         )
         self._specs[name] = spec
         return spec
@@ -249,49 +254,27 @@ class Application:
                     f"stores {needs_changelog} have logging=True but the application has no "
                     "changelog; pass changelog=... (for example iqstate.InMemoryChangelog())"
                 )
-            self._lock.acquire()
+            self._state_directory.lock()
             try:
-                self._check_store_directories()
+                self._partitions.use_records(
+                    self._state_directory.check_stores(list(self._specs.values()))
+                )
                 counts = {name: spec.partitions for name, spec in self._specs.items()}
                 self._assignment.start(self.host_info, counts)
             except BaseException:
-                self._lock.release()
+                self._state_directory.unlock()
                 raise
             self._transition(AppState.REBALANCING)
             try:
-                self._install(self._assignment.assignment())
+                self._partitions.install(self._assignment.assignment())
                 self._assignment.add_listener(self._rebalance)
                 self._transition(AppState.RUNNING)
             except BaseException:
-                self._close_partitions()
-                self._lock.release()
+                self._partitions.close_all()
+                self._state_directory.unlock()
                 self._transition(AppState.PENDING_ERROR)
                 self._transition(AppState.ERROR)
                 raise
-
-    def _check_store_directories(self) -> None:
-        """Recognise persistent stores from an earlier run; refuse ones declared differently."""
-        for spec in self._specs.values():
-            if not spec.engine.persistent:
-                continue
-            directory = self.directory / spec.name
-            directory.mkdir(parents=True, exist_ok=True)
-            metadata_file = directory / STORE_METADATA_FILE
-            declared = spec.describe()
-            if metadata_file.exists():
-                try:
-                    recorded = json.loads(metadata_file.read_text(encoding="utf-8"))
-                except (OSError, ValueError) as exc:
-                    raise CorruptStateError(f"cannot read {metadata_file}: {exc}") from exc
-                if recorded != declared:
-                    raise IncompatibleStateError(
-                        f"store {spec.name!r} in {directory} was created as {recorded} but is "
-                        f"declared as {declared}; move the directory away or declare the "
-                        "store as it was"
-                    )
-            else:
-                metadata_file.write_text(json.dumps(declared, sort_keys=True), encoding="utf-8")
-            self._committed[spec.name] = CommittedPartitions(directory)
 
     def close(self) -> None:
         """Stop serving and release every store and the directory lock (idempotent)."""
@@ -301,16 +284,10 @@ class Application:
             self._transition(AppState.PENDING_SHUTDOWN)
             try:
                 self._assignment.close()
-                self._close_partitions()
+                self._partitions.close_all()
             finally:
-                self._lock.release()
+                self._state_directory.unlock()
                 self._transition(AppState.NOT_RUNNING)
-
-    def _close_partitions(self) -> None:
-        for partitions in self._hosted.values():
-            for hosted in partitions.values():
-                hosted.close()
-        self._hosted = {}
 
     def __enter__(self) -> Application:
         if self._state is AppState.CREATED:
@@ -327,60 +304,8 @@ class Application:
 
     # -- assignment ------------------------------------------------------------------------
 
-    def _context(self, spec: StoreSpec, partition: int) -> StateStoreContext:
-        directory = None
-        if spec.engine.persistent:
-            directory = self.directory / spec.name / str(partition)
-            directory.mkdir(parents=True, exist_ok=True)
-        return StateStoreContext(
-            application_id=self.application_id,
-            store_name=spec.name,
-            partition=partition,
-            directory=directory,
-            config=spec.config,
-            processing_guarantee=self.processing_guarantee,
-            changelog_partition=self.changelog_partition(spec.name, partition)
-            if spec.logging
-            else None,
-            changelog_writer=self._changelog if spec.logging else None,
-            query_handlers=self._plugins.query_handlers,
-            sync_commits=self.processing_guarantee == "exactly_once" and not spec.logging,
-        )
-
     def changelog_partition(self, store: str, partition: int) -> TopicPartition:
-        return TopicPartition(changelog_topic(self.application_id, store), partition)
-
-    def _install(self, assignment: Assignment) -> None:
-        """Open, close and re-role partitions to match `assignment` (copy-on-write)."""
-        hosted: dict[str, dict[int, HostedPartition]] = {}
-        for name, partitions in self._hosted.items():
-            for partition, current in partitions.items():
-                role = assignment.role(name, partition)
-                if role is None:
-                    current.close()
-                else:
-                    current.role = role
-                    hosted.setdefault(name, {})[partition] = current
-        opened: list[HostedPartition] = []
-        try:
-            for name, partition, role in assignment.items():
-                if partition not in hosted.get(name, {}):
-                    spec = self._specs[name]
-                    partition_store = HostedPartition(
-                        spec,
-                        partition,
-                        role,
-                        self._context(spec, partition),
-                        self._committed.get(name),
-                    )
-                    partition_store.open()
-                    opened.append(partition_store)
-                    hosted.setdefault(name, {})[partition] = partition_store
-        except BaseException:
-            for partition_store in opened:  # release what this call opened, then fail
-                partition_store.close()
-            raise
-        self._hosted = hosted
+        return changelog_partition(self.application_id, store, partition)
 
     def _rebalance(self, assignment: Assignment) -> None:
         with self._state_lock:
@@ -388,23 +313,16 @@ class Application:
                 return
             if self._state is AppState.RUNNING:
                 self._transition(AppState.REBALANCING)
-            self._install(assignment)
+            self._partitions.install(assignment)
             self._transition(AppState.RUNNING)
 
     def local_partitions(self) -> list[tuple[str, int, PartitionRole, Position]]:
         """Every store partition hosted here: store, partition, role and current position."""
-        return [
-            (name, partition, hosted.role, hosted.store.position)
-            for name, partitions in sorted(self._hosted.items())
-            for partition, hosted in sorted(partitions.items())
-        ]
+        return self._partitions.local_partitions()
 
     def roles(self) -> dict[str, dict[int, PartitionRole]]:
         """The role of every store partition hosted here."""
-        return {
-            name: {partition: hosted.role for partition, hosted in partitions.items()}
-            for name, partitions in self._hosted.items()
-        }
+        return self._partitions.roles()
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -440,60 +358,20 @@ class Application:
                 self._spec(name)
         return Batch(self, position, batch_id, covered, allow_gaps=allow_gaps)
 
-    def _commit_batch(
+    def commit_batch(
         self, batch: Batch
     ) -> tuple[frozenset[StorePartition], frozenset[StorePartition]]:
+        """Apply a batch that ended (called by `Batch`); see `begin_batch`."""
         with self._state_lock:
             self._check_queryable("write a batch")
-            pending = batch.pending()
-            for (name, partition), _entries in pending.items():
-                if batch.stores is not None and name not in batch.stores:
-                    raise InvalidStateStoreError(
-                        f"batch writes to store {name!r}, which is not among the stores it "
-                        f"covers ({', '.join(sorted(batch.stores))}); nothing was written"
-                    )
-                hosted = self._hosted.get(name, {}).get(partition)
-                if hosted is None or not hosted.role.is_running_active:
-                    role = "not hosted" if hosted is None else hosted.role.state
-                    raise InvalidStateStoreError(
-                        f"batch writes to store {name!r} partition {partition}, which this "
-                        f"instance does not host as a running active replica ({role}); "
-                        "nothing was written"
-                    )
-            covered = sorted(self._hosted if batch.stores is None else batch.stores)
-            if not batch.allow_gaps:
-                self._check_no_gaps(covered, batch.batch_id)
-            applied: list[StorePartition] = []
-            skipped: list[StorePartition] = []
             try:
-                for name in covered:
-                    for partition, hosted in sorted(self._hosted.get(name, {}).items()):
-                        if not hosted.role.is_running_active:
-                            continue
-                        changelog = self._changelog if hosted.spec.logging else None
-                        entries = pending.get((name, partition), [])
-                        done = hosted.apply(entries, batch.position, batch.batch_id, changelog)
-                        (applied if done else skipped).append((name, partition))
+                return self._committer.commit(batch)
+            except (InvalidStateStoreError, BatchGapError):
+                raise  # refused before anything was written
             except BaseException:
                 self._transition(AppState.PENDING_ERROR)
                 self._transition(AppState.ERROR)
                 raise
-            return frozenset(applied), frozenset(skipped)
-
-    def _check_no_gaps(self, covered: list[str], batch_id: int | None) -> None:
-        gaps = [
-            f"store {name!r} partition {partition} (last batch {hosted.fence}, missing "
-            f"{_describe_ids(missing)})"
-            for name in covered
-            for partition, hosted in sorted(self._hosted.get(name, {}).items())
-            if hosted.role.is_running_active and (missing := hosted.missing_batches(batch_id))
-        ]
-        if gaps:
-            raise BatchGapError(
-                f"batch {batch_id} skips batches on {'; '.join(gaps)}: those partitions were "
-                "rolled back or replaced. Nothing was written. Replay the missing batches, "
-                "or pass allow_gaps=True to begin_batch if the batch ids are not consecutive"
-            )
 
     # -- querying --------------------------------------------------------------------------
 
@@ -528,7 +406,7 @@ class Application:
         state = self._state  # identity checks: hashing an enum member costs more
         if state is not _RUNNING and state is not _REBALANCING:
             self._check_queryable()
-        return _execute(spec, request, self._hosted.get(name, _NOTHING_HOSTED))
+        return _execute(spec, request, self._partitions.of_store(name))
 
     def store(self, parameters: StoreQueryParameters[T]) -> T:
         """An IQv1 read-only facade over the store partitions hosted here."""
@@ -552,7 +430,7 @@ class Application:
 
         def resolve() -> list[HostedPartition]:
             self._check_queryable("read a store")
-            hosted = self._hosted.get(spec.name, {})
+            hosted = self._partitions.of_store(spec.name)
             eligible = [
                 h
                 for p, h in sorted(hosted.items())
@@ -576,29 +454,12 @@ class Application:
 
     # -- discovery and lag -------------------------------------------------------------------
 
-    def _metadata_for(self, host: HostInfo, assignment: Assignment) -> StreamsMetadata:
-        active_names: set[str] = set()
-        standby_names: set[str] = set()
-        active_tps: set[TopicPartition] = set()
-        standby_tps: set[TopicPartition] = set()
-        for name, partition, role in assignment.items():
-            names, tps = (
-                (active_names, active_tps) if role.is_active else (standby_names, standby_tps)
-            )
-            names.add(name)
-            tps.add(self.changelog_partition(name, partition))
-        return StreamsMetadata(
-            host, frozenset(active_names), frozenset(active_tps),
-            frozenset(standby_names), frozenset(standby_tps),
-        )  # fmt: skip
-
     def all_metadata(self) -> list[StreamsMetadata]:
         """Every instance and what it hosts (empty before `start()`)."""
         if self._state is AppState.CREATED:
             return []
         self._check_queryable("read metadata")
-        cluster = self._assignment.cluster()
-        return [self._metadata_for(host, cluster[host]) for host in sorted(cluster)]
+        return self._metadata.all_metadata()
 
     def all_metadata_for_store(self, name: str) -> list[StreamsMetadata]:
         """The instances hosting a partition of `name`, as active or standby."""
@@ -624,23 +485,7 @@ class Application:
         if self._state is AppState.CREATED:
             return KeyQueryMetadata.NOT_AVAILABLE
         self._check_queryable("read metadata")
-        if partitioner is not None:
-            partition = checked_partition(partitioner(key, spec.partitions), spec)
-        elif serializer is not None:
-            partition = partition_for_bytes(serializer.serialize(key), spec.partitions)
-        else:
-            partition = spec.partition_of(key, spec.key_serde.serialize(key))
-        active = HostInfo.unavailable()
-        standbys: set[HostInfo] = set()
-        for host, assignment in self._assignment.cluster().items():
-            role = assignment.role(name, partition)
-            if role is None:
-                continue
-            if role.is_active:
-                active = host
-            else:
-                standbys.add(host)
-        return KeyQueryMetadata(active, frozenset(standbys), partition)
+        return self._metadata.for_key(spec, key, serializer, partitioner)
 
     def all_local_store_partition_lags(self) -> dict[str, dict[int, LagInfo]]:
         """How far each local store partition is behind the end of its changelog.
@@ -651,23 +496,8 @@ class Application:
         if self._state is AppState.CREATED:
             return {}
         self._check_queryable("read lags")
-        lags: dict[str, dict[int, LagInfo]] = {}
-        for name in sorted(self._hosted):
-            for partition, hosted in sorted(self._hosted[name].items()):
-                current = hosted.committed_changelog_offset() or 0
-                end = self._assignment.end_offset(name, partition)
-                if end is None or hosted.role.is_running_active:
-                    end = max(current, end or 0)
-                lags.setdefault(name, {})[partition] = LagInfo(current, end, hosted.rebuilt)
-        return lags
+        return self._metadata.local_lags()
 
     def metrics(self) -> dict[str, dict[int, dict[str, float]]]:
         """Per store partition metrics (operation rates and latencies, commit metrics)."""
-        return {
-            name: {p: hosted.store.metrics.snapshot() for p, hosted in sorted(parts.items())}
-            for name, parts in sorted(self._hosted.items())
-        }
-
-
-def _describe_ids(ids: range) -> str:
-    return str(ids.start) if len(ids) == 1 else f"{ids.start}..{ids.stop - 1}"
+        return self._partitions.metrics()

@@ -12,17 +12,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from iqstate.errors import UnknownStateStoreError
 from iqstate.position import Position
-from iqstate.runtime.spec import StoreSpec
+from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec
 from iqstate.serdes import encoding_error
 
-if TYPE_CHECKING:
-    from iqstate.runtime.app import Application
-
 StorePartition = tuple[str, int]
+
+
+class BatchTarget(Protocol):
+    """What a batch needs from the application: the declared stores, and a commit."""
+
+    @property
+    def stores(self) -> Mapping[str, StoreSpec]: ...
+
+    def commit_batch(
+        self, batch: Batch
+    ) -> tuple[frozenset[StorePartition], frozenset[StorePartition]]:
+        """Apply `batch`; the store partitions that applied it and those that skipped it."""
+        ...
 
 
 class _StoreWriter:
@@ -58,14 +68,14 @@ class Batch:
 
     def __init__(
         self,
-        app: Application,
+        target: BatchTarget,
         position: Position | None,
         batch_id: int | None,
         stores: frozenset[str] | None = None,
         *,
         allow_gaps: bool = False,
     ) -> None:
-        self._app = app
+        self._target = target
         self.allow_gaps = allow_gaps
         self.position = position
         self.batch_id = batch_id
@@ -80,11 +90,12 @@ class Batch:
             raise RuntimeError("this batch has already ended; begin a new one")
         writer = self._writers.get(store)
         if writer is None:
-            spec = self._app._specs.get(store)
+            declared = self._target.stores
+            spec = declared.get(store)
             if spec is None:
                 raise UnknownStateStoreError(
                     f"batch writes to store {store!r}, which the application does not declare; "
-                    f"declared stores: {', '.join(sorted(self._app._specs)) or 'none'}"
+                    f"declared stores: {', '.join(sorted(declared)) or 'none'}"
                 )
             writer = self._writers[store] = _StoreWriter(spec)
         return writer
@@ -99,19 +110,7 @@ class Batch:
         key_bytes = writer.key_bytes(key)
         value_bytes = writer.value_bytes(value)
         partition = spec.partition_of(key, key_bytes)
-        if spec.store_type == "window":
-            if isinstance(window_start, bool) or not isinstance(window_start, int):
-                raise TypeError(
-                    f"store {store!r} is a window store: put needs window_start=<ms> (an int), "
-                    f"got {window_start!r}"
-                )
-            entry: Any = (key_bytes, window_start, value_bytes)
-        else:
-            if window_start is not None:
-                raise TypeError(
-                    f"store {store!r} is a key-value store: window_start is not allowed"
-                )
-            entry = (key_bytes, value_bytes)
+        entry = spec.entry(key_bytes, value_bytes, window_start)
         entries = writer.entries.get(partition)
         if entries is None:
             entries = writer.entries[partition] = []
@@ -124,7 +123,7 @@ class Batch:
         """
         writer = self._writer(store)
         spec = writer.spec
-        if spec.store_type != "key_value":
+        if not isinstance(spec, KeyValueStoreSpec):
             raise TypeError(f"store {store!r} is a window store: use put_all_windows")
         key_bytes, value_bytes, partition_of = (
             writer.key_bytes,
@@ -169,6 +168,6 @@ class Batch:
         self._done = True
         try:
             if exc_type is None:
-                self.applied, self.skipped = self._app._commit_batch(self)
+                self.applied, self.skipped = self._target.commit_batch(self)
         finally:
             self._writers.clear()  # an exception inside the block discards the batch

@@ -7,19 +7,16 @@ import threading
 import time
 from typing import Any
 
-from iqstate.changelog import ChangelogReader, ChangelogRecord, ChangelogWriter
+from iqstate.changelog import ChangelogReader, ChangelogWriter
 from iqstate.context import StateStoreContext
 from iqstate.errors import CorruptStateError, LostStateError
-from iqstate.keyspace import decode_window_key
-from iqstate.layers import CachingKeyValueStore, MeteredKeyValueStore, MeteredWindowStore
-from iqstate.layers.wrapped import WrappedStore
+from iqstate.layers.chain import StoreChain
 from iqstate.persistent import UncleanShutdownError
 from iqstate.position import Position, TopicPartition
 from iqstate.runtime.assignment import PartitionRole
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.offsets import OffsetKeeper, fence_partition
 from iqstate.runtime.spec import StoreSpec
-from iqstate.store import KeyValueStore, WindowStore
 
 _log = logging.getLogger(__name__)
 RESTORE_CHUNK = 10_000
@@ -52,7 +49,7 @@ class HostedPartition:
         self.role = role
         self.context = context
         self.lock = threading.Lock()
-        self.store: MeteredKeyValueStore[Any, Any] | MeteredWindowStore[Any, Any] = spec.build()
+        self.chain: StoreChain[Any] = spec.build()
         self.fence_partition = fence_partition(partition)
         self.changelog_partition: TopicPartition | None = context.changelog_partition
         self.fence: int | None = None
@@ -68,7 +65,7 @@ class HostedPartition:
 
     def open(self) -> None:
         try:
-            self.store.init(self.context)
+            self.chain.init(self.context)
         except (UncleanShutdownError, CorruptStateError) as untrusted:
             if self._changelog is None:
                 if isinstance(untrusted, UncleanShutdownError):
@@ -80,9 +77,9 @@ class HostedPartition:
                     ) from untrusted
                 raise
             self._set_aside(untrusted)
-            self.store = self.spec.build()
-            self.store.init(self.context)
-        self._offsets = OffsetKeeper(self.store, self.context.directory)
+            self.chain = self.spec.build()
+            self.chain.init(self.context)
+        self._offsets = OffsetKeeper(self.chain, self.context.directory)
         self._offsets.load()
         self.fence = self._offsets.committed_offset(self.fence_partition)
         self.closed = False
@@ -102,7 +99,7 @@ class HostedPartition:
     def _holds_nothing(self) -> bool:
         return (
             self.fence is None
-            and self.store.position.is_empty()
+            and self.chain.position.is_empty()
             and self.committed_changelog_offset() is None
         )
 
@@ -139,11 +136,11 @@ class HostedPartition:
         assert tp is not None  # a store with a changelog has a changelog partition
         start = self.committed_changelog_offset() or 0
         records = changelog.read(tp, start)
-        engine = self.store.innermost()
+        chain = self.chain
         for first in range(0, len(records), RESTORE_CHUNK):
             chunk = records[first : first + RESTORE_CHUNK]
-            _apply_records(engine, chunk)
-            engine.update_position(chunk[-1].position)
+            chain.restore(chunk)
+            chain.restore_position(chunk[-1].position)
             self.offsets.commit({tp: start + first + len(chunk)})
         if records and self._committed is not None:
             self._committed.add(self.partition)
@@ -152,7 +149,7 @@ class HostedPartition:
         with self.lock:
             if not self.closed:
                 self.closed = True
-                self.store.close()
+                self.chain.close()
 
     @property
     def offsets(self) -> OffsetKeeper:
@@ -188,16 +185,17 @@ class HostedPartition:
         with self.lock:
             if self.skips(batch_id):
                 return False
+            chain = self.chain
             if position is not None:
-                self.store.update_position(position)
+                chain.update_position(position)
             if entries:
-                self.store.put_all_serialized(entries)
+                chain.write(entries)
             fence = batch_id if batch_id is not None else self.fence
             changes: dict[TopicPartition, int | None] = {}
             if fence is not None:
                 changes[self.fence_partition] = fence
             if changelog is not None and self.changelog_partition is not None:
-                self._flush_caches()
+                chain.prepare_commit()  # cached writes reach the changelog first
                 end = changelog.flush().get(self.changelog_partition)
                 if end is not None:
                     changes[self.changelog_partition] = end
@@ -212,25 +210,3 @@ class HostedPartition:
                 committed.add(self.partition)
             self.context.run_commit_callbacks()
             return True
-
-    def _flush_caches(self) -> None:
-        """Push cached writes into the changelog before its offsets are taken."""
-        layer: Any = self.store
-        while isinstance(layer, WrappedStore):
-            if isinstance(layer, CachingKeyValueStore):
-                layer.flush_buffer()
-            layer = layer.wrapped
-
-
-def _apply_records(engine: Any, records: list[ChangelogRecord]) -> None:
-    """Write changelog records into an engine store (window keys carry their start)."""
-    if isinstance(engine, WindowStore):
-        windows = []
-        for record in records:
-            key, window_start = decode_window_key(record.key)
-            windows.append((key, window_start, record.value))
-        engine.put_all(windows)
-    elif isinstance(engine, KeyValueStore):
-        engine.put_all([(record.key, record.value) for record in records])
-    else:
-        raise TypeError(f"cannot restore changelog records into {type(engine).__name__}")

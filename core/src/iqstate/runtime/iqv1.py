@@ -16,7 +16,7 @@ from iqstate.errors import InvalidStateStoreError
 from iqstate.iterators import KeyValueIterator
 from iqstate.queries import Windowed
 from iqstate.runtime.hosted import HostedPartition
-from iqstate.runtime.spec import StoreSpec, StoreType
+from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec, StoreType, WindowStoreSpec
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -28,11 +28,15 @@ PartitionResolver = Callable[[], list[HostedPartition]]
 class QueryableStoreType(Generic[T]):
     """Which kind of store a caller expects, and the facade it gets for it."""
 
-    store_type: StoreType
+    spec_type: type[StoreSpec]
     facade: Callable[[StoreSpec, PartitionResolver], T]
 
+    @property
+    def store_type(self) -> StoreType:
+        return self.spec_type.store_type
+
     def accepts(self, spec: StoreSpec) -> bool:
-        return spec.store_type == self.store_type
+        return isinstance(spec, self.spec_type)
 
     def __repr__(self) -> str:
         return f"QueryableStoreTypes.{self.store_type}_store()"
@@ -43,11 +47,11 @@ class QueryableStoreTypes:
 
     @staticmethod
     def key_value_store() -> QueryableStoreType[CompositeReadOnlyKeyValueStore]:
-        return QueryableStoreType("key_value", CompositeReadOnlyKeyValueStore)
+        return QueryableStoreType(KeyValueStoreSpec, CompositeReadOnlyKeyValueStore)
 
     @staticmethod
     def window_store() -> QueryableStoreType[CompositeReadOnlyWindowStore]:
-        return QueryableStoreType("window", CompositeReadOnlyWindowStore)
+        return QueryableStoreType(WindowStoreSpec, CompositeReadOnlyWindowStore)
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,7 @@ class _Composite:
         with hosted.lock:
             if hosted.closed:
                 raise InvalidStateStoreError(_MIGRATED.format(name=self._spec.name))
-            return read(hosted.store)
+            return read(hosted.chain.typed)
 
     def _key_partition(self, key: Any) -> HostedPartition | None:
         key_bytes = self._spec.key_serde.serialize(key)

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
 from iqstate.engine import apply_offset_changes
 from iqstate.errors import CorruptStateError
 from iqstate.position import Position, TopicPartition
 from iqstate.runtime.files import replace_atomically
-from iqstate.store import StateStore
 
 FENCE_TOPIC = "__iqstate-batch-fence"
 CHECKPOINT_FILE = ".checkpoint"
@@ -94,18 +94,33 @@ def offsets_to_position(offsets: Mapping[TopicPartition, int]) -> Position:
     return Position.from_map(components)
 
 
+class Committable(Protocol):
+    """What `OffsetKeeper` needs of a store partition (a store chain offers it)."""
+
+    @property
+    def persistent(self) -> bool: ...
+
+    @property
+    def manages_offsets(self) -> bool: ...
+
+    @property
+    def position(self) -> Position: ...
+
+    def update_position(self, position: Position) -> None: ...
+
+    def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None: ...
+
+    def committed_offset(self, partition: TopicPartition) -> int | None: ...
+
+
 class OffsetKeeper:
     """Commits a store partition and answers its committed offsets, whoever keeps them."""
 
-    def __init__(self, store: StateStore, directory: Path | None) -> None:
+    def __init__(self, store: Committable, directory: Path | None) -> None:
         self._store = store
         self._managed = store.manages_offsets
         self._directory = directory if (store.persistent and not self._managed) else None
         self._offsets: dict[TopicPartition, int] = {}
-
-    @property
-    def uses_legacy_files(self) -> bool:
-        return self._directory is not None
 
     def load(self) -> None:
         """Read what a previous run left: offsets, and the position into the store."""

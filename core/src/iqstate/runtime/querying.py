@@ -61,23 +61,18 @@ def query_partition(
     if hosted is not None and (not require_active or hosted.role.is_running_active):
         with hosted.lock:
             if not hosted.closed:
-                store = hosted.store
+                chain = hosted.chain
                 try:
                     if key_bytes is None:
-                        return store.query(query, bound, config)
-                    return store.query_serialized_key(  # type: ignore[union-attr]
-                        query,  # type: ignore[arg-type]
-                        key_bytes,
-                        bound,
-                        config,
-                    )
+                        return chain.query(query, bound, config)
+                    return chain.key_lookup(query, key_bytes, bound, config)  # type: ignore[arg-type]
                 except Exception as exc:  # a layer failing is this partition's failure
                     failure = QueryResult.for_failure(
                         FailureReason.STORE_EXCEPTION,
                         f"store {spec.name!r} partition {partition} failed to handle {query!r}: "
                         f"{type(exc).__name__}: {exc}",
                     )
-                    failure.position = store.position
+                    failure.position = chain.position
                     return failure
     return unanswered(spec, hosted, partition)
 
@@ -107,7 +102,7 @@ def unanswered(spec: StoreSpec, hosted: HostedPartition | None, partition: int) 
         f"Query requires a running active replica, but partition {partition} of store "
         f"{spec.name!r} is {hosted.role.state} here.",
     )
-    failure.position = hosted.store.position
+    failure.position = hosted.chain.position
     return failure
 
 
@@ -117,7 +112,7 @@ def execute(
     # Reads the request's fields directly: this runs once per query.
     config = QueryConfig.WITH_EXECUTION_INFO if request._execution_info else QueryConfig.DEFAULT
     query, bound, require_active = request._query, request._bound, request._require_active
-    if type(query) is KeyQuery and request._partitions is None and spec.store_type == "key_value":
+    if type(query) is KeyQuery and request._partitions is None and spec.has_key_lookup:
         # The hot path: a key lookup across the store asks only the key's partition, with
         # the key's bytes, which partitioning needed anyway. A key the serde refuses takes
         # the general path, where every hosted partition reports the serde's error.
@@ -134,10 +129,15 @@ def execute(
                     )
                 }
             )
+    key_bytes = None
+    if type(query) is KeyQuery and spec.has_key_lookup:
+        # Listed partitions: each asked with the key's bytes, serialized once.
+        located = locate_key(spec, query.key)
+        key_bytes = None if located is None else located[1]
     result: StateQueryResult[Any] = StateQueryResult()
     results = result._partition_results
     for partition in partitions_to_ask(spec, request, hosted):
         results[partition] = query_partition(
-            spec, hosted.get(partition), partition, query, bound, require_active, config
+            spec, hosted.get(partition), partition, query, bound, require_active, config, key_bytes
         )
     return result

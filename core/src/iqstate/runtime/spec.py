@@ -1,14 +1,18 @@
-"""What the application declares about a store, and how it builds a partition's chain."""
+"""What the application declares about a store, and how it builds a partition's chain.
+
+Key-value and window stores are two types of declaration: each knows the chain it
+builds, the entry a batch writes for it, and how it is described on disk.
+"""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from iqstate.engine import Engine
-from iqstate.layers import MeteredKeyValueStore, MeteredWindowStore
-from iqstate.layers.chain import build_key_value_chain, build_window_chain
+from iqstate.layers.chain import StoreChain, key_value_chain, window_chain
 from iqstate.runtime.partitioner import Partitioner, murmur2_partitioner
 from iqstate.serdes import Serde
 
@@ -16,20 +20,21 @@ StoreType = Literal["key_value", "window"]
 
 
 @dataclass(frozen=True)
-class StoreSpec:
+class StoreSpec(ABC):
     """A declared store: name, partitions, engine, serdes and layer options."""
 
+    store_type: ClassVar[StoreType]
+    """How the store's type is named on disk, in metadata and in the HTTP API."""
+    has_key_lookup: ClassVar[bool]
+    """Whether a `KeyQuery` over all partitions takes the chain's key lookup."""
+
     name: str
-    store_type: StoreType
     partitions: int
     engine: Engine
     key_serde: Serde[Any]
     value_serde: Serde[Any]
-    caching: bool | int = False
     logging: bool = False
     partitioner: Partitioner | None = None
-    window_size_ms: int = 0
-    retention_ms: int = 0
     config: Mapping[str, Any] = field(default_factory=dict)
 
     partition_of: Callable[[Any, bytes], int] = field(init=False, repr=False, compare=False)
@@ -47,24 +52,13 @@ class StoreSpec:
             return murmur2_partitioner(partitions)
         return lambda key, key_bytes: checked_partition(partitioner(key, partitions), self)
 
-    def build(self) -> MeteredKeyValueStore[Any, Any] | MeteredWindowStore[Any, Any]:
+    @abstractmethod
+    def build(self) -> StoreChain[Any]:
         """A fresh, uninitialised chain for one partition."""
-        if self.store_type == "window":
-            factory = self.engine.window_store
-            assert factory is not None  # checked when the store was declared
-            return build_window_chain(
-                factory(self.name, self.window_size_ms, self.retention_ms),
-                self.key_serde,
-                self.value_serde,
-                logging=self.logging,
-            )
-        return build_key_value_chain(
-            self.engine.key_value_store(self.name),
-            self.key_serde,
-            self.value_serde,
-            caching=self.caching,
-            logging=self.logging,
-        )
+
+    @abstractmethod
+    def entry(self, key_bytes: bytes, value_bytes: bytes | None, window_start: Any) -> Any:
+        """The serialized entry a batch writes for one put, checking `window_start`."""
 
     def describe(self) -> dict[str, Any]:
         """What is recorded on disk to recognise the store on the next start."""
@@ -75,6 +69,63 @@ class StoreSpec:
             "key_serde": getattr(self.key_serde, "name", type(self.key_serde).__name__),
             "value_serde": getattr(self.value_serde, "name", type(self.value_serde).__name__),
         }
+
+
+@dataclass(frozen=True)
+class KeyValueStoreSpec(StoreSpec):
+    """A key-value store; `caching` adds a write buffer (`True`, or its size in entries)."""
+
+    store_type: ClassVar[StoreType] = "key_value"
+    has_key_lookup: ClassVar[bool] = True
+    caching: bool | int = False
+
+    def build(self) -> StoreChain[Any]:
+        return key_value_chain(
+            self.engine.key_value_store(self.name),
+            self.key_serde,
+            self.value_serde,
+            caching=self.caching,
+            logging=self.logging,
+        )
+
+    def entry(
+        self, key_bytes: bytes, value_bytes: bytes | None, window_start: Any
+    ) -> tuple[bytes, bytes | None]:
+        if window_start is not None:
+            raise TypeError(
+                f"store {self.name!r} is a key-value store: window_start is not allowed"
+            )
+        return key_bytes, value_bytes
+
+
+@dataclass(frozen=True)
+class WindowStoreSpec(StoreSpec):
+    """A window store of fixed-size windows kept for `retention_ms`."""
+
+    store_type: ClassVar[StoreType] = "window"
+    has_key_lookup: ClassVar[bool] = False
+    window_size_ms: int = 0
+    retention_ms: int = 0
+
+    def build(self) -> StoreChain[Any]:
+        factory = self.engine.window_store
+        assert factory is not None  # checked when the store was declared
+        return window_chain(
+            factory(self.name, self.window_size_ms, self.retention_ms),
+            self.key_serde,
+            self.value_serde,
+            logging=self.logging,
+        )
+
+    def entry(
+        self, key_bytes: bytes, value_bytes: bytes | None, window_start: Any
+    ) -> tuple[bytes, int, bytes | None]:
+        if isinstance(window_start, bool) or not isinstance(window_start, int):
+            raise TypeError(
+                f"store {self.name!r} is a window store: put needs window_start=<ms> (an int), "
+                f"got {window_start!r}"
+            )
+        return key_bytes, window_start, value_bytes
 
 
 def checked_partition(chosen: object, spec: StoreSpec) -> int:

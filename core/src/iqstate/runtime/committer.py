@@ -1,0 +1,76 @@
+"""Applying a batch to the hosted partitions: refuse it whole, or commit each partition."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from iqstate.changelog import ChangelogWriter
+from iqstate.errors import BatchGapError, InvalidStateStoreError
+from iqstate.runtime.batch import Batch, StorePartition
+from iqstate.runtime.partitions import HostedPartitions
+
+
+class BatchCommitter:
+    """Checks a batch against the hosted partitions, then commits it partition by partition.
+
+    Everything that would make a batch wrong for some partition (a store it does not cover,
+    a partition not hosted as a running active replica, a gap after a partition's fence) is
+    found before anything is written, so a refused batch writes nothing.
+    """
+
+    def __init__(self, partitions: HostedPartitions, changelog: ChangelogWriter | None) -> None:
+        self._partitions = partitions
+        self._changelog = changelog
+
+    def commit(self, batch: Batch) -> tuple[frozenset[StorePartition], frozenset[StorePartition]]:
+        pending = batch.pending()
+        self._check_targets(batch, pending)
+        covered = self._partitions.store_names() if batch.stores is None else sorted(batch.stores)
+        if not batch.allow_gaps:
+            self._check_no_gaps(covered, batch.batch_id)
+        applied: list[StorePartition] = []
+        skipped: list[StorePartition] = []
+        for name in covered:
+            for partition, hosted in sorted(self._partitions.of_store(name).items()):
+                if not hosted.role.is_running_active:
+                    continue
+                changelog = self._changelog if hosted.spec.logging else None
+                entries = pending.get((name, partition), [])
+                done = hosted.apply(entries, batch.position, batch.batch_id, changelog)
+                (applied if done else skipped).append((name, partition))
+        return frozenset(applied), frozenset(skipped)
+
+    def _check_targets(self, batch: Batch, pending: Mapping[StorePartition, object]) -> None:
+        for name, partition in pending:
+            if batch.stores is not None and name not in batch.stores:
+                raise InvalidStateStoreError(
+                    f"batch writes to store {name!r}, which is not among the stores it "
+                    f"covers ({', '.join(sorted(batch.stores))}); nothing was written"
+                )
+            hosted = self._partitions.of_store(name).get(partition)
+            if hosted is None or not hosted.role.is_running_active:
+                role = "not hosted" if hosted is None else hosted.role.state
+                raise InvalidStateStoreError(
+                    f"batch writes to store {name!r} partition {partition}, which this "
+                    f"instance does not host as a running active replica ({role}); "
+                    "nothing was written"
+                )
+
+    def _check_no_gaps(self, covered: list[str], batch_id: int | None) -> None:
+        gaps = [
+            f"store {name!r} partition {partition} (last batch {hosted.fence}, missing "
+            f"{_describe_ids(missing)})"
+            for name in covered
+            for partition, hosted in sorted(self._partitions.of_store(name).items())
+            if hosted.role.is_running_active and (missing := hosted.missing_batches(batch_id))
+        ]
+        if gaps:
+            raise BatchGapError(
+                f"batch {batch_id} skips batches on {'; '.join(gaps)}: those partitions were "
+                "rolled back or replaced. Nothing was written. Replay the missing batches, "
+                "or pass allow_gaps=True to begin_batch if the batch ids are not consecutive"
+            )
+
+
+def _describe_ids(ids: range) -> str:
+    return str(ids.start) if len(ids) == 1 else f"{ids.start}..{ids.stop - 1}"

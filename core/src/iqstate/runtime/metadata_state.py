@@ -1,0 +1,90 @@
+"""Discovery and lag: where every store partition lives, and how far local replicas lag.
+
+Like Kafka Streams' `StreamsMetadataState`, answers come from the assignment the provider
+knows for the whole cluster; lags come from the hosted partitions' committed offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from iqstate.position import TopicPartition
+from iqstate.runtime.assignment import Assignment, AssignmentProvider
+from iqstate.runtime.metadata import HostInfo, KeyQueryMetadata, LagInfo, StreamsMetadata
+from iqstate.runtime.partitioner import Partitioner, partition_for_bytes
+from iqstate.runtime.partitions import HostedPartitions, changelog_partition
+from iqstate.runtime.spec import StoreSpec, checked_partition
+from iqstate.serdes import Serde
+
+
+class MetadataState:
+    """Answers `all_metadata`, `query_metadata_for_key` and local lags for an application."""
+
+    def __init__(
+        self,
+        application_id: str,
+        specs: Mapping[str, StoreSpec],
+        assignment: AssignmentProvider,
+        partitions: HostedPartitions,
+    ) -> None:
+        self._application_id = application_id
+        self._specs = specs
+        self._assignment = assignment
+        self._partitions = partitions
+
+    def _metadata_for(self, host: HostInfo, assignment: Assignment) -> StreamsMetadata:
+        active_names: set[str] = set()
+        standby_names: set[str] = set()
+        active_tps: set[TopicPartition] = set()
+        standby_tps: set[TopicPartition] = set()
+        for name, partition, role in assignment.items():
+            names, tps = (
+                (active_names, active_tps) if role.is_active else (standby_names, standby_tps)
+            )
+            names.add(name)
+            tps.add(changelog_partition(self._application_id, name, partition))
+        return StreamsMetadata(
+            host, frozenset(active_names), frozenset(active_tps),
+            frozenset(standby_names), frozenset(standby_tps),
+        )  # fmt: skip
+
+    def all_metadata(self) -> list[StreamsMetadata]:
+        cluster = self._assignment.cluster()
+        return [self._metadata_for(host, cluster[host]) for host in sorted(cluster)]
+
+    def for_key(
+        self,
+        spec: StoreSpec,
+        key: Any,
+        serializer: Serde[Any] | None,
+        partitioner: Partitioner | None,
+    ) -> KeyQueryMetadata:
+        if partitioner is not None:
+            partition = checked_partition(partitioner(key, spec.partitions), spec)
+        elif serializer is not None:
+            partition = partition_for_bytes(serializer.serialize(key), spec.partitions)
+        else:
+            partition = spec.partition_of(key, spec.key_serde.serialize(key))
+        active = HostInfo.unavailable()
+        standbys: set[HostInfo] = set()
+        for host, assignment in self._assignment.cluster().items():
+            role = assignment.role(spec.name, partition)
+            if role is None:
+                continue
+            if role.is_active:
+                active = host
+            else:
+                standbys.add(host)
+        return KeyQueryMetadata(active, frozenset(standbys), partition)
+
+    def local_lags(self) -> dict[str, dict[int, LagInfo]]:
+        lags: dict[str, dict[int, LagInfo]] = {}
+        for name in self._partitions.store_names():
+            for partition, hosted in sorted(self._partitions.of_store(name).items()):
+                current = hosted.committed_changelog_offset() or 0
+                end = self._assignment.end_offset(name, partition)
+                if end is None or hosted.role.is_running_active:
+                    end = max(current, end or 0)
+                lags.setdefault(name, {})[partition] = LagInfo(current, end, hosted.rebuilt)
+        return lags

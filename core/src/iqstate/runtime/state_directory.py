@@ -1,0 +1,69 @@
+"""The application's state directory: its lock, the store directories and what they record.
+
+`<state_dir>/<application_id>/` holds one directory per persistent store, with the store's
+declaration (`store.json`, so a store declared differently on a later run is refused), the
+record of partitions with committed data, and one directory per partition. Like Kafka
+Streams' `StateDirectory`, it is locked for the whole life of a running application.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from iqstate.errors import CorruptStateError, IncompatibleStateError
+from iqstate.runtime.committed import CommittedPartitions
+from iqstate.runtime.lock import DirectoryLock
+from iqstate.runtime.spec import StoreSpec
+
+STORE_METADATA_FILE = "store.json"
+
+
+class StateDirectory:
+    """`<state_dir>/<application_id>/`: locking, checking and laying out store directories."""
+
+    def __init__(self, state_dir: Path, application_id: str) -> None:
+        self.path = state_dir / application_id
+        self._lock = DirectoryLock(self.path)
+
+    def lock(self) -> None:
+        """Take the directory for this process; `StateDirectoryLockedError` names the holder."""
+        self._lock.acquire()
+
+    def unlock(self) -> None:
+        self._lock.release()
+
+    def check_stores(self, specs: list[StoreSpec]) -> dict[str, CommittedPartitions]:
+        """Recognise persistent stores from an earlier run, refuse ones declared differently,
+        and return each persistent store's record of partitions with committed data."""
+        records: dict[str, CommittedPartitions] = {}
+        for spec in specs:
+            if not spec.engine.persistent:
+                continue
+            directory = self.path / spec.name
+            directory.mkdir(parents=True, exist_ok=True)
+            metadata_file = directory / STORE_METADATA_FILE
+            declared = spec.describe()
+            if metadata_file.exists():
+                try:
+                    recorded = json.loads(metadata_file.read_text(encoding="utf-8"))
+                except (OSError, ValueError) as exc:
+                    raise CorruptStateError(f"cannot read {metadata_file}: {exc}") from exc
+                if recorded != declared:
+                    raise IncompatibleStateError(
+                        f"store {spec.name!r} in {directory} was created as {recorded} but is "
+                        f"declared as {declared}; move the directory away or declare the "
+                        "store as it was"
+                    )
+            else:
+                metadata_file.write_text(json.dumps(declared, sort_keys=True), encoding="utf-8")
+            records[spec.name] = CommittedPartitions(directory)
+        return records
+
+    def partition_directory(self, spec: StoreSpec, partition: int) -> Path | None:
+        """The directory of a persistent store partition (created), `None` for others."""
+        if not spec.engine.persistent:
+            return None
+        directory = self.path / spec.name / str(partition)
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
