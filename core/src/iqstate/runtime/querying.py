@@ -118,18 +118,18 @@ def execute(
         # the general path, where every hosted partition reports the serde's error.
         located = locate_key(spec, query.key)
         if located is not None:
-            partition, key_bytes = located
+            partition, raw_key = located
             owner = hosted.get(partition)
             if owner is None:
                 return StateQueryResult()
             return StateQueryResult(
                 {
                     partition: query_partition(
-                        spec, owner, partition, query, bound, require_active, config, key_bytes
+                        spec, owner, partition, query, bound, require_active, config, raw_key
                     )
                 }
             )
-    key_bytes = None
+    key_bytes: bytes | None = None
     if type(query) is KeyQuery and spec.has_key_lookup:
         # Listed partitions: each asked with the key's bytes, serialized once.
         located = locate_key(spec, query.key)
