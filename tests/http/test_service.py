@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,31 +13,6 @@ from iqstate_http import start_background
 
 from iqstate import ACTIVE, Application, Assignment, HostInfo, StaticAssignment
 from iqstate.runtime import partition_for_bytes
-
-
-@pytest.fixture
-def app(tmp_path: Path) -> Iterator[Application]:
-    application = Application("web", tmp_path)
-    application.key_value_store("counts", 3, value_serde="int64")
-    application.key_value_store("by-id", 2, key_serde="int64")
-    application.window_store("per-minute", 2, 60_000, 3_600_000, value_serde="int64")
-    with application:
-        with application.begin_batch(position={"words": {0: 7}}, batch_id=1) as batch:
-            batch.put_all("counts", [("spark", 3), ("kafka", 5), ("flink", 1)])
-            batch.put("by-id", 42, {"name": "answer"})
-            batch.put("per-minute", "spark", 2, window_start=60_000)
-        yield application
-
-
-@pytest.fixture
-def client(app: Application) -> Iterator[httpx.Client]:
-    server = start_background(app)
-    try:
-        assert server.url.startswith("http://127.0.0.1:")
-        with httpx.Client(base_url=server.url, timeout=10) as http:
-            yield http
-    finally:
-        server.stop()
 
 
 def test_key_lookup(client: httpx.Client) -> None:
@@ -92,18 +66,14 @@ def test_iqv2_query_per_partition(client: httpx.Client) -> None:
         json={
             "store": "counts",
             "query": {"type": "key", "key": "spark"},
-            "partitions": [0, 9],
+            "partitions": [0],
             "bound": {"words": {"0": 99}},
             "require_active": True,
         },
     ).json()
-    assert failing["partitions"]["9"] == {
-        "ok": False,
-        "failure": "DOES_NOT_EXIST",
-        "position": None,
-        "message": failing["partitions"]["9"]["message"],
-    }
+    assert list(failing["partitions"]) == ["0"]
     assert failing["partitions"]["0"]["failure"] == "NOT_UP_TO_BOUND"
+    assert failing["partitions"]["0"]["ok"] is False
     windows = client.post(
         "/v1/query",
         json={
@@ -186,17 +156,6 @@ def test_metadata_lags_health_and_503(app: Application, client: httpx.Client) ->
     assert client.get("/v1/health").status_code == 503
     stopped = client.get("/v1/stores/counts/keys/spark")
     assert stopped.status_code == 503 and stopped.json()["error"]["code"] == "not_running"
-
-
-def test_openapi_document(client: httpx.Client) -> None:
-    document = client.get("/openapi.json").json()
-    assert document["openapi"].startswith("3.")
-    assert {"/v1/query", "/v1/stores/{store}/keys/{key}", "/v1/metadata", "/v1/lags"} <= set(
-        document["paths"]
-    )
-    from openapi_spec_validator import validate
-
-    validate(document)
 
 
 json_values = st.recursive(

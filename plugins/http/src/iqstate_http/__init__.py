@@ -6,6 +6,7 @@ from iqstate_http.client import (
     RemoteQueryClient,
     RemoteSession,
 )
+from iqstate_http.limits import ConnectionLimits
 from iqstate_http.server import BackgroundServer, serve, start_background
 from iqstate_http.service import QueryService
 
@@ -13,6 +14,7 @@ __all__ = [
     "AsyncRemoteQueryClient",
     "AsyncRemoteSession",
     "BackgroundServer",
+    "ConnectionLimits",
     "QueryService",
     "RemoteQueryClient",
     "RemoteSession",

@@ -9,10 +9,11 @@ more through `iqstate_register_query_codecs`.
 from __future__ import annotations
 
 import base64
-import binascii
 import functools
 import json
+import re
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from typing import Any
 
 from iqstate import (
@@ -29,6 +30,7 @@ from iqstate import (
 )
 from iqstate.plugins import PluginRegistry, QueryCodec
 from iqstate.runtime.spec import StoreSpec
+from iqstate_http import jsonin
 
 
 class BadRequest(ValueError):
@@ -49,42 +51,67 @@ def expected_type(serde: Any) -> str:
     return f"{_TYPE_NAMES.get(name, name)} (serde {name})"
 
 
-def from_json(spec: StoreSpec, value: Any, what: str = "key") -> Any:
-    """A JSON key (or value) as the store's serde expects it; `BadRequest` naming the type."""
-    serde = spec.key_serde if what == "key" else spec.value_serde
-    if getattr(serde, "name", None) == "bytes":
-        if not isinstance(value, str):
-            raise BadRequest(f"store {spec.name!r} expects {what}s of type {expected_type(serde)}")
-        try:
-            value = base64.b64decode(value, validate=True)
-        except binascii.Error as exc:
-            raise BadRequest(f"store {spec.name!r}: {what} is not valid base64: {exc}") from exc
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+"""Padded standard base64: the form `bytes` keys take in JSON and in URLs."""
+INTEGER = r"^-?[0-9]+$"
+NUMBER = r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?$"
+"""A JSON number: the form `float64` keys take in URLs."""
+_BASE64, _INTEGER, _NUMBER = re.compile(BASE64), re.compile(INTEGER), re.compile(NUMBER)
+
+
+def key_from_json(spec: StoreSpec, value: Any) -> Any:
+    """A JSON key as the store's key serde expects it; `BadRequest` naming the type."""
+    serde = spec.key_serde
+    name = getattr(serde, "name", None)
+    if value is None:
+        raise BadRequest(f"store {spec.name!r}: a key must not be null")
+    if (
+        name == "int64"
+        and isinstance(value, float)
+        and (whole := jsonin.integer(value)) is not None
+    ):
+        value = whole  # 2.0 is the integer 2 in JSON
+    if name == "bytes":
+        if not isinstance(value, str) or not _BASE64.fullmatch(value):
+            raise BadRequest(
+                f"store {spec.name!r} expects keys of type {expected_type(serde)} "
+                f"(padded standard base64), got {json.dumps(value)[:60]}"
+            )
+        value = base64.b64decode(value)
     try:
         serde.serialize(value)
     except Exception as exc:
         raise BadRequest(
-            f"store {spec.name!r} expects {what}s of type {expected_type(serde)}, "
+            f"store {spec.name!r} expects keys of type {expected_type(serde)}, "
             f"got {json.dumps(value)[:60]}"
         ) from exc
     return value
 
 
 def key_from_path(spec: StoreSpec, text: str) -> Any:
-    """A key given in a URL path, parsed for the store's key serde."""
+    """A key given in a URL path, parsed for the store's key serde: `int64` and `float64`
+    keys are decimal JSON numbers, `json` keys JSON text, any other key the text itself."""
     name = getattr(spec.key_serde, "name", None)
     try:
         if name == "int64":
-            return from_json(spec, int(text))
+            if _INTEGER.fullmatch(text):
+                return key_from_json(spec, int(text))
+            if not _NUMBER.fullmatch(text) or not (exact := Decimal(text)) == exact.to_integral():
+                raise ValueError("not an integer")
+            return key_from_json(spec, int(exact))
         if name == "float64":
-            return from_json(spec, float(text))
+            if not _NUMBER.fullmatch(text):
+                raise ValueError("not a number")
+            return key_from_json(spec, jsonin.loads(text))
         if name == "json":
-            return from_json(spec, json.loads(text))
+            return key_from_json(spec, jsonin.loads(text))
     except ValueError as exc:
         expected = expected_type(spec.key_serde)
         raise BadRequest(
-            f"store {spec.name!r} expects keys of type {expected}, got {text!r}"
+            f"store {spec.name!r} expects keys of type {expected}, got {text[:60]!r}: {exc}"
         ) from exc
-    return from_json(spec, text)
+    return key_from_json(spec, text)
 
 
 def to_json(value: Any) -> Any:
@@ -122,23 +149,28 @@ def position_to_json(position: Position | None) -> dict[str, dict[str, int]] | N
 
 
 def position_from_json(body: Any) -> Position:
-    if not isinstance(body, dict):
+    """A position `{topic: {partition: offset}}`: partitions are decimal strings, offsets
+    integers; anything else is a `BadRequest`."""
+    if not isinstance(body, dict) or not all(isinstance(parts, dict) for parts in body.values()):
         raise BadRequest("a position is an object {topic: {partition: offset}}")
+    offsets: dict[str, dict[int, int]] = {}
+    for topic, parts in body.items():
+        for partition, offset in parts.items():
+            if not (partition.isascii() and partition.isdigit()):
+                raise BadRequest(f"malformed position: partition {partition[:40]!r} of {topic!r}")
+            if (number := jsonin.integer(offset)) is None:
+                raise BadRequest(f"malformed position: offset {json.dumps(offset)[:40]}")
+            offsets.setdefault(topic, {})[int(partition)] = number
     try:
-        return Position.from_map(
-            {
-                str(topic): {int(p): int(o) for p, o in parts.items()}
-                for topic, parts in body.items()
-            }
-        )
-    except (AttributeError, TypeError, ValueError) as exc:
+        return Position.from_map(offsets)
+    except (TypeError, ValueError) as exc:
         raise BadRequest(f"malformed position: {exc}") from exc
 
 
 def _int(body: Mapping[str, Any], field: str) -> int:
-    value = body.get(field)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"query field {field!r} must be an integer (milliseconds)")
+    value = jsonin.integer(body.get(field))
+    if value is None or not INT64_MIN <= value <= INT64_MAX:
+        raise BadRequest(f"query field {field!r} must be a 64-bit integer (milliseconds)")
     return value
 
 
@@ -149,8 +181,11 @@ ToJson = Callable[[Any], Any]
 def _decode_key(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
     if "key" not in body or body["key"] is None:
         raise BadRequest("a key query needs a non-null 'key'")
+    skip_cache = body.get("skip_cache", False)
+    if not isinstance(skip_cache, bool):
+        raise BadRequest("a key query's 'skip_cache' must be true or false")
     query: KeyQuery[Any, Any] = KeyQuery.with_key(key(body["key"]))
-    return query.skip_cache() if body.get("skip_cache") else query
+    return query.skip_cache() if skip_cache else query
 
 
 def _decode_range(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
@@ -205,6 +240,15 @@ BUILTIN_CODECS: dict[str, QueryCodec] = {
 }
 
 
+BUILTIN_STORE_TYPES = {
+    "key": "key_value",
+    "range": "key_value",
+    "window_key": "window",
+    "window_range": "window",
+}
+"""The kind of store each built-in query type is for (plugin query types say nothing)."""
+
+
 class Codecs:
     """Every codec: the built-in ones and those plugins registered (by type name)."""
 
@@ -222,8 +266,15 @@ class Codecs:
             raise BadRequest(
                 f"unknown query type {body['type']!r}; known types: {sorted(self.by_name)}"
             )
+        kind = BUILTIN_STORE_TYPES.get(codec.name, spec.store_type)
+        if kind != spec.store_type:
+            serves = sorted(n for n, k in BUILTIN_STORE_TYPES.items() if k == spec.store_type)
+            raise BadRequest(
+                f"store {spec.name!r} is a {spec.store_type} store: {body['type']!r} queries "
+                f"are for {kind} stores; its query types are {serves}"
+            )
         try:
-            query: Query[Any] = codec.decode(body, lambda value: from_json(spec, value))
+            query: Query[Any] = codec.decode(body, lambda value: key_from_json(spec, value))
         except BadRequest:
             raise
         except (TypeError, ValueError) as exc:

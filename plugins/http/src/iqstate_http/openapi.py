@@ -1,166 +1,373 @@
-"""The OpenAPI 3.1 document of the service (served at `/openapi.json`)."""
+"""The OpenAPI 3.1 document of one service (served at `/openapi.json`).
+
+It is built from the application's stores, so it says exactly what the service accepts:
+each store's name, the routes that serve it, the JSON type of its keys and the query types
+it answers, and the partitions a request may name. Clients and fuzzers generating requests
+from it reach the stores instead of guessing their names. The bearer scheme is declared,
+and required on the data routes when the service has a token.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-_ERROR = {
-    "description": "error",
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+from iqstate.runtime.spec import StoreSpec
+from iqstate_http.codecs import BASE64, BUILTIN_CODECS, INT64_MAX, INT64_MIN, Codecs
+from iqstate_http.jsonin import MAX_DEPTH
+
+_INT64 = {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX}
+_FLOAT64_MAX = 1.7976931348623157e308
+_BODY_KEY_SCHEMAS: dict[str, dict[str, Any]] = {
+    "string": {"type": "string"},
+    "int64": _INT64,
+    "float64": {"type": "number", "minimum": -_FLOAT64_MAX, "maximum": _FLOAT64_MAX},
+    "bytes": {"type": "string", "pattern": BASE64, "contentEncoding": "base64"},
+    "json": {
+        "not": {"type": "null"},
+        "description": f"any JSON value but null, nested at most {MAX_DEPTH} levels",
+    },
 }
-_ERRORS = {
-    code: {**_ERROR, "description": text}
-    for code, text in {
-        "400": "malformed request, unknown query type, or a key that does not parse",
-        "401": "missing or wrong bearer token",
-        "404": "unknown store",
-        "413": "request body too large",
-        "503": "the application is not running, or the partition cannot answer",
-    }.items()
-}
-_JSON_ANY: dict[str, Any] = {}
 _POSITION = {
     "type": "object",
-    "additionalProperties": {"type": "object", "additionalProperties": {"type": "integer"}},
+    "description": "{topic: {partition: offset}}",
+    "propertyNames": {"minLength": 1},
+    "additionalProperties": {
+        "type": "object",
+        "propertyNames": {"pattern": "^[0-9]+$"},
+        "additionalProperties": {"type": "integer"},
+    },
+}
+_NULLABLE_POSITION = {"anyOf": [_POSITION, {"type": "null"}]}
+_HOSTED = {
+    "type": "object",
+    "additionalProperties": {"type": "array", "items": {"type": "integer"}},
+}
+_INSTANCE = {
+    "type": "object",
+    "required": ["host", "port", "active", "standby"],
+    "properties": {
+        "host": {"type": "string"},
+        "port": {"type": "integer"},
+        "active": _HOSTED,
+        "standby": _HOSTED,
+    },
+}
+_KEY_PLACE = {
+    "type": "object",
+    "required": ["active", "standbys", "partition"],
+    "properties": {
+        "active": {"type": ["string", "null"], "description": "host:port, null if none"},
+        "standbys": {"type": "array", "items": {"type": "string"}},
+        "partition": {"type": "integer"},
+    },
+}
+_STORE = {
+    "type": "object",
+    "required": ["type", "partitions", "key_serde", "value_serde"],
+    "properties": {
+        "type": {"enum": ["key_value", "window"]},
+        "partitions": {"type": "integer"},
+        "key_serde": {"type": "string"},
+        "value_serde": {"type": "string"},
+        "window_size_ms": {"type": "integer"},
+        "retention_ms": {"type": "integer"},
+    },
+}
+_LAGS = {
+    "type": "object",
+    "additionalProperties": {
+        "type": "object",
+        "additionalProperties": {
+            "type": "object",
+            "required": ["current", "end", "lag", "rebuilt"],
+            "properties": {
+                "current": {"type": "integer"},
+                "end": {"type": "integer"},
+                "lag": {"type": "integer"},
+                "rebuilt": {"type": "boolean"},
+            },
+        },
+    },
+}
+_PARTITIONS = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["store", "partition", "role", "position"],
+        "properties": {
+            "store": {"type": "string"},
+            "partition": {"type": "integer"},
+            "role": {"type": "string"},
+            "position": _NULLABLE_POSITION,
+        },
+    },
+}
+_HEALTH = {
+    "type": "object",
+    "required": ["status", "state"],
+    "properties": {"status": {"enum": ["ok", "unavailable"]}, "state": {"type": "string"}},
+}
+_KEY_ANSWER = {
+    "type": "object",
+    "required": ["value", "partition", "position"],
+    "properties": {
+        "value": {"description": "the value as JSON; null for an absent key"},
+        "partition": {"type": "integer"},
+        "position": _NULLABLE_POSITION,
+    },
+}
+_QUERY_ANSWER = {
+    "type": "object",
+    "required": ["store", "partitions", "position"],
+    "properties": {
+        "store": {"type": "string"},
+        "position": _NULLABLE_POSITION,
+        "partitions": {
+            "type": "object",
+            "description": "per partition: its result, or its failure",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["ok", "position"],
+                "properties": {
+                    "ok": {"type": "boolean"},
+                    "value": {"description": "the result as JSON"},
+                    "failure": {"type": "string"},
+                    "message": {"type": "string"},
+                    "position": _NULLABLE_POSITION,
+                    "execution_info": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        },
+    },
+}
+_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+        }
+    },
+}
+_ERROR_TEXTS = {
+    "400": "malformed request: a field, a key or a partition the store does not accept",
+    "404": "unknown store",
+    "413": "request body over the limit",
+    "500": "an unexpected failure (the connection is closed after it)",
+    "503": "the application is not running, or the partition cannot answer",
 }
 
 
-def _get(summary: str, schema: dict[str, Any], parameters: list[str]) -> dict[str, Any]:
-    return {
-        "get": {
-            "summary": summary,
-            "parameters": [
-                {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-                for name in parameters
-            ],
-            "responses": {
-                "200": {"description": "ok", "content": {"application/json": {"schema": schema}}},
-                **_ERRORS,
-            },
+def _one_of(options: list[dict[str, Any]]) -> dict[str, Any]:
+    if not options:
+        return {"not": {}, "description": "no store is declared"}
+    return options[0] if len(options) == 1 else {"oneOf": options}
+
+
+def _serde(serde: Any) -> str:
+    return str(getattr(serde, "name", type(serde).__name__))
+
+
+def _body_key(spec: StoreSpec) -> dict[str, Any]:
+    """A key in a JSON body (never null)."""
+    name = _serde(spec.key_serde)
+    return _BODY_KEY_SCHEMAS.get(name, {"description": f"a key serde {name!r} accepts"})
+
+
+def _queries(spec: StoreSpec) -> list[dict[str, Any]]:
+    key = _body_key(spec)
+    bound = {"anyOf": [key, {"type": "null"}]}
+
+    def query(name: str, required: list[str], **fields: Any) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "required": ["type", *required],
+            "properties": {"type": {"const": name}, **fields},
         }
+
+    if spec.store_type == "window":
+        return [
+            query("window_key", ["key", "time_from", "time_to"], key=key,
+                  time_from=_INT64, time_to=_INT64),
+            query("window_range", ["time_from", "time_to"], time_from=_INT64, time_to=_INT64),
+        ]  # fmt: skip
+    return [
+        query("key", ["key"], key=key, skip_cache={"type": "boolean"}),
+        query("range", [], lower=bound, upper=bound,
+              order={"enum": ["any", "ascending", "descending"]}),
+    ]  # fmt: skip
+
+
+def _query_request(spec: StoreSpec) -> dict[str, Any]:
+    partition = {"type": "integer", "minimum": 0, "maximum": spec.partitions - 1}
+    return {
+        "type": "object",
+        "required": ["store", "query"],
+        "properties": {
+            "store": {"const": spec.name},
+            "query": _one_of(_queries(spec)),
+            "partitions": {
+                "description": "the partitions to ask (default: all)",
+                "anyOf": [{"type": "array", "items": partition}, {"type": "null"}],
+            },
+            "bound": {**_NULLABLE_POSITION, "description": "the position to be up to"},
+            "require_active": {"type": "boolean"},
+            "execution_info": {"type": "boolean"},
+        },
     }
 
 
-OPENAPI: dict[str, Any] = {
-    "openapi": "3.1.0",
-    "info": {"title": "iqstate query service", "version": "1"},
-    "paths": {
-        "/v1/health": _get("whether the application is running", {"type": "object"}, []),
-        "/v1/query": {
-            "post": {
-                "summary": "run an IQv2 request",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {"$ref": "#/components/schemas/QueryRequest"}
-                        }
-                    },
-                },
-                "responses": {
-                    "200": {
-                        "description": "per-partition results",
-                        "content": {
-                            "application/json": {
-                                "schema": {"$ref": "#/components/schemas/QueryResponse"}
-                            }
-                        },
-                    },
-                    **_ERRORS,
-                },
+def _path_key(spec: StoreSpec) -> dict[str, Any] | None:
+    """The `{key}` path parameter: the key as text; `None` for `json` keys, whose GET routes
+    take JSON text, which a path parameter's schema cannot describe (the document lists the
+    JSON-bodied routes for them instead)."""
+    name = _serde(spec.key_serde)
+    if name == "json":
+        return None
+    schema = _BODY_KEY_SCHEMAS.get(name, {"type": "string"})
+    return {
+        "name": "key",
+        "in": "path",
+        "required": True,
+        "schema": {k: v for k, v in schema.items() if k != "contentEncoding"},
+    }
+
+
+class _Operations:
+    """Operations sharing the service's error responses and security requirement."""
+
+    def __init__(self, secured: bool) -> None:
+        self.secured = secured
+
+    def _errors(self, codes: list[str]) -> dict[str, Any]:
+        errors = {
+            code: {
+                "description": _ERROR_TEXTS[code],
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
             }
-        },
-        "/v1/stores/{store}/keys/{key}": _get(
-            "look a key up",
-            {
-                "type": "object",
-                "required": ["value", "partition", "position"],
-                "properties": {
-                    "value": _JSON_ANY,
-                    "partition": {"type": "integer"},
-                    "position": _POSITION,
-                },
-            },
-            ["store", "key"],
-        ),
-        "/v1/metadata": _get("every instance and what it hosts", {"type": "array"}, []),
-        "/v1/metadata/stores/{store}": _get(
-            "instances hosting a store", {"type": "array"}, ["store"]
-        ),
-        "/v1/metadata/stores/{store}/keys/{key}": _get(
-            "where a key lives", {"type": "object"}, ["store", "key"]
-        ),
-        "/v1/lags": _get("local partitions' changelog lag", {"type": "object"}, []),
-        "/v1/partitions": _get("local partitions: role and position", {"type": "array"}, []),
-    },
-    "components": {
-        "schemas": {
-            "Error": {
-                "type": "object",
-                "required": ["error"],
-                "properties": {
-                    "error": {
-                        "type": "object",
-                        "required": ["code", "message"],
-                        "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
-                    }
-                },
-            },
-            "Query": {
-                "type": "object",
-                "required": ["type"],
-                "properties": {
-                    "type": {
-                        "type": "string",
-                        "description": "key, range, window_key, window_range, or a plugin's",
-                    },
-                    "key": _JSON_ANY,
-                    "skip_cache": {"type": "boolean"},
-                    "lower": _JSON_ANY,
-                    "upper": _JSON_ANY,
-                    "order": {"enum": ["any", "ascending", "descending"]},
-                    "time_from": {"type": "integer"},
-                    "time_to": {"type": "integer"},
-                },
-            },
-            "QueryRequest": {
-                "type": "object",
-                "required": ["store", "query"],
-                "properties": {
-                    "store": {"type": "string"},
-                    "query": {"$ref": "#/components/schemas/Query"},
-                    "partitions": {
-                        "type": ["array", "null"],
-                        "items": {"type": "integer", "minimum": 0},
-                    },
-                    "bound": {"oneOf": [_POSITION, {"type": "null"}]},
-                    "require_active": {"type": "boolean"},
-                    "execution_info": {"type": "boolean"},
-                },
-            },
-            "QueryResponse": {
-                "type": "object",
-                "required": ["store", "partitions", "position"],
-                "properties": {
-                    "store": {"type": "string"},
-                    "position": _POSITION,
-                    "partitions": {
-                        "type": "object",
-                        "additionalProperties": {
-                            "type": "object",
-                            "required": ["ok", "position"],
-                            "properties": {
-                                "ok": {"type": "boolean"},
-                                "value": _JSON_ANY,
-                                "failure": {"type": "string"},
-                                "message": {"type": "string"},
-                                "position": {"oneOf": [_POSITION, {"type": "null"}]},
-                                "execution_info": {"type": "array", "items": {"type": "string"}},
-                            },
-                        },
-                    },
-                },
+            for code in codes
+        }
+        if self.secured:
+            errors["401"] = {
+                "description": "the bearer token is missing or wrong",
+                "headers": {"WWW-Authenticate": {"schema": {"type": "string"}, "required": True}},
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+            }
+        return errors
+
+    def operation(
+        self,
+        summary: str,
+        answer: dict[str, Any],
+        *,
+        parameters: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        body: dict[str, Any] | None = None,
+        public: bool = False,
+        media: str = "application/json",
+    ) -> dict[str, Any]:
+        codes = ["400", "404", "500", "503"] + (["413"] if body is not None else [])
+        operation: dict[str, Any] = {
+            "summary": summary,
+            "responses": {
+                "200": {"description": "ok", "content": {media: {"schema": answer}}},
+                **({"503": self._errors(["503"])["503"]} if public else self._errors(codes)),
             },
         }
-    },
-}
+        if parameters:
+            operation["parameters"] = list(parameters)
+        if body is not None:
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": body}},
+            }
+        if self.secured and not public:
+            operation["security"] = [{"bearer": []}]
+        return operation
+
+
+def openapi_document(
+    stores: Mapping[str, StoreSpec], codecs: Codecs, *, secured: bool
+) -> dict[str, Any]:
+    """The document for a service over `stores` (`secured`: it requires a bearer token)."""
+    ops = _Operations(secured)
+    specs = [stores[name] for name in sorted(stores)]
+    store_parameter = {
+        "name": "store",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "enum": [spec.name for spec in specs]},
+    }
+    plugin_types = sorted(set(codecs.by_name) - set(BUILTIN_CODECS))
+    paths: dict[str, Any] = {
+        "/": {"get": ops.operation("the state browser page", {"type": "string"},
+                                   public=True, media="text/html")},
+        "/openapi.json": {"get": ops.operation("this document", {"type": "object"}, public=True)},
+        "/v1/health": {"get": ops.operation("whether the application is running", _HEALTH,
+                                            public=True)},
+        "/v1/query": {
+            "post": {
+                **ops.operation(
+                    "run an IQv2 request", _QUERY_ANSWER,
+                    body={"$ref": "#/components/schemas/QueryRequest"},
+                ),
+                "description": "Per-partition failures are results with \"ok\": false. "
+                "Query types that plugins registered are accepted too (their fields are "
+                "the plugin's): " + (", ".join(plugin_types) or "none installed") + ".",
+            }
+        },
+        "/v1/stores": {"get": ops.operation("the stores: kind, partitions, serdes",
+                                            {"type": "object", "additionalProperties": _STORE})},
+        "/v1/metadata": {"get": ops.operation("every instance and what it hosts",
+                                              {"type": "array", "items": _INSTANCE})},
+        "/v1/metadata/stores/{store}": {
+            "get": ops.operation("the instances hosting a store",
+                                 {"type": "array", "items": _INSTANCE},
+                                 parameters=[store_parameter])
+        },
+        "/v1/metadata/key": {
+            "post": ops.operation(
+                "where a key lives (the key as JSON)", _KEY_PLACE,
+                body={"$ref": "#/components/schemas/KeyPlaceRequest"},
+            )
+        },
+        "/v1/lags": {"get": ops.operation("this instance's partitions' changelog lag", _LAGS)},
+        "/v1/partitions": {"get": ops.operation("this instance's partitions: role, position",
+                                                _PARTITIONS)},
+    }  # fmt: skip
+    for spec in specs:
+        key = _path_key(spec)
+        if key is None:
+            continue
+        paths[f"/v1/metadata/stores/{spec.name}/keys/{{key}}"] = {
+            "get": ops.operation(f"where a key of {spec.name!r} lives", _KEY_PLACE,
+                                 parameters=[key])
+        }  # fmt: skip
+        if spec.store_type == "key_value":
+            paths[f"/v1/stores/{spec.name}/keys/{{key}}"] = {
+                "get": ops.operation(f"look a key of {spec.name!r} up", _KEY_ANSWER,
+                                     parameters=[key])
+            }  # fmt: skip
+    key_place = [
+        {
+            "type": "object",
+            "required": ["store", "key"],
+            "properties": {"store": {"const": spec.name}, "key": _body_key(spec)},
+        }
+        for spec in specs
+    ]
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "iqstate query service", "version": "1"},
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Error": _ERROR,
+                "QueryRequest": _one_of([_query_request(spec) for spec in specs]),
+                "KeyPlaceRequest": _one_of(key_place),
+            },
+        },
+    }

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import ipaddress
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -9,14 +12,42 @@ from dataclasses import dataclass
 import uvicorn
 
 from iqstate import Application
+from iqstate_http.limits import ConnectionLimits
+from iqstate_http.protocol import LimitedHttpToolsProtocol
 from iqstate_http.service import DEFAULT_MAX_BODY, QueryService
+
+log = logging.getLogger("iqstate_http")
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _config(
-    app: Application, host: str, port: int, token: str | None, max_body: int
+    app: Application,
+    host: str,
+    port: int,
+    token: str | None,
+    max_body: int,
+    limits: ConnectionLimits | None,
 ) -> uvicorn.Config:
     asgi = QueryService(app, token=token, max_body=max_body).asgi()
-    return uvicorn.Config(asgi, host=host, port=port, log_level="warning", access_log=False)
+    if token is None and not _is_loopback(host):
+        log.warning("serving %s on %s without a bearer token: anyone who can reach it can read "
+                    "every store", app.application_id, host)  # fmt: skip
+    limits = limits or ConnectionLimits()
+    return uvicorn.Config(
+        asgi,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        http=functools.partial(LimitedHttpToolsProtocol, limits=limits),  # type: ignore[arg-type]
+        timeout_keep_alive=limits.keep_alive_timeout,  # type: ignore[arg-type]
+    )
 
 
 def serve(
@@ -25,9 +56,10 @@ def serve(
     port: int = 7070,
     token: str | None = None,
     max_body: int = DEFAULT_MAX_BODY,
+    limits: ConnectionLimits | None = None,
 ) -> None:
     """Serve `app` until interrupted (listens on localhost unless told otherwise)."""
-    uvicorn.Server(_config(app, host, port, token, max_body)).run()
+    uvicorn.Server(_config(app, host, port, token, max_body, limits)).run()
 
 
 @dataclass
@@ -50,9 +82,10 @@ def start_background(
     port: int = 0,
     token: str | None = None,
     max_body: int = DEFAULT_MAX_BODY,
+    limits: ConnectionLimits | None = None,
 ) -> BackgroundServer:
     """Start the service in a daemon thread; `port=0` picks a free port."""
-    server = uvicorn.Server(_config(app, host, port, token, max_body))
+    server = uvicorn.Server(_config(app, host, port, token, max_body, limits))
     thread = threading.Thread(target=server.run, name="iqstate-http", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -1,62 +1,51 @@
 """The ASGI application: IQv2 over HTTP for one `Application`.
 
-Every error is a JSON body `{"error": {"code": ..., "message": ...}}` with 400 (malformed
-request, unknown query type, a key that does not parse), 401 (missing or wrong bearer
-token), 404 (unknown store or route), 413 (body over the limit) or 503 (the application is
-not running); an unexpected failure is a 500 with a message and never a stack trace.
+Every error is a JSON body `{"error": {"code": ..., "message": ...}}` (`errors`) with 400
+(malformed request, unknown query type, a key that does not parse, a partition out of
+range), 401 (missing or wrong bearer token), 404 (unknown store or route), 405 (method),
+413 (body over the limit) or 503 (the application is not running); an unexpected failure
+is a 500 with a message and never a stack trace.
+
+Key lookups run on the event loop (one point read: cheaper than a hop to a thread);
+`POST /v1/query` runs its query and encodes its answer in a worker thread, so a long range
+scan never stalls the requests around it.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from iqstate import (
-    Application,
-    InvalidStateStoreError,
-    KeyQuery,
-    StateQueryRequest,
-    StreamsNotStartedError,
-    StreamsStoppedError,
-    UnknownStateStoreError,
-)
+from iqstate import Application, KeyQuery, StateQueryRequest
 from iqstate.runtime.metadata import StreamsMetadata
 from iqstate.runtime.spec import StoreSpec
+from iqstate_http import jsonin
 from iqstate_http.codecs import (
     BadRequest,
     Codecs,
     bound_from_json,
-    from_json,
     json_bytes,
+    key_from_json,
     key_from_path,
     position_json_bytes,
     position_to_json,
     to_json,
 )
-from iqstate_http.openapi import OPENAPI
+from iqstate_http.errors import HANDLERS, ApiError, api_error
+from iqstate_http.openapi import openapi_document
 
 DEFAULT_MAX_BODY = 1024 * 1024
 PAGE = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-def error_response(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+_CHALLENGE = 'Bearer realm="iqstate"'
 
 
 def _metadata_json(app: Application, metadata: StreamsMetadata) -> dict[str, Any]:
@@ -77,19 +66,6 @@ def _metadata_json(app: Application, metadata: StreamsMetadata) -> dict[str, Any
     }
 
 
-def _api_error(exc: Exception) -> ApiError | None:
-    """The API error for an exception from parsing or querying; `None` for any other."""
-    if isinstance(exc, BadRequest):
-        return ApiError(400, "bad_request", str(exc))
-    if isinstance(exc, UnknownStateStoreError):
-        return ApiError(404, "unknown_store", str(exc))
-    if isinstance(exc, StreamsNotStartedError | StreamsStoppedError):
-        return ApiError(503, "not_running", str(exc))
-    if isinstance(exc, InvalidStateStoreError):
-        return ApiError(503, "store_unavailable", str(exc))
-    return None
-
-
 class _KeyLookup:
     """The key route as a plain ASGI endpoint (Starlette calls it without wrapping)."""
 
@@ -100,12 +76,64 @@ class _KeyLookup:
         await self.service.key_response(scope)(scope, receive, send)
 
 
+def serde_name(serde: Any) -> str:
+    return str(getattr(serde, "name", type(serde).__name__))
+
+
+def store_json(spec: StoreSpec) -> dict[str, Any]:
+    """What a client needs to query a store: its kind, partitions and key and value types."""
+    described: dict[str, Any] = {
+        "type": spec.store_type,
+        "partitions": spec.partitions,
+        "key_serde": serde_name(spec.key_serde),
+        "value_serde": serde_name(spec.value_serde),
+    }
+    if spec.store_type == "window":
+        described["window_size_ms"] = spec.window_size_ms
+        described["retention_ms"] = spec.retention_ms
+    return described
+
+
+def _flag(body: dict[str, Any], field: str) -> bool:
+    value = body.get(field, False)
+    if not isinstance(value, bool):
+        raise BadRequest(f"{field!r} must be true or false")
+    return value
+
+
+def _partitions(spec: StoreSpec, value: Any) -> list[int] | None:
+    """The requested partitions, each in range: the answer never has more entries than the
+    store has partitions, however long the list."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise BadRequest("'partitions' must be a list of partition numbers")
+    numbers = []
+    for item in value:
+        number = jsonin.integer(item)
+        if number is None:
+            raise BadRequest("'partitions' must be a list of partition numbers")
+        if not 0 <= number < spec.partitions:
+            raise BadRequest(
+                f"partition {number} is out of range: store {spec.name!r} has partitions "
+                f"0-{spec.partitions - 1}"
+            )
+        numbers.append(number)
+    return numbers
+
+
 class QueryService:
-    """Handlers bound to one application; `asgi()` builds the Starlette app."""
+    """Handlers bound to one application; `asgi()` builds the Starlette app.
+
+    `token`, when given, is required as `Authorization: Bearer <token>` on every data route;
+    an empty token is refused, as it would let anyone in.
+    """
 
     def __init__(
         self, app: Application, token: str | None = None, max_body: int = DEFAULT_MAX_BODY
     ) -> None:
+        if token is not None and not token.strip():
+            raise ValueError("the bearer token is empty: give a real token, or none")
         self.app = app
         self.token = token
         self.max_body = max_body
@@ -127,13 +155,23 @@ class QueryService:
 
     def _check_token_in(self, headers: Headers) -> None:
         assert self.token is not None
-        header = headers.get("authorization", "")
+        header = headers.get("authorization")
+        if header is None:
+            raise ApiError(
+                401,
+                "unauthorized",
+                "an 'Authorization: Bearer <token>' header is required",
+                {"WWW-Authenticate": _CHALLENGE},
+            )
         scheme, _, supplied = header.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             supplied.encode(), self.token.encode()
         ):
             raise ApiError(
-                401, "unauthorized", "a valid 'Authorization: Bearer <token>' header is required"
+                401,
+                "unauthorized",
+                "the bearer token is wrong",
+                {"WWW-Authenticate": _CHALLENGE + ', error="invalid_token"'},
             )
 
     async def _json_body(self, request: Request) -> Any:
@@ -146,15 +184,17 @@ class QueryService:
             if len(body) > self.max_body:
                 raise ApiError(413, "body_too_large", f"request body over {self.max_body} bytes")
         try:
-            return json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ApiError(400, "malformed_json", f"the body is not JSON: {exc}") from exc
+            return jsonin.loads(body)
+        except jsonin.JsonInputError as exc:
+            raise ApiError(
+                400, "malformed_json", f"the body is not JSON the service accepts: {exc}"
+            ) from exc
 
     def _guard(self, call: Any) -> Any:
         try:
             return call()
         except Exception as exc:
-            mapped = _api_error(exc)
+            mapped = api_error(exc)
             if mapped is None:
                 raise
             raise mapped from exc
@@ -193,25 +233,23 @@ class QueryService:
             raise ApiError(400, "bad_request", "'store' (a store name) is required")
         spec = self._spec(body["store"])
 
-        def run() -> dict[str, Any]:
+        def run() -> bytes:
             query = self.codecs.decode(spec, body.get("query"))
             request_ = StateQueryRequest.in_store(spec.name).with_query(query)
-            partitions = body.get("partitions")
+            partitions = _partitions(spec, body.get("partitions"))
             if partitions is not None:
-                if not isinstance(partitions, list) or not all(
-                    isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in partitions
-                ):
-                    raise BadRequest("'partitions' must be a list of partition numbers >= 0")
                 request_ = request_.with_partitions(partitions)
             request_ = request_.with_position_bound(bound_from_json(body.get("bound")))
-            if body.get("require_active"):
+            if _flag(body, "require_active"):
                 request_ = request_.require_active()
-            if body.get("execution_info"):
+            if _flag(body, "execution_info"):
                 request_ = request_.enable_execution_info()
             result = self.app.query(request_)
-            return {"store": spec.name, **self._result_json(query, result)}
+            # Encoding reads the results' iterators: store work too, so it stays here.
+            return json_bytes({"store": spec.name, **self._result_json(query, result)})
 
-        return JSONResponse(self._guard(run))
+        answer = await run_in_threadpool(self._guard, run)
+        return Response(answer, media_type="application/json")
 
     def key_response(self, scope: Scope) -> Response:
         """`GET /v1/stores/{store}/keys/{key}`: the busiest route, served as plain ASGI (no
@@ -220,13 +258,20 @@ class QueryService:
             self._check_token_in(Headers(scope=scope))
         params = scope["path_params"]
         spec = self._spec(params["store"])
+        if spec.store_type != "key_value":
+            raise ApiError(
+                400,
+                "not_a_key_value_store",
+                f"store {spec.name!r} is a {spec.store_type} store: look its keys up with a "
+                "'window_key' query (POST /v1/query)",
+            )
         try:
             key = key_from_path(spec, params["key"])
             result = self.app.query(
                 StateQueryRequest.in_store(spec.name).with_query(KeyQuery.with_key(key))
             )
         except Exception as exc:
-            mapped = _api_error(exc)
+            mapped = api_error(exc)
             if mapped is None:
                 raise
             raise mapped from exc
@@ -245,6 +290,10 @@ class QueryService:
             position_json_bytes(result.position),
         )
         return Response(body, media_type="application/json")
+
+    async def stores(self, request: Request) -> Response:
+        self._check_token(request)
+        return JSONResponse({name: store_json(spec) for name, spec in self.app.stores.items()})
 
     async def metadata(self, request: Request) -> Response:
         self._check_token(request)
@@ -266,20 +315,9 @@ class QueryService:
     async def key_metadata(self, request: Request) -> Response:
         self._check_token(request)
         spec = self._spec(request.path_params["store"])
-
-        def run() -> dict[str, Any]:
-            key = key_from_path(spec, request.path_params["key"])
-            found = self.app.query_metadata_for_key(spec.name, key)
-            assert found is not None  # the store exists
-            return {
-                "active": None
-                if found.active_host.port < 0
-                else f"{found.active_host.host}:{found.active_host.port}",
-                "standbys": sorted(f"{h.host}:{h.port}" for h in found.standby_hosts),
-                "partition": found.partition,
-            }
-
-        return JSONResponse(self._guard(run))
+        return JSONResponse(
+            self._guard(lambda: self._where(spec, key_from_path(spec, request.path_params["key"])))
+        )
 
     async def key_metadata_json(self, request: Request) -> Response:
         """`POST /v1/metadata/key` with `{"store", "key"}`: the key as JSON, no path encoding."""
@@ -292,7 +330,9 @@ class QueryService:
         ):
             raise ApiError(400, "bad_request", 'the body must be {"store": ..., "key": ...}')
         spec = self._spec(body["store"])
-        return JSONResponse(self._guard(lambda: self._where(spec, from_json(spec, body["key"]))))
+        return JSONResponse(
+            self._guard(lambda: self._where(spec, key_from_json(spec, body["key"])))
+        )
 
     def _where(self, spec: StoreSpec, key: Any) -> dict[str, Any]:
         found = self.app.query_metadata_for_key(spec.name, key)
@@ -343,24 +383,16 @@ class QueryService:
         return HTMLResponse(PAGE)
 
     async def openapi(self, request: Request) -> Response:
-        return JSONResponse(OPENAPI)
+        return JSONResponse(
+            openapi_document(self.app.stores, self.codecs, secured=self.token is not None)
+        )
 
     def asgi(self) -> Starlette:
-        async def api_error(request: Request, exc: Exception) -> Response:
-            assert isinstance(exc, ApiError)
-            return error_response(exc.status, exc.code, exc.message)
-
-        async def http_error(request: Request, exc: Exception) -> Response:
-            assert isinstance(exc, HTTPException)
-            return error_response(exc.status_code, "http_error", str(exc.detail))
-
-        async def unexpected(request: Request, exc: Exception) -> Response:
-            return error_response(500, "internal_error", f"{type(exc).__name__}: {exc}")
-
         routes = [  # matched in order: the busiest routes first
             Route("/v1/stores/{store}/keys/{key:path}", _KeyLookup(self), methods=["GET", "HEAD"]),
             Route("/v1/query", self.query, methods=["POST"]),
             Route("/v1/health", self.health),
+            Route("/v1/stores", self.stores),
             Route("/v1/metadata", self.metadata),
             Route("/v1/metadata/stores/{store}", self.store_metadata),
             Route("/v1/metadata/stores/{store}/keys/{key:path}", self.key_metadata),
@@ -370,11 +402,4 @@ class QueryService:
             Route("/", self.page),
             Route("/openapi.json", self.openapi),
         ]
-        return Starlette(
-            routes=routes,
-            exception_handlers={
-                ApiError: api_error,
-                HTTPException: http_error,
-                Exception: unexpected,
-            },
-        )
+        return Starlette(routes=routes, exception_handlers=dict(HANDLERS))

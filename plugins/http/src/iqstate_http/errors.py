@@ -1,0 +1,91 @@
+"""Errors as responses: every one a JSON body `{"error": {"code", "message"}}`.
+
+Client errors are 4xx with the headers HTTP asks for (`WWW-Authenticate` on 401, `Allow`
+on 405); a failure the service did not expect is a 500 that closes the connection, so a
+pooled client never sends its next request down a connection the server is dropping; a
+client that disconnects mid-request costs one log line, not a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+
+from iqstate import (
+    InvalidStateStoreError,
+    StreamsNotStartedError,
+    StreamsStoppedError,
+    UnknownStateStoreError,
+)
+from iqstate_http.codecs import BadRequest
+
+log = logging.getLogger("iqstate_http")
+
+
+class ApiError(Exception):
+    """An error answer: HTTP status, a short code, a message for people, extra headers."""
+
+    def __init__(
+        self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.headers = dict(headers or {})
+
+
+def error_response(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"code": code, "message": message}}, status_code=status, headers=headers
+    )
+
+
+def api_error(exc: Exception) -> ApiError | None:
+    """The API error for an exception from parsing or querying; `None` for any other."""
+    if isinstance(exc, BadRequest):
+        return ApiError(400, "bad_request", str(exc))
+    if isinstance(exc, UnknownStateStoreError):
+        return ApiError(404, "unknown_store", str(exc))
+    if isinstance(exc, StreamsNotStartedError | StreamsStoppedError):
+        return ApiError(503, "not_running", str(exc))
+    if isinstance(exc, InvalidStateStoreError):
+        return ApiError(503, "store_unavailable", str(exc))
+    return None
+
+
+async def on_api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.code, exc.message, exc.headers)
+
+
+async def on_http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (404 no route, 405 with its `Allow` header) as JSON."""
+    assert isinstance(exc, HTTPException)
+    return error_response(exc.status_code, "http_error", str(exc.detail), exc.headers)
+
+
+async def on_disconnect(request: Request, exc: Exception) -> Response:
+    """The client went away before sending its whole request: one line, nothing to answer."""
+    client = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+    log.warning("%s disconnected during %s %s", client, request.method, request.url.path)
+    return Response(status_code=400)  # never delivered: the connection is gone
+
+
+async def on_unexpected(request: Request, exc: Exception) -> Response:
+    """A 500 without a stack trace; the server logs the traceback and closes the connection."""
+    return error_response(
+        500, "internal_error", f"{type(exc).__name__}: {exc}", {"Connection": "close"}
+    )
+
+
+HANDLERS = {
+    ApiError: on_api_error,
+    HTTPException: on_http_error,
+    ClientDisconnect: on_disconnect,
+    Exception: on_unexpected,
+}

@@ -1,0 +1,44 @@
+"""How much a connection may take from the server: bytes, time, and how many at once."""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass, field
+
+
+def _default_max_connections() -> int:
+    """1,000, or half the process's file descriptor limit if that is lower: the stores'
+    files need descriptors too, and a full table stalls every request."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1000
+    return max(8, min(1000, soft // 2))
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """Limits each connection to the service is held to.
+
+    * `max_header_bytes`: a request's line and headers together; more is answered 431.
+    * `header_timeout`: seconds a connection has, from opening or from its last response,
+      to send a complete request line and headers; an idle or slow one is answered 408
+      and closed.
+    * `body_timeout`: seconds from the end of the headers to the end of the body; a slower
+      upload is cut off.
+    * `keep_alive_timeout`: seconds an idle keep-alive connection stays open.
+    * `max_connections`: open connections at once; one more is answered 503 and closed.
+    """
+
+    max_header_bytes: int = 64 * 1024
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keep_alive_timeout: float = 5.0
+    max_connections: int = field(default_factory=_default_max_connections)
+
+    def __post_init__(self) -> None:
+        for name in ("max_header_bytes", "max_connections"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ConnectionLimits.{name} must be at least 1")
+        for name in ("header_timeout", "body_timeout", "keep_alive_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"ConnectionLimits.{name} must be a positive number of seconds")

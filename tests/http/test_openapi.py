@@ -1,0 +1,80 @@
+"""The OpenAPI document describes the service exactly: schemathesis, with every check,
+finds no request the service answers differently from what the document says."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from iqstate_http import start_background
+from openapi_spec_validator import validate
+
+from iqstate import Application
+
+ST = [sys.executable, "-c", "from schemathesis.cli import schemathesis; schemathesis()"]
+
+
+def test_document_lists_every_route_and_the_stores(client: httpx.Client) -> None:
+    document = client.get("/openapi.json").json()
+    validate(document)
+    paths = document["paths"]
+    assert {
+        "/",
+        "/v1/query",
+        "/v1/stores",
+        "/v1/metadata",
+        "/v1/metadata/key",
+        "/v1/metadata/stores/{store}",
+        "/v1/lags",
+        "/v1/partitions",
+        "/v1/health",
+        "/v1/stores/counts/keys/{key}",
+        "/v1/metadata/stores/per-minute/keys/{key}",
+    } <= set(paths)
+    assert "/v1/stores/per-minute/keys/{key}" not in paths  # window stores: 400 there
+    assert "post" in paths["/v1/metadata/key"]
+    stores = paths["/v1/metadata/stores/{store}"]["get"]["parameters"][0]["schema"]["enum"]
+    assert stores == ["by-id", "counts", "docs", "per-minute", "raw"]
+    [by_id_key] = paths["/v1/stores/by-id/keys/{key}"]["get"]["parameters"]
+    assert by_id_key["schema"]["type"] == "integer"
+    assert document["components"]["securitySchemes"]["bearer"] == {
+        "type": "http",
+        "scheme": "bearer",
+    }
+    assert "security" not in paths["/v1/query"]["post"]  # no token: nothing is required
+
+
+def test_document_requires_the_token_the_service_requires(app: Application) -> None:
+    server = start_background(app, token="s3cret")
+    try:
+        document = httpx.get(server.url + "/openapi.json").json()
+    finally:
+        server.stop()
+    validate(document)
+    for path, operations in document["paths"].items():
+        for operation in operations.values():
+            public = path in ("/", "/openapi.json", "/v1/health")
+            assert ("security" in operation) is not public, path
+            if not public:
+                assert operation["security"] == [{"bearer": []}]
+                assert "WWW-Authenticate" in operation["responses"]["401"]["headers"]
+
+
+@pytest.mark.parametrize("token", [None, "s3cret"])
+def test_schemathesis_finds_nothing(app: Application, tmp_path: Path, token: str | None) -> None:
+    server = start_background(app, token=token)
+    auth = ["-H", f"Authorization: Bearer {token}"] if token else []
+    try:
+        run = subprocess.run(
+            [*ST, "run", server.url + "/openapi.json", "--checks", "all", "--max-examples", "25",
+             "--seed", "1", "--workers", "1", "--generation-database", "none", "--no-color",
+             "--request-timeout", "10", "--report-dir", str(tmp_path), *auth],
+            capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        )  # fmt: skip
+    finally:
+        server.stop()
+    assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout
