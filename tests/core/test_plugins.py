@@ -80,8 +80,8 @@ def test_defaults_are_registered_as_plugins() -> None:
     assert registry.engine_owners["memory"] == "memory"
     assert registry.serde("int64") is Serdes.int64()
     assert registry.query_handlers.answered_by(KeyQuery) == [
+        "KeyValueStore",  # every engine's key-value stores, the memory engine's included
         "caching.key_value",
-        "memory.key_value",
         "metered.key_value",
     ]
 
@@ -142,7 +142,7 @@ def test_two_plugins_with_the_same_engine_name_conflict() -> None:
 class _DuplicateHandler:
     @hookimpl
     def iqstate_register_query_handlers(self, register: Any) -> None:
-        register(KeyQuery, "memory.key_value", lambda *_: QueryResult.for_result(None))
+        register(KeyQuery, "metered.key_value", lambda *_: QueryResult.for_result(None))
 
 
 def test_two_handlers_for_the_same_kind_and_query_conflict() -> None:

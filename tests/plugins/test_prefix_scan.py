@@ -13,7 +13,7 @@ from iqstate_prefix_scan import PrefixScanQuery
 from iqstate import Application, FailureReason, Serdes, StateQueryRequest, StateStoreContext
 from iqstate.engines.memory import MemoryKeyValueStore
 from iqstate.layers import build_key_value_chain
-from iqstate.plugins import PluginRegistry, make_plugin_manager
+from iqstate.plugins import PluginRegistry, default_registry, make_plugin_manager
 
 WORDS = {"spark": 3, "spam": 1, "sparrow": 2, "kafka": 5, "sp": 9}
 
@@ -30,7 +30,7 @@ def scan(app: Application, prefix: str) -> dict[str, int]:
     return found
 
 
-@pytest.mark.parametrize("engine", ["memory", "rocksdb", "lmdb"])
+@pytest.mark.parametrize("engine", ["memory", "rocksdb", "lmdb", "sqlite"])
 @pytest.mark.parametrize("caching", [False, True])
 def test_every_engine_answers_through_app_query(tmp_path: Path, engine: str, caching: bool) -> None:
     app = Application("prefix", tmp_path)
@@ -47,7 +47,14 @@ def test_caching_layer_merges_its_buffer() -> None:
     store = build_key_value_chain(
         MemoryKeyValueStore("words"), Serdes.string(), Serdes.int64(), caching=True
     )
-    store.init(StateStoreContext(application_id="a", store_name="words", partition=0))
+    store.init(
+        StateStoreContext(
+            application_id="a",
+            store_name="words",
+            partition=0,
+            query_handlers=default_registry().query_handlers,
+        )
+    )
     store.put_all(WORDS.items())
     store.commit({})
     store.put("spade", 7)

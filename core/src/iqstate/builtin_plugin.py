@@ -1,4 +1,5 @@
-"""Default plugin: the built-in serdes and the query handlers of the built-in layers."""
+"""Default plugin: the built-in serdes, the built-in queries of every engine store (by
+store interface), and the query handlers of the built-in layers."""
 
 from __future__ import annotations
 
@@ -16,10 +17,18 @@ from iqstate.layers.metered import (
 )
 from iqstate.queries import KeyQuery, RangeQuery, WindowKeyQuery, WindowRangeQuery
 from iqstate.serdes import BUILTIN_SERDES
+from iqstate.store import KeyValueStore, WindowStore
+from iqstate.store_handlers import key_value_handlers, window_handlers
 
 
 @hookimpl
 def iqstate_register_query_handlers(register: Any) -> None:
+    # Every engine store answers the built-in queries through its store interface.
+    for query_type, handler in key_value_handlers().items():
+        register(query_type, KeyValueStore, handler)
+    for query_type, handler in window_handlers().items():
+        register(query_type, WindowStore, handler)
+    # The layers' own handlers.
     register(KeyQuery, MeteredKeyValueStore.kind, metered_key_query)
     register(RangeQuery, MeteredKeyValueStore.kind, metered_range_query)
     register(WindowKeyQuery, MeteredWindowStore.kind, metered_window_key_query)

@@ -15,6 +15,11 @@ from typing import Protocol, runtime_checkable
 from iqstate.position import Position, TopicPartition
 
 
+def changelog_topic(application_id: str, store_name: str) -> str:
+    """The changelog topic of a store, named as Kafka Streams names it."""
+    return f"{application_id}-{store_name}-changelog"
+
+
 @dataclass(frozen=True, slots=True)
 class ChangelogRecord:
     """One change of one store partition: `value` is `None` for a delete."""

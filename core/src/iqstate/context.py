@@ -63,14 +63,15 @@ class StateStoreContext:
                 "processing_guarantee must be 'exactly_once' or 'at_least_once', "
                 f"got {self.processing_guarantee!r}"
             )
-        if self.query_handlers is None:
-            from iqstate.plugins import default_registry
-
-            self.query_handlers = default_registry().query_handlers
 
     @property
     def handlers(self) -> QueryHandlerRegistry:
-        assert self.query_handlers is not None  # set in __post_init__
+        """The handlers stores build their tables from: those given, else the built-in
+        ones (no installed plugin is loaded for a context built without handlers)."""
+        if self.query_handlers is None:
+            from iqstate.plugins import builtin_registry
+
+            self.query_handlers = builtin_registry().query_handlers
         return self.query_handlers
 
     def register(

@@ -1,9 +1,13 @@
 """Query dispatch: which store kind answers which query type, as tables built once.
 
-Plugins register a handler per `(store kind, query type)`; a store (engine or layer)
-copies the table for its `kind` at `init`, so answering a query costs one dictionary
-look-up per layer. A layer passes a query it has no handler for to the store beneath;
-an engine without a handler answers `UNKNOWN_QUERY_TYPE`.
+Plugins register a handler per query type for a store kind (`"rocksdb.key_value"`, a layer
+such as `"metered.key_value"`) or for a store interface (`KeyValueStore`, `WindowStore`, or
+any store class). A layer copies the table of its kind at `init`; an engine's table is
+resolved along its class hierarchy (interface handlers first, the most specific class
+winning) and then its kind's handlers, so the built-in queries need no registration per
+engine: an engine registers only what it answers differently. Answering a query costs one
+dictionary look-up per layer. A layer passes a query it has no handler for to the store
+beneath; an engine without a handler answers `UNKNOWN_QUERY_TYPE`.
 """
 
 from __future__ import annotations
@@ -30,18 +34,26 @@ class QueryHandlerRegistry:
     """Handlers by store kind and query type, remembering which plugin registered each."""
 
     def __init__(self) -> None:
-        self._tables: dict[str, HandlerTable] = {}
-        self._owners: dict[tuple[str, type], str] = {}
+        self._tables: dict[str | type, HandlerTable] = {}
+        self._owners: dict[tuple[str | type, type], str] = {}
 
     def register(
         self,
         query_type: type[Query[Any]],
-        kind: str,
+        kind: str | type,
         handler: QueryHandler,
         *,
         plugin: str = "<direct>",
     ) -> None:
-        """Make stores of `kind` answer `query_type` with `handler`."""
+        """Make stores of `kind` (a kind string, or a store class or interface every
+        engine store deriving from it inherits) answer `query_type` with `handler`."""
+        if not isinstance(kind, str) and not (
+            isinstance(kind, type) and issubclass(kind, StateStore)
+        ):
+            raise PluginError(
+                f"plugin {plugin!r} registered a handler for {kind!r}, which is neither a "
+                "store kind nor a StateStore class"
+            )
         if not (isinstance(query_type, type) and issubclass(query_type, Query)):
             raise PluginError(
                 f"plugin {plugin!r} registered a handler for {query_type!r}, which is not a "
@@ -53,8 +65,8 @@ class QueryHandlerRegistry:
         if owner is not None:
             raise PluginError(
                 f"plugins {owner!r} and {plugin!r} both register a handler for "
-                f"{query_type.__name__} on store kind {kind!r}; block one of them "
-                "(IQSTATE_BLOCK_PLUGINS) or uninstall it"
+                f"{query_type.__name__} on store kind {_target_name(kind)!r}; block one of "
+                "them (IQSTATE_BLOCK_PLUGINS) or uninstall it"
             )
         self._owners[(kind, query_type)] = plugin
         self._tables.setdefault(kind, {})[query_type] = handler
@@ -70,19 +82,38 @@ class QueryHandlerRegistry:
         """A private copy of the handlers for `kind` (empty when none are registered)."""
         return dict(self._tables.get(kind, {}))
 
+    def table_for_store(self, store_class: type, kind: str) -> HandlerTable:
+        """An engine store's handlers: those registered for its classes and interfaces,
+        the most specific class winning, then those registered for its `kind`."""
+        table: HandlerTable = {}
+        for cls in reversed(store_class.__mro__):
+            table.update(self._tables.get(cls, {}))
+        table.update(self._tables.get(kind, {}))
+        return table
+
     def kinds(self) -> list[str]:
-        return sorted(self._tables)
+        return sorted(target for target in self._tables if isinstance(target, str))
 
     def query_types(self) -> list[type[Query[Any]]]:
         types = {query_type for table in self._tables.values() for query_type in table}
         return sorted(types, key=lambda t: (t.__module__, t.__qualname__))
 
     def answered_by(self, query_type: type[Query[Any]]) -> list[str]:
-        """The store kinds with a handler for `query_type`."""
-        return sorted(kind for kind, table in self._tables.items() if query_type in table)
+        """The store kinds and interfaces with a handler for `query_type`."""
+        return sorted(
+            _target_name(target) for target, table in self._tables.items() if query_type in table
+        )
 
-    def owner(self, kind: str, query_type: type[Query[Any]]) -> str | None:
-        return self._owners.get((kind, query_type))
+    def owner(self, kind: str | type, query_type: type[Query[Any]]) -> str | None:
+        for target, query in self._owners:
+            if query is query_type and _target_name(target) == _target_name(kind):
+                return self._owners[(target, query)]
+        return None
+
+
+def _target_name(target: str | type) -> str:
+    """A kind as written, an interface by its class name."""
+    return target if isinstance(target, str) else target.__name__
 
 
 def answer(

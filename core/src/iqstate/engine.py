@@ -115,7 +115,7 @@ class EngineStore(StateStore):
         if self._open:
             raise ClosedStoreError(f"{self.kind} store {self._name!r} is already open")
         self._context = context
-        self._handlers = context.handlers.table_for(self.kind)
+        self._handlers = context.handlers.table_for_store(type(self), self.kind)
         self.current_position = Position.empty()
         self._open = True
 

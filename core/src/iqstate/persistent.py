@@ -31,6 +31,7 @@ from iqstate.engine import EngineStore, apply_offset_changes
 from iqstate.errors import IqstateError
 from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import prefix_upper_bound
+from iqstate.offset_files import CHECKPOINT_FILE, POSITION_FILE, read_legacy_state
 from iqstate.position import Position, TopicPartition
 from iqstate.store import KeyValueStore
 
@@ -155,8 +156,6 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
         self._migrate_legacy_files(context.directory)
 
     def _migrate_legacy_files(self, directory: Path) -> None:
-        from iqstate.runtime.offsets import CHECKPOINT_FILE, POSITION_FILE, read_legacy_state
-
         legacy = read_legacy_state(directory)
         if legacy is None:
             return

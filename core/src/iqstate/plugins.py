@@ -243,6 +243,20 @@ def default_registry() -> PluginRegistry:
     return registry
 
 
+_builtin_registry: PluginRegistry | None = None
+
+
+def builtin_registry() -> PluginRegistry:
+    """A registry of the default plugins only (built-in engine, layers, queries, serdes):
+    no entry point is loaded, so building it imports no installed plugin."""
+    global _builtin_registry
+    with _default_lock:
+        if _builtin_registry is None:
+            manager = make_plugin_manager(load_entry_points=False, blocked=())
+            _builtin_registry = PluginRegistry.from_plugin_manager(manager)
+        return _builtin_registry
+
+
 def reset_default_registry() -> None:
     """Forget the default registry, so the next use loads plugins again."""
     global _default_registry

@@ -20,7 +20,6 @@ from iqstate.keyspace import prefix_upper_bound
 from iqstate.position import TopicPartition
 from iqstate.queries import Windowed
 from iqstate.store import KeyValueStore, WindowStore
-from iqstate.store_handlers import key_value_handlers, window_handlers
 
 
 class MemoryKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
@@ -211,11 +210,3 @@ MEMORY_ENGINE = Engine(
 @hookimpl
 def iqstate_register_engines(register: Any) -> None:
     register(MEMORY_ENGINE)
-
-
-@hookimpl
-def iqstate_register_query_handlers(register: Any) -> None:
-    for query_type, handler in key_value_handlers().items():
-        register(query_type, MemoryKeyValueStore.kind, handler)
-    for query_type, handler in window_handlers().items():
-        register(query_type, MemoryWindowStore.kind, handler)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from iqstate.changelog import ChangelogRecord, ChangelogWriter
+from iqstate.changelog import ChangelogRecord, ChangelogWriter, changelog_topic
 from iqstate.context import StateStoreContext
 from iqstate.errors import IqstateError
 from iqstate.iterators import KeyValueIterator
@@ -17,11 +17,6 @@ from iqstate.layers.wrapped import WrappedStore
 from iqstate.position import TopicPartition
 from iqstate.queries import Windowed
 from iqstate.store import KeyValueStore, StateStore, WindowStore
-
-
-def changelog_topic(application_id: str, store_name: str) -> str:
-    """The changelog topic of a store, named as Kafka Streams names it."""
-    return f"{application_id}-{store_name}-changelog"
 
 
 class _ChangeLogging:

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from iqstate.errors import CorruptStateError
-from iqstate.runtime.files import replace_atomically
+from iqstate.files import replace_atomically
 
 RECORD_FILE = "committed-partitions.json"
 

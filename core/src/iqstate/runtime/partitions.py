@@ -6,10 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from iqstate.changelog import ChangelogWriter
+from iqstate.changelog import ChangelogWriter, changelog_topic
 from iqstate.context import ProcessingGuarantee, StateStoreContext
 from iqstate.dispatch import QueryHandlerRegistry
-from iqstate.layers.changelogging import changelog_topic
 from iqstate.position import Position, TopicPartition
 from iqstate.runtime.assignment import Assignment, PartitionRole
 from iqstate.runtime.committed import CommittedPartitions

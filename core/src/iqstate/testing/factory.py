@@ -9,6 +9,7 @@ from pathlib import Path
 from iqstate.context import ProcessingGuarantee, StateStoreContext
 from iqstate.dispatch import QueryHandlerRegistry
 from iqstate.engine import Engine
+from iqstate.plugins import default_registry
 from iqstate.store import KeyValueStore, WindowStore
 
 
@@ -40,7 +41,10 @@ def make_context(
     query_handlers: QueryHandlerRegistry | None = None,
     config: dict[str, object] | None = None,
 ) -> StateStoreContext:
-    """A context for one store partition whose directory lives under `root`."""
+    """A context for one store partition whose directory lives under `root`; without
+    `query_handlers`, the stores answer with those of every installed plugin."""
+    if query_handlers is None:
+        query_handlers = default_registry().query_handlers
     return StateStoreContext(
         application_id="conformance",
         store_name=store_name,

@@ -1,9 +1,9 @@
 """`PrefixScanQuery`, added to existing engines through the plugin hooks alone.
 
-Handlers are registered per store kind: the metered layer serializes the prefix and
-deserializes the pairs, the caching layer merges its write buffer in, and each engine
-answers through its `KeyValueStore.prefix_scan`. Kinds of engines that are not installed
-are simply never asked.
+The metered layer serializes the prefix and deserializes the pairs, the caching layer
+merges its write buffer in (both registered by their kind), and every engine's key-value
+store answers through its `KeyValueStore.prefix_scan` (registered once, for the
+`KeyValueStore` interface): engines installed later are served too.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from iqstate import KeyValueIterator, PositionBound, Query, QueryConfig, QueryRe
 from iqstate.dispatch import answer
 from iqstate.errors import SerializationError
 from iqstate.hookspecs import hookimpl
+from iqstate.store import KeyValueStore
 
 K = TypeVar("K")
 V = TypeVar("V")
-
-ENGINE_KINDS = ("memory.key_value", "rocksdb.key_value", "lmdb.key_value")
 
 
 class PrefixScanQuery(Query[KeyValueIterator[K, V]], Generic[K, V]):
@@ -70,8 +69,7 @@ def scan_metered(
 def iqstate_register_query_handlers(register: Any) -> None:
     register(PrefixScanQuery, "metered.key_value", scan_metered)
     register(PrefixScanQuery, "caching.key_value", scan_cached)
-    for kind in ENGINE_KINDS:
-        register(PrefixScanQuery, kind, scan_engine)
+    register(PrefixScanQuery, KeyValueStore, scan_engine)
 
 
 def _decode(body: Any, key_from_json: Any) -> PrefixScanQuery[Any, Any]:
