@@ -134,10 +134,9 @@ def execute(
         # Listed partitions: each asked with the key's bytes, serialized once.
         located = locate_key(spec, query.key)
         key_bytes = None if located is None else located[1]
-    result: StateQueryResult[Any] = StateQueryResult()
-    results = result._partition_results
+    results: dict[int, QueryResult[Any]] = {}
     for partition in partitions_to_ask(spec, request, hosted):
         results[partition] = query_partition(
             spec, hosted.get(partition), partition, query, bound, require_active, config, key_bytes
         )
-    return result
+    return StateQueryResult(results)
