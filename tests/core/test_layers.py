@@ -23,7 +23,6 @@ from iqstate import (
     SerializationError,
     StateStoreContext,
     TopicPartition,
-    UnsupportedOperationError,
     Windowed,
     WindowKeyQuery,
     WindowRangeQuery,
@@ -31,11 +30,7 @@ from iqstate import (
 from iqstate.engines.memory import MemoryKeyValueStore, MemoryWindowStore
 from iqstate.layers import (
     CachingKeyValueStore,
-    KeyValueWriteHandle,
     MeteredKeyValueStore,
-    ReadOnlyKeyValueView,
-    ReadOnlyWindowView,
-    WindowWriteHandle,
     build_key_value_chain,
     build_window_chain,
 )
@@ -363,48 +358,6 @@ def test_change_logging_window_keys() -> None:
 def test_logging_without_a_writer_is_a_clear_error() -> None:
     with pytest.raises(Exception, match="changelog writer"):
         chain(logging=True)
-
-
-# -- facades ----------------------------------------------------------------------------------
-
-
-def test_read_only_views_refuse_writes() -> None:
-    store = chain()
-    store.put("a", 1)
-    view = ReadOnlyKeyValueView(store)
-    assert view.get("a") == 1 and list(view.all()) == [("a", 1)]
-    assert view.query(KeyQuery.with_key("a")).result == 1
-    assert view.approximate_num_entries() == 1 and view.name == "s"
-    for operation in (lambda: view.put("a", 2), lambda: view.delete("a"), lambda: view.commit({})):
-        with pytest.raises(UnsupportedOperationError, match="read-only"):
-            operation()
-    window = build_window_chain(MemoryWindowStore("w", 10, 100), Serdes.string(), Serdes.int64())
-    window.init(context(store_name="w"))
-    window.put("k", 1, 0)
-    window_view = ReadOnlyWindowView(window)
-    assert list(window_view.fetch("k", 0, 10)) == [(0, 1)]
-    assert list(window_view.all()) == [(Windowed("k", 0, 10), 1)]
-
-
-def test_pipeline_handles_cannot_commit() -> None:
-    store = chain()
-    handle = KeyValueWriteHandle(store)
-    handle.put("a", 1)
-    assert handle.get("a") == 1
-    with pytest.raises(UnsupportedOperationError, match="only the runtime commits"):
-        handle.commit({})
-    with pytest.raises(UnsupportedOperationError):
-        handle.close()
-    with pytest.warns(DeprecationWarning, match="deprecated"):
-        handle.flush()
-    assert store.is_open and store.get("a") == 1
-    window = build_window_chain(MemoryWindowStore("w", 10, 100), Serdes.string(), Serdes.int64())
-    window.init(context(store_name="w"))
-    window_handle = WindowWriteHandle(window)
-    window_handle.put("k", 1, 0)
-    assert list(window_handle.fetch("k", 0, 0)) == [(0, 1)]
-    with pytest.raises(UnsupportedOperationError):
-        window_handle.commit({})
 
 
 def test_flush_on_any_layer_warns() -> None:

@@ -13,13 +13,18 @@ from iqstate.plugins import PluginRegistry, default_registry
 from iqstate.scaffold import ScaffoldError, render
 
 
-def _engine_kinds(registry: PluginRegistry, name: str) -> list[str]:
-    """The store kinds an engine's factories produce (`<engine>.key_value`, `<engine>.window`)."""
+def _engine_stores(registry: PluginRegistry, name: str) -> list[tuple[str, type]]:
+    """The store kinds and classes an engine's factories produce."""
     engine = registry.engines[name]
-    kinds = [getattr(engine.key_value_store, "kind", f"{name}.key_value")]
-    if engine.window_store is not None:
-        kinds.append(getattr(engine.window_store, "kind", f"{name}.window"))
-    return kinds
+    stores: list[tuple[str, type]] = []
+    for factory, default_kind in (
+        (engine.key_value_store, f"{name}.key_value"),
+        (engine.window_store, f"{name}.window"),
+    ):
+        if factory is not None:
+            store_class = factory if isinstance(factory, type) else object
+            stores.append((getattr(factory, "kind", default_kind), store_class))
+    return stores
 
 
 def describe_plugins(registry: PluginRegistry) -> dict[str, Any]:
@@ -28,18 +33,17 @@ def describe_plugins(registry: PluginRegistry) -> dict[str, Any]:
     engines = []
     for name in sorted(registry.engines):
         engine = registry.engines[name]
-        kinds = _engine_kinds(registry, name)
+        stores = _engine_stores(registry, name)
+        answers: set[str] = set()
+        for kind, store_class in stores:
+            answers.update(q.__name__ for q in handlers.table_for_store(store_class, kind))
         engines.append(
             {
                 "name": name,
                 "plugin": registry.engine_owners[name],
                 "persistent": engine.persistent,
-                "store_kinds": kinds,
-                "answers": sorted(
-                    query_type.__name__
-                    for query_type in handlers.query_types()
-                    if any(kind in kinds for kind in handlers.answered_by(query_type))
-                ),
+                "store_kinds": [kind for kind, _ in stores],
+                "answers": sorted(answers),
                 "description": engine.description,
             }
         )
