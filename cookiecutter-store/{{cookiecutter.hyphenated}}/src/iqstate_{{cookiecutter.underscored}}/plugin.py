@@ -6,7 +6,6 @@ from typing import Any
 
 from iqstate.engine import Engine
 from iqstate.hookspecs import hookimpl
-from iqstate.store_handlers import key_value_handlers
 from iqstate_{{ cookiecutter.underscored }}.query import EntryCountQuery, answer_entry_count, decode, encode
 from iqstate_{{ cookiecutter.underscored }}.store import {{ cookiecutter.class_prefix }}Store
 
@@ -25,8 +24,8 @@ def iqstate_register_engines(register: Any) -> None:
 
 @hookimpl
 def iqstate_register_query_handlers(register: Any) -> None:
-    for query_type, handler in key_value_handlers().items():
-        register(query_type, {{ cookiecutter.class_prefix }}Store.kind, handler)
+    # The built-in queries are answered through the KeyValueStore interface already;
+    # register only what this engine answers itself.
     register(EntryCountQuery, {{ cookiecutter.class_prefix }}Store.kind, answer_entry_count)
 
 
