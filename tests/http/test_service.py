@@ -130,17 +130,6 @@ def test_body_limit_and_unknown_routes(app: Application) -> None:
         server.stop()
 
 
-def test_bearer_token(app: Application) -> None:
-    server = start_background(app, token="s3cret")
-    try:
-        url = server.url + "/v1/stores/counts/keys/spark"
-        assert httpx.get(url).status_code == 401
-        assert httpx.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
-        assert httpx.get(url, headers={"Authorization": "Bearer s3cret"}).json()["value"] == 3
-    finally:
-        server.stop()
-
-
 def test_metadata_lags_health_and_503(app: Application, client: httpx.Client) -> None:
     [instance] = client.get("/v1/metadata").json()
     assert instance["host"] == "localhost" and instance["active"]["counts"] == [0, 1, 2]
@@ -201,46 +190,3 @@ def test_fuzzed_requests_never_crash_the_service(
     if response.status_code != 200:
         assert set(payload["error"]) == {"code", "message"}
         assert "Traceback" not in payload["error"]["message"]
-
-
-def test_iqstate_serve_command(tmp_path: Path) -> None:
-    import os
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    (tmp_path / "served_app.py").write_text(
-        "from iqstate import Application\n"
-        f"app = Application('served', {str(tmp_path / 'state')!r})\n"
-        "app.key_value_store('s', 1)\n"
-    )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "SERVE_TOKEN": "t0k"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "iqstate.cli", "serve", "served_app:app", "--port", str(port),
-         "--token-env", "SERVE_TOKEN"],
-        env=env,
-    )  # fmt: skip
-    try:
-        url = f"http://127.0.0.1:{port}/v1/stores/s/keys/k"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                response = httpx.get(url, headers={"Authorization": "Bearer t0k"})
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "iqstate serve did not come up"
-                time.sleep(0.1)
-        assert response.json()["value"] is None
-        assert httpx.get(url).status_code == 401
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
-    bad = subprocess.run(
-        [sys.executable, "-m", "iqstate.cli", "serve", "no_such_module:app"],
-        capture_output=True, text=True, env=env,
-    )  # fmt: skip
-    assert bad.returncode != 0 and "cannot import 'no_such_module'" in bad.stderr

@@ -5,6 +5,9 @@ from __future__ import annotations
 import resource
 from dataclasses import dataclass, field
 
+DEFAULT_MAX_BODY = 1024 * 1024
+"""Request bodies over this many bytes are answered 413 (the service's `max_body`)."""
+
 
 def _default_max_connections() -> int:
     """1,000, or half the process's file descriptor limit if that is lower: the stores'

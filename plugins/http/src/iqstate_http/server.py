@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import uvicorn
 
 from iqstate import Application
-from iqstate_http.limits import ConnectionLimits
+from iqstate_http.limits import DEFAULT_MAX_BODY, ConnectionLimits
 from iqstate_http.protocol import LimitedHttpToolsProtocol
-from iqstate_http.service import DEFAULT_MAX_BODY, QueryService
+from iqstate_http.service import QueryService
 
 log = logging.getLogger("iqstate_http")
 

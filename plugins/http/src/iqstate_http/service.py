@@ -41,9 +41,9 @@ from iqstate_http.codecs import (
     to_json,
 )
 from iqstate_http.errors import HANDLERS, ApiError, api_error
+from iqstate_http.limits import DEFAULT_MAX_BODY
 from iqstate_http.openapi import openapi_document
 
-DEFAULT_MAX_BODY = 1024 * 1024
 PAGE = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
 _CHALLENGE = 'Bearer realm="iqstate"'
 
