@@ -25,9 +25,12 @@ def test_state_browser_shows_partitions_and_looks_keys_up(tmp_path: Path) -> Non
 
     app = Application("browser", tmp_path)
     app.key_value_store("word-counts", 2, value_serde="int64")
+    app.window_store("clicks", 2, 60_000, 3_600_000, key_serde="int64", value_serde="int64")
     with app:
         with app.begin_batch(position={"words": {0: 41}}, batch_id=1) as batch:
             batch.put_all("word-counts", [("spark", 3), ("kafka", 5)])
+            batch.put("clicks", 7, 12, window_start=60_000)
+            batch.put("clicks", 7, 4, window_start=120_000)
         server = start_background(app)
         try:
             with sync_playwright() as playwright:
@@ -36,9 +39,10 @@ def test_state_browser_shows_partitions_and_looks_keys_up(tmp_path: Path) -> Non
                 page.goto(server.url + "/")
                 page.wait_for_selector("#partitions tbody tr")
                 rows = page.locator("#partitions tbody tr").all_inner_texts()
-                assert len(rows) == 2
-                assert all("word-counts" in r and "RUNNING" in r and '"words"' in r for r in rows)
+                assert len(rows) == 4
+                assert all("RUNNING" in r and '"words"' in r for r in rows)
                 assert "localhost:7070" in page.locator("#instances").inner_text()
+                page.select_option("#store", "word-counts")
                 page.fill("#key", "kafka")
                 page.click("button[type=submit]")
                 page.wait_for_function(
@@ -46,6 +50,14 @@ def test_state_browser_shows_partitions_and_looks_keys_up(tmp_path: Path) -> Non
                 )
                 answer = page.locator("#answer").inner_text()
                 assert "value: 5" in answer and '"words":{"0":41}' in answer
+                page.select_option("#store", "clicks")  # a window store: its windows
+                page.fill("#key", "7")
+                page.click("button[type=submit]")
+                page.wait_for_function(
+                    "document.getElementById('answer').textContent.includes('windows')"
+                )
+                answer = page.locator("#answer").inner_text()
+                assert "[60000, 120000): 12; [120000, 180000): 4" in answer
                 ARTIFACTS.mkdir(exist_ok=True)
                 page.screenshot(path=str(ARTIFACTS / "state-browser.png"), full_page=True)
                 browser.close()
