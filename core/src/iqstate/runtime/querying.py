@@ -131,9 +131,12 @@ def execute(
             )
     key_bytes: bytes | None = None
     if type(query) is KeyQuery and spec.has_key_lookup:
-        # Listed partitions: each asked with the key's bytes, serialized once.
-        located = locate_key(spec, query.key)
-        key_bytes = None if located is None else located[1]
+        # Listed partitions: each asked with the key's bytes, serialized once (a key the
+        # serde refuses is reported by each partition's layered path).
+        try:
+            key_bytes = spec.key_serde.serialize(query.key)
+        except Exception:
+            key_bytes = None
     results: dict[int, QueryResult[Any]] = {}
     for partition in partitions_to_ask(spec, request, hosted):
         results[partition] = query_partition(
