@@ -82,6 +82,10 @@ def test_request_is_immutable_and_copies() -> None:
     assert not narrowed.is_require_active, "options return new requests"
     with pytest.raises(AttributeError):
         base.x = 1  # type: ignore[attr-defined]
+    for field in ("store_name", "query", "partition_set", "position_bound"):
+        with pytest.raises(AttributeError, match="immutable"):
+            setattr(base, field, None)
+    assert base.store_name == "counts" and base.partition_set is None
     with pytest.raises(ValueError):
         base.with_partitions([-1])
     with pytest.raises(TypeError):

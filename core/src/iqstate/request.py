@@ -17,18 +17,27 @@ _UNBOUNDED = PositionBound.unbounded()
 class StateQueryRequest(Generic[R]):
     """Which store to ask, which query, which partitions, and under which consistency terms.
 
-    Every option returns a new request; a request is never modified (its fields are
-    private slots, read through properties).
+    Every option returns a new request; a request is never modified. Its fields are
+    read-only attributes (assigning one raises `AttributeError`), read directly by the
+    runtime on every query.
     """
 
-    __slots__ = ("_bound", "_execution_info", "_partitions", "_query", "_require_active", "_store")
+    __slots__ = (
+        "is_execution_info_enabled",
+        "is_require_active",
+        "partition_set",
+        "position_bound",
+        "query",
+        "store_name",
+    )
 
-    _store: str
-    _query: Query[R]
-    _partitions: frozenset[int] | None
-    _bound: PositionBound
-    _require_active: bool
-    _execution_info: bool
+    store_name: str
+    query: Query[R]
+    partition_set: frozenset[int] | None
+    """The listed partitions, or `None` for all (`partitions` raises for all)."""
+    position_bound: PositionBound
+    is_require_active: bool
+    is_execution_info_enabled: bool
 
     def __init__(
         self,
@@ -40,12 +49,18 @@ class StateQueryRequest(Generic[R]):
         execution_info: bool,
     ) -> None:
         """Every field at once, unchecked; build requests with `in_store(name).with_query(q)`."""
-        self._store = store
-        self._query = query
-        self._partitions = partitions
-        self._bound = bound
-        self._require_active = require_active
-        self._execution_info = execution_info
+        _set(self, "store_name", store)
+        _set(self, "query", query)
+        _set(self, "partition_set", partitions)
+        _set(self, "position_bound", bound)
+        _set(self, "is_require_active", require_active)
+        _set(self, "is_execution_info_enabled", execution_info)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(
+            f"StateQueryRequest is immutable: use its with_... options for a changed copy "
+            f"instead of setting {name!r}"
+        )
 
     @staticmethod
     def in_store(name: str) -> InStore:
@@ -62,12 +77,12 @@ class StateQueryRequest(Generic[R]):
         execution_info: bool | None = None,
     ) -> StateQueryRequest[R]:
         return StateQueryRequest(
-            self._store,
-            self._query,
-            self._partitions,
-            self._bound if bound is None else bound,
-            self._require_active if require_active is None else require_active,
-            self._execution_info if execution_info is None else execution_info,
+            self.store_name,
+            self.query,
+            self.partition_set,
+            self.position_bound if bound is None else bound,
+            self.is_require_active if require_active is None else require_active,
+            self.is_execution_info_enabled if execution_info is None else execution_info,
         )
 
     def with_partitions(self, partitions: Iterable[int]) -> StateQueryRequest[R]:
@@ -80,22 +95,22 @@ class StateQueryRequest(Generic[R]):
                     f"got {partition!r}"
                 )
         return StateQueryRequest(
-            self._store,
-            self._query,
+            self.store_name,
+            self.query,
             chosen,
-            self._bound,
-            self._require_active,
-            self._execution_info,
+            self.position_bound,
+            self.is_require_active,
+            self.is_execution_info_enabled,
         )
 
     def with_all_partitions(self) -> StateQueryRequest[R]:
         return StateQueryRequest(
-            self._store,
-            self._query,
+            self.store_name,
+            self.query,
             None,
-            self._bound,
-            self._require_active,
-            self._execution_info,
+            self.position_bound,
+            self.is_require_active,
+            self.is_execution_info_enabled,
         )
 
     def with_position_bound(self, bound: PositionBound) -> StateQueryRequest[R]:
@@ -113,35 +128,15 @@ class StateQueryRequest(Generic[R]):
         return self._replace(execution_info=True)
 
     @property
-    def store_name(self) -> str:
-        return self._store
-
-    @property
-    def query(self) -> Query[R]:
-        return self._query
-
-    @property
-    def position_bound(self) -> PositionBound:
-        return self._bound
-
-    @property
-    def is_require_active(self) -> bool:
-        return self._require_active
-
-    @property
-    def is_execution_info_enabled(self) -> bool:
-        return self._execution_info
-
-    @property
     def is_all_partitions(self) -> bool:
-        return self._partitions is None
+        return self.partition_set is None
 
     @property
     def partitions(self) -> frozenset[int]:
         """The requested partitions; raises `ValueError` on an all-partitions request."""
-        if self._partitions is None:
+        if self.partition_set is None:
             raise ValueError("Cannot list partitions of an 'all partitions' request")
-        return self._partitions
+        return self.partition_set
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, StateQueryRequest):
@@ -153,21 +148,25 @@ class StateQueryRequest(Generic[R]):
 
     def _key(self) -> tuple[object, ...]:
         return (
-            self._store,
-            self._query,
-            self._partitions,
-            self._bound,
-            self._require_active,
-            self._execution_info,
+            self.store_name,
+            self.query,
+            self.partition_set,
+            self.position_bound,
+            self.is_require_active,
+            self.is_execution_info_enabled,
         )
 
     def __repr__(self) -> str:
-        partitions = "all" if self._partitions is None else sorted(self._partitions)
+        partitions = "all" if self.partition_set is None else sorted(self.partition_set)
         return (
-            f"StateQueryRequest(store={self._store!r}, query={self._query!r}, "
-            f"partitions={partitions}, bound={self._bound!r}, "
-            f"require_active={self._require_active}, execution_info={self._execution_info})"
+            f"StateQueryRequest(store={self.store_name!r}, query={self.query!r}, "
+            f"partitions={partitions}, bound={self.position_bound!r}, "
+            f"require_active={self.is_require_active}, "
+            f"execution_info={self.is_execution_info_enabled})"
         )
+
+
+_set = object.__setattr__
 
 
 class IncompleteRequestError(IqstateError, AttributeError):

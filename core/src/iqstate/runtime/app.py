@@ -399,7 +399,7 @@ class Application:
 
     def query(self, request: StateQueryRequest[T]) -> StateQueryResult[T]:
         """Run an IQv2 request against the partitions hosted here (SPEC section 3)."""
-        name = request._store
+        name = request.store_name
         spec = self._specs.get(name)
         if spec is None:
             spec = self._spec(name)  # raises UnknownStateStoreError

@@ -25,9 +25,9 @@ def partitions_to_ask(
     answers; when the key cannot be serialized every hosted partition is asked, and each
     reports the serde's error as `STORE_EXCEPTION`.
     """
-    if request._partitions is not None:
-        return sorted(request._partitions)
-    query = request._query
+    if request.partition_set is not None:
+        return sorted(request.partition_set)
+    query = request.query
     if type(query) in _KEYED_QUERIES:
         located = locate_key(spec, query.key)  # type: ignore[attr-defined]
         if located is not None:
@@ -109,10 +109,13 @@ def unanswered(spec: StoreSpec, hosted: HostedPartition | None, partition: int) 
 def execute(
     spec: StoreSpec, request: StateQueryRequest[Any], hosted: Mapping[int, HostedPartition]
 ) -> StateQueryResult[Any]:
-    # Reads the request's fields directly: this runs once per query.
-    config = QueryConfig.WITH_EXECUTION_INFO if request._execution_info else QueryConfig.DEFAULT
-    query, bound, require_active = request._query, request._bound, request._require_active
-    if type(query) is KeyQuery and request._partitions is None and spec.has_key_lookup:
+    config = (
+        QueryConfig.WITH_EXECUTION_INFO
+        if request.is_execution_info_enabled
+        else QueryConfig.DEFAULT
+    )
+    query, bound, require_active = request.query, request.position_bound, request.is_require_active
+    if type(query) is KeyQuery and request.partition_set is None and spec.has_key_lookup:
         # The hot path: a key lookup across the store asks only the key's partition, with
         # the key's bytes, which partitioning needed anyway. A key the serde refuses takes
         # the general path, where every hosted partition reports the serde's error.
