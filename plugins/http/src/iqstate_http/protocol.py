@@ -54,7 +54,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(config, server_state, app_state, _loop)
         self.limits = limits
         self._refused = False
-        self._deadline: TimerHandle | None = None
+        self._deadline: float | None = None  # loop time by which the current phase must end
+        self._timer: TimerHandle | None = None  # fires at or before the deadline
+        self._timer_at = 0.0
         self._reading_head = True  # between requests or within a request line and headers
         self._reading_body = False
         self._head_bytes = 0
@@ -72,27 +74,27 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._arm(self.limits.header_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._deadline = None
+        if self._timer is not None:
+            self._timer.cancel()
         if not self._refused:
             super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._discarding:
             return
-        if self._reading_head:
-            budget = self.limits.max_header_bytes - self._head_bytes
-            if len(data) > budget:
-                seen = self._tail + data[: max(budget, 0) + len(_HEAD_END)]
-                if _HEAD_END not in seen:
-                    self._refuse(
-                        431,
-                        "headers_too_large",
-                        f"request headers over {self.limits.max_header_bytes} bytes",
-                    )
-                    return
-            self._head_bytes += len(data)
-            self._tail = data[-(len(_HEAD_END) - 1) :]
+        if not self._reading_head:
+            super().data_received(data)
+            return
+        budget = self.limits.max_header_bytes - self._head_bytes
+        if len(data) > budget and _HEAD_END not in self._tail + data[: max(budget, 0) + 4]:
+            limit = self.limits.max_header_bytes
+            self._refuse(431, "headers_too_large", f"request headers over {limit} bytes")
+            return
+        self._head_bytes += len(data)
         super().data_received(data)
+        if self._reading_head and self._head_bytes:  # the head goes on in the next chunk
+            self._tail = data[-3:]
 
     # -- parser callbacks: where each request's head and body begin and end ----------------
 
@@ -104,7 +106,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._reading_head, self._reading_body = True, False
         self._head_bytes, self._tail = 0, b""
-        self._disarm()
+        self._deadline = None  # the server's turn: no deadline until it has answered
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
@@ -113,25 +115,28 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._arm(self.limits.header_timeout)
 
     # -- deadlines --------------------------------------------------------------------------
+    # Moving a deadline is an assignment: the one timer, when it fires early, sleeps again
+    # until the deadline, so a busy keep-alive connection costs no timer per request.
 
     def _arm(self, seconds: float) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(seconds, self._expire)
-
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        self._deadline = deadline = self.loop.time() + seconds
+        if self._timer is not None and deadline < self._timer_at:
+            self._timer.cancel()  # it would fire too late
+            self._timer = None
+        if self._timer is None:
+            self._timer, self._timer_at = self.loop.call_at(deadline, self._expire), deadline
 
     def _expire(self) -> None:
+        self._timer = None
+        if self._deadline is None or self.transport.is_closing():
+            return
+        if self._deadline > self.loop.time():
+            self._timer = self.loop.call_at(self._deadline, self._expire)
+            self._timer_at = self._deadline
+            return
         self._deadline = None
-        if self.transport.is_closing():
-            return
-        if self._discarding:
-            self.transport.close()
-            return
-        if self._reading_body or (self._reading_head and self._head_bytes == 0):
-            # Cut off mid-upload (the app sees a disconnect), or idle: nothing to answer.
+        if self._discarding or self._reading_body or (self._reading_head and not self._head_bytes):
+            # Refused, cut off mid-upload (the app sees a disconnect), or idle: just close.
             self.transport.close()
         elif self._reading_head and (self.cycle is None or self.cycle.response_complete):
             limit = self.limits.header_timeout
