@@ -11,23 +11,17 @@ from iqstate import IqstateError, StateStoreContext
 from iqstate.engines.memory import MemoryKeyValueStore
 
 
-def test_commit_callbacks_run_after_commit_and_restore_callbacks_are_kept() -> None:
+def test_commit_callbacks_run_after_commit() -> None:
     context = StateStoreContext(
         application_id="a", store_name="s", partition=1, directory=Path("/tmp/x")
     )
     store = MemoryKeyValueStore("s")
     calls: list[str] = []
-    restored: list[object] = []
-    context.register(store, restored.append, lambda: calls.append("committed"))
+    context.register(store, lambda: calls.append("committed"))
     with pytest.raises(IqstateError, match="already registered"):
         context.register(store)
     context.run_commit_callbacks()
     assert calls == ["committed"]
-    restore = context.restore_callback(store)
-    assert restore is not None
-    restore([(b"k", b"v")])
-    assert restored == [[(b"k", b"v")]]
-    assert context.restore_callback(MemoryKeyValueStore("other")) is None
 
 
 def test_context_validates_and_freezes_config() -> None:

@@ -214,3 +214,34 @@ def test_cli_lists_engines_and_query_types(installed_plugin: Path) -> None:
     data = json.loads(report)
     memory = next(e for e in data["engines"] if e["name"] == "memory")
     assert "EntryCountQuery" in memory["answers"] and "KeyQuery" in memory["answers"]
+
+
+class _RecordingWrapper:
+    """A hook wrapper around engine registration, as a tracing or policy plugin might be."""
+
+    def __init__(self) -> None:
+        self.wrapped: list[str] = []
+
+    @hookimpl(wrapper=True)
+    def iqstate_register_engines(self, register: Any) -> Any:
+        self.wrapped.append("before")
+        result = yield
+        self.wrapped.append("after")
+        return result
+
+
+def test_registration_hooks_go_through_pluggy_so_wrappers_and_tracing_apply() -> None:
+    wrapper = _RecordingWrapper()
+    manager = make_plugin_manager(load_entry_points=False, extra_plugins=[("recorder", wrapper)])
+    traced: list[str] = []
+    undo = manager.add_hookcall_monitoring(
+        lambda name, impls, kwargs: traced.append(name), lambda *_: None
+    )
+    try:
+        registry = PluginRegistry.from_plugin_manager(manager)
+    finally:
+        undo()
+    assert wrapper.wrapped == ["before", "after"]
+    assert "iqstate_register_engines" in traced and "iqstate_register_serdes" in traced
+    assert registry.engine_owners["memory"] == "memory", "registrations keep their plugin"
+    assert registry.query_handlers.owner("metered.key_value", KeyQuery) == "builtins"

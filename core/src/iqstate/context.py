@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -17,16 +17,8 @@ if TYPE_CHECKING:
     from iqstate.store import StateStore
 
 ProcessingGuarantee = Literal["exactly_once", "at_least_once"]
-RestoreCallback = Callable[[Iterable[tuple[bytes, bytes | None]]], None]
-"""Applies a batch of changelog `(key, value)` records to a store being restored."""
 CommitCallback = Callable[[], None]
 """Invoked after a successful commit, when the store is known to be consistent (KIP-796)."""
-
-
-@dataclass
-class _Registration:
-    restore_callback: RestoreCallback | None
-    commit_callback: CommitCallback | None
 
 
 @dataclass
@@ -34,8 +26,8 @@ class StateStoreContext:
     """The environment of one store partition.
 
     `directory` is the store partition's own directory (`None` for a store that keeps
-    nothing on disk); `config` holds per-store engine options. Stores register restore
-    and commit callbacks with `register` during `init`; the runtime runs the commit
+    nothing on disk); `config` holds per-store engine options. Stores may register a
+    commit callback with `register` during `init` (KIP-796); the runtime runs the commit
     callbacks after each successful commit.
     """
 
@@ -54,7 +46,7 @@ class StateStoreContext:
     The runtime sets it under exactly-once when the store has no changelog: then the store
     is the only copy of a batch the pipeline will not replay. An engine option may override
     it per store."""
-    _registrations: dict[int, _Registration] = field(default_factory=dict, repr=False)
+    _registrations: dict[int, CommitCallback | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.config = MappingProxyType(dict(self.config))
@@ -74,24 +66,16 @@ class StateStoreContext:
             self.query_handlers = builtin_registry().query_handlers
         return self.query_handlers
 
-    def register(
-        self,
-        store: StateStore,
-        restore_callback: RestoreCallback | None = None,
-        commit_callback: CommitCallback | None = None,
-    ) -> None:
-        """Register a store's restore and commit callbacks (once per store)."""
+    def register(self, store: StateStore, commit_callback: CommitCallback | None = None) -> None:
+        """Register a store's commit callback (once per store). Restoring needs no callback:
+        the runtime restores a store partition through its chain."""
         key = id(store)
         if key in self._registrations:
             raise IqstateError(f"store {store.name!r} is already registered with this context")
-        self._registrations[key] = _Registration(restore_callback, commit_callback)
-
-    def restore_callback(self, store: StateStore) -> RestoreCallback | None:
-        registration = self._registrations.get(id(store))
-        return registration.restore_callback if registration else None
+        self._registrations[key] = commit_callback
 
     def run_commit_callbacks(self) -> None:
         """Called by the runtime after a successful commit of this store partition."""
-        for registration in self._registrations.values():
-            if registration.commit_callback is not None:
-                registration.commit_callback()
+        for callback in self._registrations.values():
+            if callback is not None:
+                callback()

@@ -1,8 +1,10 @@
 """The plugin manager: loads `iqstate` entry points and collects what plugins register.
 
-Built-in engines, handlers and serdes are registered as default plugins, exactly like
-installed ones, so there is one path for everything. Registration happens once, into a
-`PluginRegistry`; the query path only ever reads the tables that registry built.
+The built-in engine, the built-in queries' handlers and the serdes are registered by
+default plugins through the same hooks as installed ones, called through pluggy's hook
+callers. Registration happens when a `PluginRegistry` is built (once per process for the
+default registry); stores copy their handler tables from it at `init`, and queries read
+only those tables.
 
 Environment:
 * `IQSTATE_BLOCK_PLUGINS`: comma-separated plugin names to block (entry-point names,
@@ -13,6 +15,7 @@ Environment:
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -113,17 +116,11 @@ class PluginRegistry:
             name for name, plugin in manager.list_name_plugin() if plugin is not None
         )
         hook = manager.hook
-        # Each implementation gets its own `register`, so conflicts can name both plugins.
-        for impl in reversed(hook.iqstate_register_engines.get_hookimpls()):
-            impl.function(register=registry._engine_registrar(impl.plugin_name))
-        for impl in reversed(hook.iqstate_register_query_handlers.get_hookimpls()):
-            impl.function(register=registry._handler_registrar(impl.plugin_name))
-        for impl in reversed(hook.iqstate_register_serdes.get_hookimpls()):
-            impl.function(register=registry._serde_registrar(impl.plugin_name))
-        for impl in reversed(hook.iqstate_register_commands.get_hookimpls()):
-            impl.function(register=registry._command_registrar(impl.plugin_name))
-        for impl in reversed(hook.iqstate_register_query_codecs.get_hookimpls()):
-            impl.function(register=registry._codec_registrar(impl.plugin_name))
+        _call_registering(hook.iqstate_register_engines, registry._engine_registrar)
+        _call_registering(hook.iqstate_register_query_handlers, registry._handler_registrar)
+        _call_registering(hook.iqstate_register_serdes, registry._serde_registrar)
+        _call_registering(hook.iqstate_register_commands, registry._command_registrar)
+        _call_registering(hook.iqstate_register_query_codecs, registry._codec_registrar)
         return registry
 
     def _codec_registrar(
@@ -225,6 +222,35 @@ class PluginRegistry:
                 f"{', '.join(sorted(self.serdes))}"
             )
         return found
+
+
+def _call_registering(
+    hook: pluggy.HookCaller, registrar: Callable[[str], Callable[..., None]]
+) -> None:
+    """Call a registration hook through pluggy (so hook wrappers and tracing apply, as in
+    pytest), with one `register` that tells which plugin's implementation is calling it:
+    conflicts and `iqstate plugins` name the plugin that registered each thing."""
+    owners = {impl.function.__code__: impl.plugin_name for impl in hook.get_hookimpls()}
+    registrars: dict[str, Callable[..., None]] = {}
+
+    def register(*args: Any, **kwargs: Any) -> None:
+        plugin = _calling_plugin(owners)
+        if plugin not in registrars:
+            registrars[plugin] = registrar(plugin)
+        registrars[plugin](*args, **kwargs)
+
+    hook(register=register)
+
+
+def _calling_plugin(owners: dict[Any, str]) -> str:
+    """The plugin whose hook implementation is on the call stack (registration only)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        plugin = owners.get(frame.f_code)
+        if plugin is not None:
+            return plugin
+        frame = frame.f_back
+    return "<unknown>"
 
 
 _default_registry: PluginRegistry | None = None

@@ -199,8 +199,8 @@ def caching_key_query(
 ) -> QueryResult[Any]:
     """`KeyQuery` from the buffer, or from beneath on a miss or with `skip_cache`.
 
-    Written out rather than through `dispatch.answer`: it is the hottest query path, and
-    the merged position is computed once and serves both the bound check and the result.
+    Written out rather than through `dispatch.answer`: every key lookup of a caching chain
+    runs it, and the merged position is computed once for the bound check and the result.
     """
     position = store.position
     if bound is not _UNBOUNDED and not position.dominates(bound.position):
