@@ -263,7 +263,7 @@ class _Operations:
         summary: str,
         answer: dict[str, Any],
         *,
-        parameters: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        parameters: list[dict[str, Any]] | None = None,
         body: dict[str, Any] | None = None,
         public: bool = False,
         media: str = "application/json",
@@ -277,7 +277,7 @@ class _Operations:
             },
         }
         if parameters:
-            operation["parameters"] = list(parameters)
+            operation["parameters"] = parameters
         if body is not None:
             operation["requestBody"] = {
                 "required": True,

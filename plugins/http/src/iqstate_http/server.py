@@ -46,7 +46,7 @@ def _config(
         log_level="warning",
         access_log=False,
         http=functools.partial(LimitedHttpToolsProtocol, limits=limits),  # type: ignore[arg-type]
-        timeout_keep_alive=limits.keep_alive_timeout,  # type: ignore[arg-type]
+        timeout_keep_alive=limits.keep_alive_timeout,  # type: ignore[arg-type]  # a float works
     )
 
 

@@ -14,8 +14,9 @@ scan never stalls the requests around it.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -46,6 +47,7 @@ from iqstate_http.openapi import openapi_document
 
 PAGE = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
 _CHALLENGE = 'Bearer realm="iqstate"'
+T = TypeVar("T")
 
 
 def _metadata_json(app: Application, metadata: StreamsMetadata) -> dict[str, Any]:
@@ -190,7 +192,8 @@ class QueryService:
                 400, "malformed_json", f"the body is not JSON the service accepts: {exc}"
             ) from exc
 
-    def _guard(self, call: Any) -> Any:
+    def _guard(self, call: Callable[[], T]) -> T:
+        """`call()`, its exceptions turned into API errors where the API has one."""
         try:
             return call()
         except Exception as exc:
