@@ -69,7 +69,7 @@ def test_schemathesis_finds_nothing(app: Application, tmp_path: Path, token: str
     auth = ["-H", f"Authorization: Bearer {token}"] if token else []
     try:
         run = subprocess.run(
-            [*ST, "run", server.url + "/openapi.json", "--checks", "all", "--max-examples", "25",
+            [*ST, "run", server.url + "/openapi.json", "--checks", "all", "--max-examples", "20",
              "--seed", "1", "--workers", "1", "--generation-database", "none", "--no-color",
              "--request-timeout", "10", "--report-dir", str(tmp_path), *auth],
             capture_output=True, text=True, timeout=300, cwd=tmp_path,
