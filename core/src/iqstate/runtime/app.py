@@ -117,7 +117,6 @@ class Application:
         self.directory = self._state_directory.path
         self.plugins = plugins or default_registry()
         """The plugins this application takes engines, serdes and query handlers from."""
-        self._plugins = self.plugins
         self._assignment = assignment or StandaloneAssignment()
         self._changelog = changelog
         self._specs: dict[str, StoreSpec] = {}

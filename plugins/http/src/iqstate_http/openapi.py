@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from iqstate.runtime.spec import StoreSpec
+from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec, WindowStoreSpec
 from iqstate_http.codecs import BASE64, BUILTIN_CODECS, INT64_MAX, INT64_MIN, Codecs
 from iqstate_http.jsonin import MAX_DEPTH
 
@@ -188,7 +188,7 @@ def _queries(spec: StoreSpec) -> list[dict[str, Any]]:
             "properties": {"type": {"const": name}, **fields},
         }
 
-    if spec.store_type == "window":
+    if isinstance(spec, WindowStoreSpec):
         return [
             query("window_key", ["key", "time_from", "time_to"], key=key,
                   time_from=_INT64, time_to=_INT64),
@@ -345,7 +345,7 @@ def openapi_document(
             "get": ops.operation(f"where a key of {spec.name!r} lives", _KEY_PLACE,
                                  parameters=[key])
         }  # fmt: skip
-        if spec.store_type == "key_value":
+        if isinstance(spec, KeyValueStoreSpec):
             paths[f"/v1/stores/{spec.name}/keys/{{key}}"] = {
                 "get": ops.operation(f"look a key of {spec.name!r} up", _KEY_ANSWER,
                                      parameters=[key])

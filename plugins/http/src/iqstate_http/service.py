@@ -28,7 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from iqstate import Application, KeyQuery, StateQueryRequest
 from iqstate.runtime.metadata import StreamsMetadata
-from iqstate.runtime.spec import StoreSpec
+from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec, WindowStoreSpec
 from iqstate_http import jsonin
 from iqstate_http.codecs import (
     BadRequest,
@@ -90,7 +90,7 @@ def store_json(spec: StoreSpec) -> dict[str, Any]:
         "key_serde": serde_name(spec.key_serde),
         "value_serde": serde_name(spec.value_serde),
     }
-    if spec.store_type == "window":
+    if isinstance(spec, WindowStoreSpec):
         described["window_size_ms"] = spec.window_size_ms
         described["retention_ms"] = spec.retention_ms
     return described
@@ -139,7 +139,7 @@ class QueryService:
         self.app = app
         self.token = token
         self.max_body = max_body
-        self.codecs = Codecs(app._plugins)
+        self.codecs = Codecs(app.plugins)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -261,7 +261,7 @@ class QueryService:
             self._check_token_in(Headers(scope=scope))
         params = scope["path_params"]
         spec = self._spec(params["store"])
-        if spec.store_type != "key_value":
+        if not isinstance(spec, KeyValueStoreSpec):
             raise ApiError(
                 400,
                 "not_a_key_value_store",
