@@ -1,9 +1,52 @@
-"""Shared test configuration: hypothesis profiles (`--hypothesis-profile=long` for long runs)."""
+"""Shared test configuration: hypothesis profiles (`--hypothesis-profile=long` for long runs),
+and a real Apache Kafka broker for the tests that ask for one."""
 
+from __future__ import annotations
+
+import itertools
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import pytest
 from hypothesis import HealthCheck, settings
+
+if TYPE_CHECKING:
+    from iqstate_kafka.local_broker import LocalBroker
 
 settings.register_profile("default", deadline=None)
 settings.register_profile(
     "long", max_examples=2_000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("default")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """One Apache Kafka broker (KRaft, loopback) for the whole run, started on first use.
+
+    Its jars come from Maven Central through `mvn` the first time (then from the cache);
+    it is stopped when the run ends, however it ends.
+    """
+    from iqstate_kafka.local_broker import LocalBroker
+
+    with LocalBroker(tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """`unique_name(label)`: a name no other test (or call) gets, in Kafka's topic alphabet.
+
+    Built from the test's name, so topics and application ids on the shared broker say which
+    test made them.
+    """
+    test = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name)[:60].strip("-")
+    run = uuid.uuid4().hex[:8]
+    counter = itertools.count()
+
+    def make(label: str) -> str:
+        return f"{test}-{label}-{run}-{next(counter)}"
+
+    return make

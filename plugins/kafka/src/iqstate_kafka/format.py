@@ -1,0 +1,163 @@
+"""The changelog record format (SPEC 9): the one definition writers and followers share.
+
+A changelog partition holds, per batch, that batch's data records and then one batch marker.
+
+**Data record**: key = the store's serialized key (window stores:
+`iqstate.keyspace.encode_window_key(key, window_start)`, the order the engines keep);
+value = the serialized value, or null for a delete (a tombstone, which compaction removes);
+one header `iqstate.batch` = the format version byte, then the batch id as a big-endian
+signed 64-bit integer (-1: a batch without id, which nothing fences).
+
+**Batch marker**: key = `MARKER_KEY`; value = the format version byte, the batch id (as in
+the header), then the batch's source position in Kafka's `PositionSerde` encoding
+(`iqstate.codec.encode_position`). No headers. A partition's position advances only at a
+marker, so a follower sees it before or after a batch, never inside one.
+
+**Why this marker key.** Compacted topics need a non-null key, and compaction keeps only the
+latest record per key, so a marker must never share its key with a data record: a later marker
+would erase that key's value. Data keys are whatever a serde makes, so no key is reserved by
+nature; this one is chosen so that no built-in serde can produce it and refused for
+everything else: `b"\\xffiqstate.batch-marker\\xff"` is 23 bytes, not valid UTF-8 (0xff never
+occurs in UTF-8), and not 8 or 16 bytes long. So no string or JSON key, no 8-byte int64 or
+float64 key, and no window key made of them (UTF-8 + 8 bytes, or 16 bytes) equals it; a
+bytes-serde or custom key that does is refused by `data_key` before anything is written.
+One key per partition also means compaction keeps only a partition's latest marker: older
+batches' markers go, their data stays, and the latest marker still carries the position
+the compacted data reflects.
+
+The version byte comes first in every value iqstate writes, so the format can evolve; a
+reader refuses versions it does not know. Nothing is ever deserialized with pickle.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from iqstate.codec import decode_position, encode_position
+from iqstate.errors import CorruptStateError
+from iqstate.keyspace import encode_window_key
+from iqstate.position import Position
+from iqstate_kafka.errors import ChangelogFormatError
+
+FORMAT_VERSION = 1
+BATCH_HEADER = "iqstate.batch"
+MARKER_KEY = b"\xffiqstate.batch-marker\xff"
+_NO_BATCH = -1
+_BATCH = struct.Struct(">Bq")
+
+
+class DataRecord(NamedTuple):
+    """A decoded data record: `value` is `None` for a delete; `batch_id` `None` for none."""
+
+    key: bytes
+    value: bytes | None
+    batch_id: int | None
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMarker:
+    """A decoded batch marker: the end of a batch in one changelog partition."""
+
+    batch_id: int | None
+    position: Position
+    offset: int
+
+
+def is_fenced(batch_id: int | None, fence: int | None) -> bool:
+    """True iff a partition whose last applied batch is `fence` must skip batch `batch_id`.
+
+    The runtime's rule (a batch at or below the fence was applied); no id, no fencing.
+    """
+    return batch_id is not None and fence is not None and batch_id <= fence
+
+
+def _batch_bytes(batch_id: int | None) -> bytes:
+    if batch_id is None:
+        return _BATCH.pack(FORMAT_VERSION, _NO_BATCH)
+    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+        raise ValueError(f"batch_id must be an int >= 0 or None, got {batch_id!r}")
+    return _BATCH.pack(FORMAT_VERSION, batch_id)
+
+
+def batch_headers(batch_id: int | None) -> list[tuple[str, bytes]]:
+    """The headers of every data record of batch `batch_id` (build once per batch)."""
+    return [(BATCH_HEADER, _batch_bytes(batch_id))]
+
+
+def data_key(key: bytes) -> bytes:
+    """The record key of a key-value store's serialized `key`; refuses the marker's key."""
+    if key == MARKER_KEY:
+        raise ValueError(
+            f"key {key!r} is reserved for the changelog's batch markers and cannot be stored"
+        )
+    return key
+
+
+def window_data_key(key: bytes, window_start: int) -> bytes:
+    """The record key of a window store's serialized `key` in the window at `window_start`."""
+    return data_key(encode_window_key(key, window_start))
+
+
+def marker_value(batch_id: int | None, position: Position) -> bytes:
+    """The value of a batch marker (its key is `MARKER_KEY`)."""
+    return _batch_bytes(batch_id) + encode_position(position)
+
+
+def decode(
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, str | bytes | None]] | None,
+) -> DataRecord | BatchMarker:
+    """The record at `offset`; `ChangelogFormatError` (naming where) if it does not decode."""
+    if key is None:
+        raise ChangelogFormatError(topic, partition, offset, "it has no key")
+    if key == MARKER_KEY:
+        if value is None:
+            raise ChangelogFormatError(topic, partition, offset, "a batch marker without value")
+        batch_id = _decode_batch(topic, partition, offset, value, "batch marker")
+        try:
+            position = decode_position(value[_BATCH.size :])
+        except CorruptStateError as exc:
+            raise ChangelogFormatError(topic, partition, offset, str(exc)) from exc
+        return BatchMarker(batch_id, position, offset)
+    found: str | bytes | None = None
+    seen = False
+    for name, header in headers or ():
+        if name == BATCH_HEADER:
+            if seen:
+                raise ChangelogFormatError(topic, partition, offset, f"two {BATCH_HEADER} headers")
+            seen, found = True, header
+    if not isinstance(found, bytes):
+        raise ChangelogFormatError(
+            topic, partition, offset, f"no {BATCH_HEADER} header with a binary value"
+        )
+    return DataRecord(key, value, _decode_batch(topic, partition, offset, found, "header"), offset)
+
+
+def _decode_batch(topic: str, partition: int, offset: int, data: bytes, where: str) -> int | None:
+    if len(data) < _BATCH.size:
+        raise ChangelogFormatError(
+            topic, partition, offset, f"the {where} has {len(data)} bytes, fewer than {_BATCH.size}"
+        )
+    version, batch_id = _BATCH.unpack_from(data)
+    if version != FORMAT_VERSION:
+        raise ChangelogFormatError(
+            topic,
+            partition,
+            offset,
+            f"the {where} has format version {version}, not {FORMAT_VERSION}",
+        )
+    if batch_id == _NO_BATCH:
+        return None
+    if batch_id < 0:
+        raise ChangelogFormatError(
+            topic, partition, offset, f"the {where} has the negative batch id {batch_id}"
+        )
+    return int(batch_id)

@@ -1,0 +1,149 @@
+"""Changelog topics: `<application_id>-<store>-changelog`, compacted, one partition per store
+partition; created when missing, checked when present (SPEC 9).
+
+A changelog is never re-partitioned or re-configured silently: a topic with another
+partition count or another cleanup policy than the store needs is an error naming the topic,
+what was found and what was expected.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import re
+from collections.abc import Mapping
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
+
+from iqstate.layers.changelogging import changelog_topic
+from iqstate_kafka.cluster import KafkaCluster
+from iqstate_kafka.errors import BrokerUnavailableError, ChangelogTopicError
+
+__all__ = ["changelog_topic", "changelog_topics", "ensure_changelog_topics"]
+
+CLEANUP_POLICY = "compact"
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def changelog_topics(application_id: str, stores: Mapping[str, int]) -> dict[str, str]:
+    """Each store's changelog topic (`stores`: name -> partitions).
+
+    `ValueError` for a partition count that is not an int >= 1, or a topic name Kafka refuses.
+    """
+    topics = {}
+    for store, partitions in stores.items():
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise ValueError(f"store {store!r}: partitions must be an int >= 1, got {partitions!r}")
+        topic = changelog_topic(application_id, store)
+        if not _TOPIC_NAME.fullmatch(topic):
+            raise ValueError(
+                f"changelog topic {topic!r} (application id {application_id!r}, store "
+                f"{store!r}) is not a valid Kafka topic name: at most 249 of [A-Za-z0-9._-]"
+            )
+        topics[store] = topic
+    return topics
+
+
+def ensure_changelog_topics(
+    cluster: KafkaCluster, application_id: str, stores: Mapping[str, int]
+) -> dict[str, str]:
+    """Create the missing changelog topics of `stores` (name -> partitions), check the others.
+
+    Returns each store's topic. Raises `BrokerUnavailableError` if the cluster does not answer
+    within `cluster.timeout`, `ChangelogTopicError` naming every topic that cannot be created
+    or has the wrong partition count or cleanup policy.
+    """
+    topics = changelog_topics(application_id, stores)
+    admin = AdminClient(cluster.client_settings())
+    existing = _metadata(admin, cluster)
+    missing = [store for store, topic in topics.items() if topic not in existing.topics]
+    if missing:
+        _create(admin, cluster, {topics[store]: stores[store] for store in missing})
+        existing = _metadata(admin, cluster)
+    problems = []
+    for store, topic in topics.items():
+        found = existing.topics.get(topic)
+        if found is None:
+            problems.append(f"changelog topic {topic!r} does not exist after it was created")
+        elif len(found.partitions) != stores[store]:
+            problems.append(
+                f"changelog topic {topic!r} has {len(found.partitions)} partitions, expected "
+                f"{stores[store]} (store {store!r} has {stores[store]}); iqstate never "
+                f"re-partitions a changelog: declare the store with {len(found.partitions)} "
+                "partitions, or use another application id"
+            )
+    for topic, policy in _cleanup_policies(admin, cluster, list(topics.values())).items():
+        if policy != CLEANUP_POLICY:
+            problems.append(
+                f"changelog topic {topic!r} has cleanup.policy={policy!r}, expected "
+                f"{CLEANUP_POLICY!r} (deleting old segments would lose state): set it with "
+                f"kafka-configs.sh --alter --entity-type topics --entity-name {topic} "
+                f"--add-config cleanup.policy={CLEANUP_POLICY}"
+            )
+    if problems:
+        raise ChangelogTopicError("; ".join(problems))
+    return topics
+
+
+def _metadata(admin: AdminClient, cluster: KafkaCluster) -> ClusterMetadata:
+    try:
+        return admin.list_topics(timeout=cluster.timeout)
+    except KafkaException as exc:
+        raise _unavailable(cluster, exc) from exc
+
+
+def _unavailable(cluster: KafkaCluster, cause: object) -> BrokerUnavailableError:
+    return BrokerUnavailableError(
+        f"Kafka at {cluster.bootstrap_servers} did not answer within {cluster.timeout:g} s "
+        f"({cause}); check bootstrap_servers, that the brokers run, and the security settings "
+        "in client_config"
+    )
+
+
+def _create(admin: AdminClient, cluster: KafkaCluster, topics: Mapping[str, int]) -> None:
+    config = {**cluster.topic_config, "cleanup.policy": CLEANUP_POLICY}
+    new = [
+        NewTopic(topic, partitions, cluster.replication_factor, config=config)
+        for topic, partitions in topics.items()
+    ]
+    futures = admin.create_topics(
+        new, operation_timeout=cluster.timeout, request_timeout=cluster.timeout
+    )
+    problems = []
+    for topic, future in futures.items():
+        try:
+            future.result(timeout=cluster.timeout)
+        except concurrent.futures.TimeoutError as exc:
+            raise _unavailable(cluster, "creating topics timed out") from exc
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue  # another instance created it meanwhile; it is checked like any other
+            if error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
+                raise _unavailable(cluster, error.str()) from exc
+            problems.append(
+                f"could not create changelog topic {topic!r} ({topics[topic]} partitions, "
+                f"replication factor {cluster.replication_factor}): {error.str()}"
+            )
+    if problems:
+        raise ChangelogTopicError("; ".join(problems))
+
+
+def _cleanup_policies(
+    admin: AdminClient, cluster: KafkaCluster, topics: list[str]
+) -> dict[str, str]:
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in topics]
+    futures = admin.describe_configs(resources, request_timeout=cluster.timeout)
+    policies = {}
+    for resource, future in futures.items():
+        try:
+            entries = future.result(timeout=cluster.timeout)
+        except concurrent.futures.TimeoutError as exc:
+            raise _unavailable(cluster, "describing topics timed out") from exc
+        except KafkaException as exc:
+            raise ChangelogTopicError(
+                f"could not read the configuration of changelog topic {resource.name!r}: "
+                f"{exc.args[0].str()}"
+            ) from exc
+        policies[resource.name] = entries["cleanup.policy"].value
+    return policies

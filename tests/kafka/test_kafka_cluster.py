@@ -1,0 +1,77 @@
+"""`KafkaCluster`: a frozen configuration that refuses what it cannot use, with clear errors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from iqstate_kafka import KafkaCluster
+
+
+def test_servers_are_normalized_and_settings_pass_through() -> None:
+    cluster = KafkaCluster(
+        [" broker-1:9092", "broker-2:9093"],
+        replication_factor=3,
+        client_config={"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"},
+        topic_config={"min.insync.replicas": "2"},
+    )
+    assert cluster.bootstrap_servers == "broker-1:9092,broker-2:9093"
+    settings = cluster.client_settings({"linger.ms": 5}, acks="all")
+    assert settings["bootstrap.servers"] == "broker-1:9092,broker-2:9093"
+    assert settings["security.protocol"] == "SASL_SSL"
+    assert settings["sasl.mechanism"] == "PLAIN"
+    assert settings["linger.ms"] == 5
+    assert settings["acks"] == "all"
+
+
+def test_user_settings_override_defaults() -> None:
+    cluster = KafkaCluster("localhost:9092", client_config={"linger.ms": 50})
+    assert cluster.client_settings({"linger.ms": 5})["linger.ms"] == 50
+
+
+def test_frozen_and_copied() -> None:
+    config = {"client.id": "a"}
+    cluster = KafkaCluster("localhost:9092", client_config=config)
+    config["client.id"] = "b"
+    assert cluster.client_config["client.id"] == "a"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cluster.replication_factor = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        cluster.client_config["client.id"] = "c"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("servers", "message"),
+    [
+        ("", "empty"),
+        ("localhost", "'localhost' is not 'host:port'"),
+        ("localhost:0", "port in 1..65535"),
+        ("localhost:99999", "port in 1..65535"),
+        (":9092", "not 'host:port'"),
+        (9092, "bootstrap_servers must be"),
+    ],
+)
+def test_bad_bootstrap_servers(servers: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        KafkaCluster(servers)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"replication_factor": 0}, "replication_factor must be an int >= 1, got 0"),
+        ({"replication_factor": True}, "replication_factor must be an int >= 1"),
+        ({"timeout": 0}, "timeout must be a number of seconds > 0"),
+        ({"timeout": float("inf")}, "timeout must be a number of seconds > 0"),
+        ({"client_config": {"bootstrap.servers": "x:1"}}, "pass it as bootstrap_servers"),
+        ({"client_config": {"enable.idempotence": False}}, "sets enable.idempotence: iqstate"),
+        ({"client_config": {"auto.offset.reset": "latest"}}, "sets auto.offset.reset"),
+        ({"client_config": {1: "x"}}, "keys must be non-empty strings"),
+        ({"client_config": [("acks", "1")]}, "client_config must be a mapping"),
+        ({"topic_config": {"cleanup.policy": "delete"}}, "sets cleanup.policy"),
+        ({"topic_config": {"min.insync.replicas": 2}}, r"topic_config\['min.insync.replicas'\]"),
+    ],
+)
+def test_bad_options(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        KafkaCluster("localhost:9092", **options)  # type: ignore[arg-type]
