@@ -14,7 +14,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from iqstate.changelog import ChangelogRecord
 from iqstate.context import StateStoreContext
 from iqstate.engine import EngineStore
 from iqstate.keyspace import decode_window_key
@@ -159,8 +158,9 @@ class StoreChain(ABC, Generic[Top]):
         """Write serialized entries through the whole chain (a batch's writes)."""
 
     @abstractmethod
-    def restore(self, records: Sequence[ChangelogRecord]) -> None:
-        """Write changelog records into the engine, beneath the layers (nothing is logged)."""
+    def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        """Write changelog `(key, value)` records into the engine, beneath the layers
+        (nothing is logged); a `None` value deletes."""
 
     @property
     def position(self) -> Position:
@@ -190,9 +190,9 @@ class KeyValueStoreChain(StoreChain[MeteredKeyValueStore[Any, Any]]):
     def write(self, entries: list[tuple[bytes, bytes | None]]) -> None:
         self.typed.put_all_serialized(entries)
 
-    def restore(self, records: Sequence[ChangelogRecord]) -> None:
+    def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         engine: Any = self.engine
-        engine.put_all([(record.key, record.value) for record in records])
+        engine.put_all(records)
 
 
 class WindowStoreChain(StoreChain[MeteredWindowStore[Any, Any]]):
@@ -201,11 +201,11 @@ class WindowStoreChain(StoreChain[MeteredWindowStore[Any, Any]]):
     def write(self, entries: list[tuple[bytes, int, bytes | None]]) -> None:
         self.typed.put_all_serialized(entries)
 
-    def restore(self, records: Sequence[ChangelogRecord]) -> None:
+    def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         windows = []
-        for record in records:
-            key, window_start = decode_window_key(record.key)
-            windows.append((key, window_start, record.value))
+        for window_key, value in records:
+            key, window_start = decode_window_key(window_key)
+            windows.append((key, window_start, value))
         engine: Any = self.engine
         engine.put_all(windows)
 

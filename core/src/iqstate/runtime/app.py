@@ -30,6 +30,7 @@ from iqstate.runtime.assignment import (
     StandaloneAssignment,
 )
 from iqstate.runtime.batch import Batch, StorePartition
+from iqstate.runtime.cluster import Cluster
 from iqstate.runtime.committer import BatchCommitter
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.iqv1 import StoreQueryParameters
@@ -101,6 +102,7 @@ class Application:
         assignment: AssignmentProvider | None = None,
         plugins: PluginRegistry | None = None,
         changelog: ChangelogWriter | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
         self.application_id = check_name("application", application_id)
         self.state_dir = Path(state_dir)
@@ -117,15 +119,24 @@ class Application:
         self.directory = self._state_directory.path
         self.plugins = plugins or default_registry()
         """The plugins this application takes engines, serdes and query handlers from."""
-        self._assignment = assignment or StandaloneAssignment()
+        if cluster is not None and (assignment is not None or changelog is not None):
+            raise ValueError(
+                "an application with a cluster takes its assignment and changelogs from "
+                "it; pass either cluster=... or assignment=/changelog=..., not both"
+            )
         self._changelog = changelog
         self._specs: dict[str, StoreSpec] = {}
+        self._connection = None if cluster is None else cluster.connect(self)
+        if self._connection is not None:
+            assignment = self._connection.assignment
+        self._assignment = assignment or StandaloneAssignment()
         self._partitions = HostedPartitions(
             HostingSettings(
                 self.application_id,
                 processing_guarantee,
                 changelog,
                 self.plugins.query_handlers,
+                followed=self._connection is not None,
             ),
             self._specs,
             self._state_directory,
@@ -248,6 +259,12 @@ class Application:
             if self._state is not AppState.CREATED:
                 raise RuntimeError(f"start() needs a CREATED application, it is {self._state.name}")
             needs_changelog = [spec.name for spec in self._specs.values() if spec.logging]
+            if needs_changelog and self._connection is not None:
+                raise ValueError(
+                    f"stores {needs_changelog} have logging=True, but in distributed mode "
+                    "every store's changelog is its topic on the cluster already: drop "
+                    "logging=True"
+                )
             if needs_changelog and self._changelog is None:
                 raise ValueError(
                     f"stores {needs_changelog} have logging=True but the application has no "
@@ -267,6 +284,8 @@ class Application:
             try:
                 self._partitions.install(self._assignment.assignment())
                 self._assignment.add_listener(self._rebalance)
+                if self._connection is not None:
+                    self._connection.follow(self._partitions)
                 self._transition(AppState.RUNNING)
             except BaseException:
                 self._partitions.close_all()
@@ -282,6 +301,8 @@ class Application:
                 return
             self._transition(AppState.PENDING_SHUTDOWN)
             try:
+                if self._connection is not None:
+                    self._connection.close()
                 self._assignment.close()
                 self._partitions.close_all()
             finally:
@@ -360,7 +381,15 @@ class Application:
     def commit_batch(
         self, batch: Batch
     ) -> tuple[frozenset[StorePartition], frozenset[StorePartition]]:
-        """Apply a batch that ended (called by `Batch`); see `begin_batch`."""
+        """Apply a batch that ended (called by `Batch`); see `begin_batch`.
+
+        In distributed mode the batch goes to the changelogs and every replica, this
+        instance's included, applies it by following them: nothing is applied here, so
+        both returned sets are empty."""
+        if self._connection is not None:
+            self._check_queryable("write a batch")
+            self._connection.write_batch(batch)
+            return frozenset(), frozenset()
         with self._state_lock:
             self._check_queryable("write a batch")
             try:

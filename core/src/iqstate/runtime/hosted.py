@@ -43,7 +43,10 @@ class HostedPartition:
         role: PartitionRole,
         context: StateStoreContext,
         committed: CommittedPartitions | None = None,
+        followed: bool = False,
     ) -> None:
+        """`followed`: the partition follows a changelog kept elsewhere (distributed mode),
+        which can rebuild it; a follower applies the changelog with `apply_changelog`."""
         self.spec = spec
         self.partition = partition
         self.role = role
@@ -62,12 +65,13 @@ class HostedPartition:
         self._changelog: ChangelogReader | None = (
             reader if isinstance(reader, ChangelogReader) and spec.logging else None
         )
+        self._rebuildable = followed or self._changelog is not None
 
     def open(self) -> None:
         try:
             self.chain.init(self.context)
         except (UncleanShutdownError, CorruptStateError) as untrusted:
-            if self._changelog is None:
+            if not self._rebuildable:
                 if isinstance(untrusted, UncleanShutdownError):
                     raise LostStateError(
                         f"{untrusted}. Store {self.spec.name!r} has no changelog to rebuild "
@@ -84,7 +88,7 @@ class HostedPartition:
         self.fence = self._offsets.committed_offset(self.fence_partition)
         self.closed = False
         if self._lost_its_state():
-            if self._changelog is None:
+            if not self._rebuildable:
                 self.close()
                 raise LostStateError(self._lost_message())
             _log.warning(
@@ -139,11 +143,61 @@ class HostedPartition:
         chain = self.chain
         for first in range(0, len(records), RESTORE_CHUNK):
             chunk = records[first : first + RESTORE_CHUNK]
-            chain.restore(chunk)
+            chain.restore([(record.key, record.value) for record in chunk])
             chain.restore_position(chunk[-1].position)
             self.offsets.commit({tp: start + first + len(chunk)})
         if records and self._committed is not None:
             self._committed.add(self.partition)
+
+    def apply_changelog(
+        self,
+        entries: list[tuple[bytes, bytes | None]],
+        batch_id: int | None,
+        position: Position | None,
+        next_offset: int,
+    ) -> None:
+        """Apply records read from this partition's changelog and commit them, with the
+        offset to read next and, at a batch marker, the batch's position and fence, in one
+        atomic store commit: a reader sees the partition before or after the unit.
+
+        The follower passes only the records of batches after the fence; a marker of a
+        batch at or below the fence moves the offset alone."""
+        tp = self.changelog_partition
+        assert tp is not None  # a followed partition has a changelog partition
+        with self.lock:
+            if self.closed:
+                return
+            chain = self.chain
+            if entries:
+                chain.restore(entries)
+            changes: dict[TopicPartition, int | None] = {tp: next_offset}
+            fenced = self.skips(batch_id)
+            if position is not None and not fenced:
+                chain.restore_position(position)
+            if batch_id is not None and not fenced:
+                changes[self.fence_partition] = batch_id
+            self.offsets.commit(changes)
+            if batch_id is not None and not fenced:
+                self.fence = batch_id
+            committed = self._committed
+            if committed is not None and self.partition not in committed:
+                committed.add(self.partition)
+
+    def rebuild(self) -> None:
+        """Start over from an empty store (the changelog no longer holds what this replica
+        would resume from): the files are moved aside, never deleted."""
+        with self.lock:
+            if self.closed:
+                return
+            self.chain.close()
+            self._set_aside(
+                RuntimeError(f"store {self.spec.name!r} partition {self.partition} must be rebuilt")
+            )
+            self.chain = self.spec.build()
+            self.chain.init(self.context)
+            self._offsets = OffsetKeeper(self.chain, self.context.directory)
+            self._offsets.load()
+            self.fence = None
 
     def close(self) -> None:
         with self.lock:

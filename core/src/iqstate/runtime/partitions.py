@@ -27,6 +27,9 @@ class HostingSettings:
     processing_guarantee: ProcessingGuarantee
     changelog: ChangelogWriter | None
     query_handlers: QueryHandlerRegistry
+    followed: bool = False
+    """Distributed mode: every store partition follows its changelog topic, which a writer
+    fills; the chains log nothing and commits need no fsync (the changelog is durable)."""
 
 
 def changelog_partition(application_id: str, store: str, partition: int) -> TopicPartition:
@@ -66,6 +69,7 @@ class HostedPartitions:
     def _context(self, spec: StoreSpec, partition: int) -> StateStoreContext:
         settings = self._settings
         logged = spec.logging
+        has_changelog = logged or settings.followed
         return StateStoreContext(
             application_id=settings.application_id,
             store_name=spec.name,
@@ -74,11 +78,11 @@ class HostedPartitions:
             config=spec.config,
             processing_guarantee=settings.processing_guarantee,
             changelog_partition=changelog_partition(settings.application_id, spec.name, partition)
-            if logged
+            if has_changelog
             else None,
             changelog_writer=settings.changelog if logged else None,
             query_handlers=settings.query_handlers,
-            sync_commits=settings.processing_guarantee == "exactly_once" and not logged,
+            sync_commits=settings.processing_guarantee == "exactly_once" and not has_changelog,
         )
 
     def install(self, assignment: Assignment) -> None:
@@ -103,6 +107,7 @@ class HostedPartitions:
                         role,
                         self._context(spec, partition),
                         self._committed.get(name),
+                        followed=self._settings.followed,
                     )
                     partition_store.open()
                     opened.append(partition_store)

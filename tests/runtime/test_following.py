@@ -1,0 +1,123 @@
+"""A hosted partition that follows a changelog kept elsewhere (distributed mode's replicas).
+
+The follower hands it units read from the changelog; each is applied and committed with
+the offset to read next and, at a batch marker, the batch's position and fence, in one
+store commit. These tests drive that seam directly, with a real RocksDB engine.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from iqstate import Application, KeyQuery, Position, PositionBound, QueryConfig
+from iqstate.context import StateStoreContext
+from iqstate.plugins import default_registry
+from iqstate.position import TopicPartition
+from iqstate.runtime import ACTIVE
+from iqstate.runtime.committed import CommittedPartitions
+from iqstate.runtime.hosted import HostedPartition
+from iqstate.runtime.spec import StoreSpec
+
+TP = TopicPartition("app-s-changelog", 0)
+
+
+def declared(tmp_path: Path) -> StoreSpec:
+    app = Application("app", tmp_path)
+    return app.key_value_store("s", 1, engine="rocksdb", value_serde="int64")
+
+
+def followed(tmp_path: Path, spec: StoreSpec) -> HostedPartition:
+    directory = tmp_path / "app" / "s" / "0"
+    directory.mkdir(parents=True, exist_ok=True)
+    context = StateStoreContext(
+        application_id="app",
+        store_name="s",
+        partition=0,
+        directory=directory,
+        changelog_partition=TP,
+        query_handlers=default_registry().query_handlers,
+    )
+    hosted = HostedPartition(
+        spec, 0, ACTIVE, context, CommittedPartitions(tmp_path / "app" / "s"), followed=True
+    )
+    hosted.open()
+    return hosted
+
+
+def value(hosted: HostedPartition, key: str) -> object:
+    result = hosted.chain.query(
+        KeyQuery.with_key(key), PositionBound.unbounded(), QueryConfig.DEFAULT
+    )
+    return result.result
+
+
+def encoded(spec: StoreSpec, key: str, number: int | None) -> tuple[bytes, bytes | None]:
+    return (
+        spec.key_serde.serialize(key),
+        None if number is None else spec.value_serde.serialize(number),
+    )
+
+
+def test_units_commit_data_offset_position_and_fence_together(tmp_path: Path) -> None:
+    spec = declared(tmp_path)
+    hosted = followed(tmp_path, spec)
+    hosted.apply_changelog(
+        [encoded(spec, "a", 1), encoded(spec, "b", 2)], 1, Position.from_map({"in": {0: 10}}), 3
+    )
+    assert value(hosted, "a") == 1 and value(hosted, "b") == 2
+    assert hosted.fence == 1 and hosted.committed_changelog_offset() == 3
+    assert hosted.chain.position == Position.from_map({"in": {0: 10}})
+
+    # A replayed batch (its id at or below the fence) moves only the offset.
+    hosted.apply_changelog([], 1, Position.from_map({"in": {0: 10}}), 6)
+    assert hosted.fence == 1 and hosted.committed_changelog_offset() == 6
+    # Data held beyond a marker (an incomplete unit) applies without position or fence.
+    hosted.apply_changelog([encoded(spec, "a", None)], None, None, 7)
+    assert value(hosted, "a") is None and hosted.fence == 1
+    assert hosted.chain.position == Position.from_map({"in": {0: 10}})
+    hosted.close()
+
+    reopened = followed(tmp_path, spec)
+    assert value(reopened, "b") == 2 and value(reopened, "a") is None
+    assert reopened.fence == 1 and reopened.committed_changelog_offset() == 7
+    assert not reopened.rebuilt
+    reopened.close()
+
+
+def test_rebuild_moves_the_files_aside_and_starts_empty(tmp_path: Path) -> None:
+    spec = declared(tmp_path)
+    hosted = followed(tmp_path, spec)
+    hosted.apply_changelog([encoded(spec, "a", 1)], 4, Position.from_map({"in": {0: 1}}), 2)
+    hosted.rebuild()
+    assert hosted.rebuilt and hosted.fence is None
+    assert hosted.committed_changelog_offset() is None and value(hosted, "a") is None
+    aside = [p for p in (tmp_path / "app" / "s").iterdir() if ".untrusted-" in p.name]
+    assert len(aside) == 1, "the old files are kept"
+    hosted.apply_changelog([encoded(spec, "a", 5)], 4, Position.from_map({"in": {0: 1}}), 2)
+    assert value(hosted, "a") == 5
+    hosted.close()
+
+
+def test_a_followed_partition_whose_files_vanished_is_rebuilt_not_refused(
+    tmp_path: Path,
+) -> None:
+    spec = declared(tmp_path)
+    hosted = followed(tmp_path, spec)
+    hosted.apply_changelog([encoded(spec, "a", 1)], 1, Position.from_map({"in": {0: 1}}), 2)
+    hosted.close()
+    shutil.rmtree(tmp_path / "app" / "s" / "0")
+    again = followed(tmp_path, spec)
+    assert again.rebuilt and again.committed_changelog_offset() is None
+    again.close()
+
+
+def test_an_application_with_a_cluster_refuses_single_machine_changelogs(tmp_path: Path) -> None:
+    class UnusedCluster:
+        def connect(self, member: object) -> object:
+            raise AssertionError("the arguments are refused before connecting")
+
+    with pytest.raises(ValueError, match="either cluster"):
+        Application("app", tmp_path, cluster=UnusedCluster(), changelog=object())  # type: ignore[arg-type]
