@@ -1,14 +1,27 @@
-"""The RocksDB engine: conformance, status marker, locking, corruption, migration, options."""
+"""The RocksDB engine: conformance, crashes, locking, damage, migration, fsync, options."""
 
 from __future__ import annotations
 
+import dataclasses
+import random
 from pathlib import Path
 
 import pytest
 from iqstate_rocksdb import ROCKSDB_ENGINE, RocksDBKeyValueStore
 
-from iqstate import CorruptStateError, Position, StateDirectoryLockedError, TopicPartition
-from iqstate.persistent import UncleanShutdownError
+from iqstate import (
+    Application,
+    CorruptStateError,
+    FailureReason,
+    KeyQuery,
+    Position,
+    QueryableStoreTypes,
+    RangeQuery,
+    StateDirectoryLockedError,
+    StateQueryRequest,
+    StoreQueryParameters,
+    TopicPartition,
+)
 from iqstate.runtime.offsets import CHECKPOINT_FILE, POSITION_FILE, write_offsets_file
 from iqstate.store import StateStore
 from iqstate.testing import StoreConformance, StoreFactory, make_context
@@ -31,26 +44,51 @@ class TestRocksDBConformance(StoreConformance):
 
 
 def open_store(
-    root: Path, guarantee: str = "exactly_once", **config: object
+    root: Path, guarantee: str = "exactly_once", *, sync: bool = False, **config: object
 ) -> RocksDBKeyValueStore:
     store = RocksDBKeyValueStore("s")
-    store.init(make_context(root, "s", processing_guarantee=guarantee, config=config))  # type: ignore[arg-type]
+    context = make_context(root, "s", processing_guarantee=guarantee, config=config)  # type: ignore[arg-type]
+    store.init(dataclasses.replace(context, sync_commits=sync))
     return store
 
 
-def test_unclean_shutdown_under_exactly_once_asks_for_a_rebuild(tmp_path: Path) -> None:
-    store = open_store(tmp_path)
-    store.put(b"k", b"v")
-    store.commit({TP: 3})
-    store.abandon()
-    with pytest.raises(UncleanShutdownError, match="not closed cleanly"):
-        open_store(tmp_path)
-    relaxed = open_store(tmp_path, "at_least_once")
-    assert relaxed.get(b"k") == b"v" and relaxed.committed_offset(TP) == 3
-    relaxed.close()
-    clean = open_store(tmp_path)
-    assert clean.get(b"k") == b"v"
-    clean.close()
+def database(root: Path) -> Path:
+    return root / "s" / "0" / "rocksdb"
+
+
+def filled(root: Path, keys: int = 20_000) -> None:
+    """A closed store with `keys` keys of 100 random bytes, committed at offset 7."""
+    rng = random.Random(3)
+    store = open_store(root)
+    store.put_all([(b"key-%06d" % i, rng.randbytes(100)) for i in range(keys)])
+    store.commit({TP: 7})
+    store.close()
+
+
+def overwrite(path: Path, fraction: float, length: int = 64) -> None:
+    with path.open("r+b") as handle:
+        handle.seek(int(path.stat().st_size * fraction))
+        handle.write(random.Random(path.name).randbytes(length))
+
+
+def table_files(root: Path) -> list[Path]:
+    """The database's table files, smallest (the offsets column family's) first."""
+    return sorted(database(root).glob("*.sst"), key=lambda table: table.stat().st_size)
+
+
+def test_a_crashed_store_reopens_with_its_last_commit_under_either_guarantee(
+    tmp_path: Path,
+) -> None:
+    for guarantee in ("exactly_once", "at_least_once"):
+        store = open_store(tmp_path, guarantee)
+        store.put(b"k", guarantee.encode())
+        store.commit({TP: 3})
+        store.put(b"uncommitted", b"x")
+        store.abandon()
+        reopened = open_store(tmp_path, guarantee)
+        assert reopened.get(b"k") == guarantee.encode() and reopened.committed_offset(TP) == 3
+        assert reopened.get(b"uncommitted") is None
+        reopened.close()
 
 
 def test_a_second_handle_gets_a_lock_error_naming_the_path(tmp_path: Path) -> None:
@@ -62,16 +100,115 @@ def test_a_second_handle_gets_a_lock_error_naming_the_path(tmp_path: Path) -> No
         store.close()
 
 
-def test_corrupt_database_is_a_clear_error(tmp_path: Path) -> None:
-    store = open_store(tmp_path)
-    store.put_all([(b"k%d" % i, b"v" * 100) for i in range(2000)])
-    store.commit({TP: 1})
-    store.close()
-    database = tmp_path / "s" / "0" / "rocksdb"
-    for manifest in database.glob("MANIFEST-*"):
+def test_corrupt_manifest_is_a_clear_error(tmp_path: Path) -> None:
+    filled(tmp_path, 2000)
+    for manifest in database(tmp_path).glob("MANIFEST-*"):
         manifest.write_bytes(b"\x00garbage" * 10)
-    with pytest.raises(CorruptStateError, match="is corrupt"):
+    with pytest.raises(CorruptStateError, match="cannot be read"):
         open_store(tmp_path)
+
+
+def test_a_checksum_mismatch_at_open_is_corruption_not_a_lock(tmp_path: Path) -> None:
+    """ "block checksum mismatch" contains "lock": it was reported as a locked directory."""
+    filled(tmp_path, 2000)
+    offsets_table = table_files(tmp_path)[0]
+    overwrite(offsets_table, 0.1)
+    with pytest.raises(CorruptStateError) as raised:
+        open_store(tmp_path)
+    message = str(raised.value)
+    assert "block checksum mismatch" in message and offsets_table.name in message
+    assert str(database(tmp_path)) in message and "backup" in message
+
+
+def test_a_deleted_manifest_is_a_clear_error_naming_the_database(tmp_path: Path) -> None:
+    filled(tmp_path, 2000)
+    for manifest in database(tmp_path).glob("MANIFEST-*"):
+        manifest.unlink()
+    with pytest.raises(CorruptStateError, match=f"{database(tmp_path)} cannot be read.*MANIFEST"):
+        open_store(tmp_path)
+
+
+def test_a_database_without_current_is_refused_not_recreated_empty(tmp_path: Path) -> None:
+    filled(tmp_path, 2000)
+    (database(tmp_path) / "CURRENT").unlink()
+    with pytest.raises(CorruptStateError, match="CURRENT"):
+        open_store(tmp_path)
+    assert table_files(tmp_path), "the table files are kept"
+
+
+def test_a_truncated_manifest_is_refused_before_rocksdb_deletes_the_tables(tmp_path: Path) -> None:
+    """RocksDB would open the older version and delete the tables it no longer references."""
+    filled(tmp_path, 2000)
+    tables = {table.name: table.stat().st_size for table in table_files(tmp_path)}
+    for manifest in database(tmp_path).glob("MANIFEST-*"):
+        with manifest.open("r+b") as handle:
+            handle.truncate(manifest.stat().st_size // 2)
+    with pytest.raises(CorruptStateError, match="status marker|does not reference"):
+        open_store(tmp_path)
+    assert {table.name: table.stat().st_size for table in table_files(tmp_path)} == tables
+
+
+def damaged_app(root: Path) -> tuple[Application, Path]:
+    """An application whose rocksdb store's data table has a damaged block in its middle."""
+    app = Application("app", root)
+    app.key_value_store("s", 1, engine="rocksdb", value_serde="string")
+    with app:
+        with app.begin_batch(batch_id=0) as batch:
+            batch.put_all("s", [(f"key-{i:06d}", "v" * 100) for i in range(20_000)])
+    data_table = max((root / "app").rglob("*.sst"), key=lambda table: table.stat().st_size)
+    overwrite(data_table, 0.5)
+    app = Application("app", root)
+    app.key_value_store("s", 1, engine="rocksdb", value_serde="string")
+    app.start()
+    return app, data_table
+
+
+def test_a_range_over_a_damaged_block_fails_the_partition_instead_of_stopping_short(
+    tmp_path: Path,
+) -> None:
+    app, data_table = damaged_app(tmp_path)
+    try:
+        everything = RangeQuery.with_no_bounds()
+        for query in (everything, RangeQuery.with_no_bounds().with_descending_keys()):
+            result = app.query(StateQueryRequest.in_store("s").with_query(query))
+            answer = result.partition_results[0]
+            assert answer.is_failure and answer.failure_reason is FailureReason.STORE_EXCEPTION
+            assert "CorruptStateError" in answer.failure_message
+            assert data_table.name in answer.failure_message
+        first_key = StateQueryRequest.in_store("s").with_query(KeyQuery.with_key("key-000000"))
+        first = app.query(first_key)
+        assert first.only_partition_result().result == "v" * 100, "undamaged blocks still answer"
+    finally:
+        app.close()
+
+
+def test_iqv1_iteration_over_a_damaged_block_raises(tmp_path: Path) -> None:
+    app, data_table = damaged_app(tmp_path)
+    try:
+        store = app.store(
+            StoreQueryParameters.from_name_and_type("s", QueryableStoreTypes.key_value_store())
+        )
+        with pytest.raises(CorruptStateError, match=data_table.name):
+            with store.all() as pairs:
+                list(pairs)
+        with pytest.raises(CorruptStateError, match=data_table.name):
+            with store.range("key-000000", "key-019999") as pairs:
+                list(pairs)
+    finally:
+        app.close()
+
+
+def test_commits_are_fsynced_when_the_runtime_asks_unless_the_store_says_otherwise(
+    tmp_path: Path,
+) -> None:
+    cases = [(True, {}, True), (False, {}, False), (True, {"sync_commits": False}, False)]
+    cases.append((False, {"sync_commits": True}, True))
+    for runtime_asks, config, syncs in cases:
+        store = open_store(tmp_path, sync=runtime_asks, **config)
+        assert store.syncs_commits is syncs
+        store.put(b"k", b"v")
+        store.commit({TP: 1})
+        store.close()
 
 
 def test_legacy_files_are_migrated_and_deleted(tmp_path: Path) -> None:
@@ -89,11 +226,14 @@ def test_legacy_files_are_migrated_and_deleted(tmp_path: Path) -> None:
     reopened.close()
 
 
-def test_options_are_validated(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown rocksdb option"):
-        open_store(tmp_path, block_cache=5)
+def test_options_are_validated_when_the_store_is_declared(tmp_path: Path) -> None:
+    app = Application("app", tmp_path)
+    with pytest.raises(ValueError, match="unknown rocksdb option.*block_cache"):
+        app.key_value_store("a", 1, engine="rocksdb", config={"block_cache": 5})
     with pytest.raises(ValueError, match="compression"):
-        open_store(tmp_path, compression="brotli")
+        app.key_value_store("b", 1, engine="rocksdb", config={"compression": "brotli"})
+    with pytest.raises(ValueError, match="sync_commits"):
+        app.key_value_store("c", 1, engine="rocksdb", config={"sync_commits": "yes"})
     tuned = open_store(tmp_path, block_cache_mb=8, compression="zstd", sync_commits=True)
     tuned.put(b"k", b"v")
     tuned.commit({})

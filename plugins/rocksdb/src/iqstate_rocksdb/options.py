@@ -11,7 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, WriteOptions
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    DBCompressionType,
+    DBRecoveryMode,
+    Options,
+    WriteOptions,
+)
 
 _COMPRESSIONS = {
     "none": DBCompressionType.none,
@@ -42,8 +49,10 @@ class RocksDBSettings:
     compression: str = "lz4"
     write_buffer_mb: int = 16
     max_open_files: int = 256
-    sync_commits: bool = False
-    """fsync the WAL at every commit: survives power loss, not only process crashes."""
+    sync_commits: bool | None = None
+    """fsync the WAL at every commit, so a commit survives power loss and not only a crash
+    of the process. `None` follows the runtime (`StateStoreContext.sync_commits`: on under
+    exactly-once for a store without a changelog)."""
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, store: str) -> RocksDBSettings:
@@ -58,19 +67,39 @@ class RocksDBSettings:
             value = getattr(settings, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"store {store!r}: rocksdb option {name} must be an int >= 1")
-        if not isinstance(settings.bloom_bits_per_key, int) or settings.bloom_bits_per_key < 0:
+        bloom = settings.bloom_bits_per_key
+        if isinstance(bloom, bool) or not isinstance(bloom, int) or bloom < 0:
             raise ValueError(f"store {store!r}: bloom_bits_per_key must be an int >= 0")
         if settings.compression not in _COMPRESSIONS:
             raise ValueError(
                 f"store {store!r}: compression must be one of {sorted(_COMPRESSIONS)}, "
                 f"got {settings.compression!r}"
             )
+        if settings.sync_commits is not None and not isinstance(settings.sync_commits, bool):
+            raise ValueError(
+                f"store {store!r}: rocksdb option sync_commits must be true, false or None, "
+                f"got {settings.sync_commits!r}"
+            )
         return settings
 
-    def db_options(self) -> Options:
+    def syncs(self, runtime_default: bool) -> bool:
+        """Whether commits are fsynced: this store's option, else the runtime's choice."""
+        return runtime_default if self.sync_commits is None else self.sync_commits
+
+    def db_options(self, *, create: bool) -> Options:
+        """Options for the data column family and the database; `create` only for a new one.
+
+        An existing database is never created anew: a database whose CURRENT file vanished
+        must fail to open, not reopen empty. The WAL is replayed up to a torn last record
+        (a crash while writing it) but damage before the end fails the open instead of
+        silently dropping every later commit, and all column families flush together, so
+        the table files alone always hold data and offsets of one commit.
+        """
         options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        options.create_missing_column_families(True)
+        options.create_if_missing(create)
+        options.create_missing_column_families(create)
+        options.set_wal_recovery_mode(DBRecoveryMode.tolerate_corrupted_tail_records())
+        options.set_atomic_flush(True)
         table = BlockBasedOptions()
         table.set_block_cache(shared_cache(self.block_cache_mb))
         if self.bloom_bits_per_key:
@@ -87,7 +116,14 @@ class RocksDBSettings:
         options.set_write_buffer_size(1024 * 1024)
         return options
 
-    def write_options(self) -> WriteOptions:
-        options = WriteOptions()
-        options.sync = self.sync_commits
-        return options
+
+def write_options(sync: bool) -> WriteOptions:
+    """Write options of every commit: through the WAL, fsynced iff `sync`."""
+    options = WriteOptions()
+    options.sync = sync
+    return options
+
+
+def check_config(config: Mapping[str, Any], store: str) -> None:
+    """Refuse an unknown or invalid option when a store is declared (`Engine.check_config`)."""
+    RocksDBSettings.from_config(config, store=store)

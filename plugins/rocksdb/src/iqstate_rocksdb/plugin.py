@@ -7,6 +7,7 @@ from typing import Any
 from iqstate.engine import Engine
 from iqstate.hookspecs import hookimpl
 from iqstate.store_handlers import key_value_handlers, window_handlers
+from iqstate_rocksdb.options import check_config
 from iqstate_rocksdb.store import RocksDBKeyValueStore, RocksDBWindowStore
 
 ROCKSDB_ENGINE = Engine(
@@ -15,6 +16,7 @@ ROCKSDB_ENGINE = Engine(
     window_store=RocksDBWindowStore,
     persistent=True,
     description="RocksDB (rocksdict): one database per partition, offsets in a column family",
+    check_config=check_config,
 )
 
 

@@ -3,17 +3,17 @@
 Data lives in the default column family; the `offsets` column family holds one 8-byte
 offset per changelog partition (`"<topic>-<partition>"`), the encoded position under
 `"position"` and the open/closed marker under `"status"`. A commit is one `WriteBatch`
-across both column families, written through the WAL, so data, offsets and position
-always come from the same commit.
+across both column families, written through the WAL (fsynced when the store syncs
+commits), so data, offsets and position always come from the same commit. Every read
+that meets damage raises `CorruptStateError` naming the file (`iqstate_rocksdb.database`).
 """
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any
 
-from rocksdict import Rdict, WriteBatch
+from rocksdict import WriteBatch
 
 from iqstate.codec import (
     decode_position,
@@ -22,7 +22,6 @@ from iqstate.codec import (
     offset_key,
 )
 from iqstate.context import StateStoreContext
-from iqstate.errors import CorruptStateError, StateDirectoryLockedError
 from iqstate.persistent import (
     CLOSED,
     OPEN,
@@ -35,28 +34,9 @@ from iqstate.persistent import (
 )
 from iqstate.persistent_window import PersistentWindowStore
 from iqstate.position import Position
-from iqstate_rocksdb.options import RocksDBSettings
-
-OFFSETS_CF = "offsets"
-
-
-def open_database(path: Path, settings: RocksDBSettings) -> Rdict:
-    """Open (or create) a database with its offsets column family, with clear errors."""
-    try:
-        return Rdict(
-            str(path),
-            options=settings.db_options(),
-            column_families={OFFSETS_CF: settings.offsets_options()},
-        )
-    except Exception as exc:
-        message = str(exc)
-        if "lock" in message.lower():
-            raise StateDirectoryLockedError(
-                f"RocksDB database {path} is locked by another process or open handle: {message}"
-            ) from exc
-        if "corruption" in message.lower() or "checksum" in message.lower():
-            raise CorruptStateError(f"RocksDB database {path} is corrupt: {message}") from exc
-        raise
+from iqstate_rocksdb.database import OFFSETS_CF, checked_items, holds_data, open_database
+from iqstate_rocksdb.errors import damaged, database_error
+from iqstate_rocksdb.options import RocksDBSettings, write_options
 
 
 class RocksDBKeyValueStore(PersistentKeyValueStore):
@@ -68,26 +48,39 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
         self._db: Any = None
         self._offsets_cf: Any = None
         self._offsets_handle: Any = None
-        self._settings = RocksDBSettings()
+        self._path = Path()
+        self._write_options = write_options(sync=False)
 
     @property
     def path(self) -> Path:
-        return self.context.directory / "rocksdb"  # type: ignore[operator]
+        """The database directory (`<partition directory>/rocksdb`), set at `init`."""
+        return self._path
+
+    @property
+    def syncs_commits(self) -> bool:
+        """Whether each commit is fsynced before it returns (survives power loss)."""
+        return bool(self._write_options.sync)
 
     def _open_storage(self, directory: Path, context: StateStoreContext) -> StoredState:
-        self._settings = RocksDBSettings.from_config(context.config, store=self.name)
-        db = open_database(directory / "rocksdb", self._settings)
+        settings = RocksDBSettings.from_config(context.config, store=self.name)
+        path = directory / "rocksdb"
+        db = open_database(path, settings)
         try:
             offsets_cf = db.get_column_family(OFFSETS_CF)
             handle = db.get_column_family_handle(OFFSETS_CF)
-            stored = StoredState.from_entries(offsets_cf.items())
+            entries = checked_items(offsets_cf, path)
+            if holds_data(db, path) and all(key != POSITION_KEY for key, _ in entries):
+                raise damaged(path, "holds data but no committed position: its offsets were lost")
+            stored = StoredState.from_entries(entries)
+            self._write_options = write_options(settings.syncs(context.sync_commits))
             mark = WriteBatch(raw_mode=True)
             mark.put(STATUS_KEY, OPEN, handle)
-            db.write(mark, self._settings.write_options())
+            db.write(mark, self._write_options)
         except BaseException:
             db.close()
             raise
-        self._db, self._offsets_cf, self._offsets_handle = db, offsets_cf, handle
+        self._db, self._path = db, path
+        self._offsets_cf, self._offsets_handle = offsets_cf, handle
         return stored
 
     def _close_storage(self, clean: bool) -> None:
@@ -98,36 +91,24 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
             if clean:
                 mark = WriteBatch(raw_mode=True)
                 mark.put(STATUS_KEY, CLOSED, self._offsets_handle)
-                db.write(mark, self._settings.write_options())
+                db.write(mark, self._write_options)
         finally:
             self._offsets_cf = self._offsets_handle = None
             db.close()
 
     def _read(self, key: bytes) -> bytes | None:
-        value: bytes | None = self._db.get(key)
+        try:
+            value: bytes | None = self._db.get(key)
+        except Exception as error:
+            raise database_error(self._path, error) from error
         return value
 
     def _scan(
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
     ) -> list[Pair]:
-        db = self._db
-        if reverse:
-            items = (
-                db.items(backwards=True, from_key=upper)
-                if upper is not None
-                else db.items(backwards=True)
-            )
-            if upper is not None and not upper_inclusive:
-                items = itertools.dropwhile(lambda pair: pair[0] >= upper, items)
-            if lower is None:
-                return list(items)
-            return list(itertools.takewhile(lambda pair: pair[0] >= lower, items))
-        items = db.items(from_key=lower) if lower is not None else db.items()
-        if upper is None:
-            return list(items)
-        if upper_inclusive:
-            return list(itertools.takewhile(lambda pair: pair[0] <= upper, items))
-        return list(itertools.takewhile(lambda pair: pair[0] < upper, items))
+        return checked_items(
+            self._db, self._path, lower, upper, reverse=reverse, upper_inclusive=upper_inclusive
+        )
 
     def _count(self) -> int:
         return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
@@ -145,7 +126,10 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
         for partition, offset in commit.offsets.items():
             batch.put(offset_key(partition), encode_offset(offset), handle)
         batch.put(POSITION_KEY, encode_position(commit.position), handle)
-        self._db.write(batch, self._settings.write_options())
+        try:
+            self._db.write(batch, self._write_options)
+        except Exception as error:
+            raise database_error(self._path, error) from error
 
     def stored_position(self) -> Position:
         """The position as last committed (for tests and tools)."""

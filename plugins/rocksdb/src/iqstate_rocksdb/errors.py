@@ -1,0 +1,34 @@
+"""RocksDB's errors as iqstate's: a lock held elsewhere, or a database that cannot be read.
+
+rocksdict raises a bare `Exception` carrying RocksDB's status message ("IO error: ...",
+"Corruption: block checksum mismatch ... in /path/000010.sst ..."); the message names the
+damaged file, and the error raised here adds the database and what to do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from iqstate.errors import CorruptStateError, IqstateError, StateDirectoryLockedError
+
+REMEDY = (
+    "Its committed data cannot be trusted as it is. Restore the directory from a backup; "
+    "a store with a changelog is rebuilt from it at the next start; otherwise move the "
+    "directory away and replay the pipeline's batches into the empty partition"
+)
+
+
+def database_error(path: Path, error: Exception) -> IqstateError:
+    """The iqstate error for `error`, raised by RocksDB while using the database at `path`."""
+    message = str(error)
+    if "/LOCK:" in message:  # "IO error: While lock file: <path>/LOCK: ..." and the like
+        return StateDirectoryLockedError(
+            f"RocksDB database {path} is locked by another process or open handle: {message}"
+        )
+    detail = " ".join(message.split()).rstrip(".")
+    return CorruptStateError(f"RocksDB database {path} cannot be read: {detail}. {REMEDY}")
+
+
+def damaged(path: Path, what: str) -> CorruptStateError:
+    """A database RocksDB opens but iqstate must not trust: `what` says why."""
+    return CorruptStateError(f"RocksDB database {path} {what}. {REMEDY}")
