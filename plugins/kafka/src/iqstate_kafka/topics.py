@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import re
+import time
 from collections.abc import Mapping
 
 from confluent_kafka import KafkaError, KafkaException
@@ -59,13 +60,11 @@ def ensure_changelog_topics(
     missing = [store for store, topic in topics.items() if topic not in existing.topics]
     if missing:
         _create(admin, cluster, {topics[store]: stores[store] for store in missing})
-        existing = _metadata(admin, cluster)
+        existing = _created(admin, cluster, [topics[store] for store in missing])
     problems = []
     for store, topic in topics.items():
-        found = existing.topics.get(topic)
-        if found is None:
-            problems.append(f"changelog topic {topic!r} does not exist after it was created")
-        elif len(found.partitions) != stores[store]:
+        found = existing.topics[topic]
+        if len(found.partitions) != stores[store]:
             problems.append(
                 f"changelog topic {topic!r} has {len(found.partitions)} partitions, expected "
                 f"{stores[store]} (store {store!r} has {stores[store]}); iqstate never "
@@ -90,6 +89,20 @@ def _metadata(admin: AdminClient, cluster: KafkaCluster) -> ClusterMetadata:
         return admin.list_topics(timeout=cluster.timeout)
     except KafkaException as exc:
         raise _unavailable(cluster, exc) from exc
+
+
+def _created(admin: AdminClient, cluster: KafkaCluster, topics: list[str]) -> ClusterMetadata:
+    """Metadata once it shows every created topic: a broker learns of them a moment later."""
+    deadline = time.monotonic() + cluster.timeout
+    while True:
+        metadata = _metadata(admin, cluster)
+        if all(
+            topic in metadata.topics and metadata.topics[topic].error is None for topic in topics
+        ):
+            return metadata
+        if time.monotonic() >= deadline:
+            raise _unavailable(cluster, f"created topics did not appear: {', '.join(topics)}")
+        time.sleep(0.05)
 
 
 def _unavailable(cluster: KafkaCluster, cause: object) -> BrokerUnavailableError:

@@ -1,0 +1,284 @@
+"""Writer and reader on a real broker: a batch becomes data records and one marker per
+changelog partition, and a follower gets units it can apply atomically, recognising replays,
+holding unfinished batches and skipping records that do not decode."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from changelog_support import Changelogs, read_events, units_by_partition
+from confluent_kafka import Producer
+from iqstate_kafka import (
+    BatchWriter,
+    ChangelogReader,
+    KafkaCluster,
+    OffsetOutOfRange,
+    Watermarks,
+)
+from iqstate_kafka.format import MARKER_KEY, batch_headers, marker_value, window_data_key
+
+from iqstate import Position, TopicPartition
+from iqstate.keyspace import decode_window_key
+
+SOURCE = Position.from_map({"events": {0: 120, 1: 98}})
+
+
+def assign_all(reader: ChangelogReader, changelogs: Changelogs) -> None:
+    for partition in changelogs.partitions():
+        reader.assign(partition, None)
+
+
+Raw = tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]
+
+
+def produce_raw(cluster: KafkaCluster, partition: TopicPartition, records: list[Raw]) -> None:
+    """Write `(key, value, headers)` records as a foreign or broken writer would, durably."""
+    failures: list[object] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "on_delivery": lambda error, _message: failures.append(error) if error else None,
+        }
+    )
+    for key, value, headers in records:
+        producer.produce(partition.topic, value, key, partition.partition, headers=headers)
+    assert producer.flush(10) == 0
+    assert failures == []
+
+
+def test_a_batch_round_trips_with_markers_on_every_partition(
+    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogReader
+) -> None:
+    entries = {
+        ("counts", 0): [(b"apple", b"1"), (b"pear", b"2"), (b"apple", None)],
+        ("windows", 1): [(b"sensor", 60_000, b"20.5"), (b"sensor", -1_000, None)],
+    }
+    with BatchWriter(cluster, changelogs.application_id) as writer:
+        ends = writer.write(entries, batch_id=7, position=SOURCE, stores=changelogs.stores)
+    counts, windows = changelogs.topics["counts"], changelogs.topics["windows"]
+    assert ends == {
+        TopicPartition(counts, 0): 4,
+        TopicPartition(counts, 1): 1,
+        TopicPartition(counts, 2): 1,
+        TopicPartition(windows, 0): 1,
+        TopicPartition(windows, 1): 3,
+    }
+
+    assign_all(reader, changelogs)
+    units = units_by_partition(read_events(reader, 5))
+    assert {partition: len(found) for partition, found in units.items()} == dict.fromkeys(ends, 1)
+    for partition, (unit,) in units.items():
+        assert unit.marker is not None
+        assert (unit.marker.batch_id, unit.marker.position) == (7, SOURCE)
+        assert unit.next_offset == ends[partition]
+    assert units[TopicPartition(counts, 0)][0].entries(None) == [
+        (b"apple", b"1"),
+        (b"pear", b"2"),
+        (b"apple", None),
+    ]
+    window_entries = units[TopicPartition(windows, 1)][0].entries(None)
+    assert [(decode_window_key(key), value) for key, value in window_entries] == [
+        ((b"sensor", 60_000), b"20.5"),
+        ((b"sensor", -1_000), None),
+    ]
+    for empty in (TopicPartition(counts, 1), TopicPartition(windows, 0)):
+        assert units[empty][0].records == []
+    assert reader.watermarks(TopicPartition(counts, 0)) == Watermarks(0, 4)
+
+
+def test_a_replayed_batch_is_recognised_by_its_batch_id(
+    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogReader
+) -> None:
+    """Batch 2 is written twice (a pipeline replaying it): a follower that applies what the
+    units tell it ends with each batch applied once."""
+    stores = {"counts": 3}
+    batches = [(1, b"a"), (2, b"b"), (2, b"b"), (3, b"c")]
+    with BatchWriter(cluster, changelogs.application_id) as writer:
+        for batch_id, value in batches:
+            source = Position.from_map({"events": {0: batch_id * 10}})
+            writer.write(
+                {("counts", 0): [(b"k", value), (b"k" + value, value)]},
+                batch_id=batch_id,
+                position=source,
+                stores=stores,
+            )
+    partition = changelogs.partition("counts", 0)
+    reader.assign(partition, None)
+    units = units_by_partition(read_events(reader, 4))[partition]
+    assert [unit.marker.batch_id for unit in units if unit.marker] == [1, 2, 2, 3]
+
+    fence: int | None = None
+    applied: list[tuple[bytes, bytes | None]] = []
+    skipped = []
+    for unit in units:
+        assert unit.marker is not None
+        if unit.fenced(fence):
+            assert unit.entries(fence) == []
+            skipped.append(unit.marker.batch_id)
+            continue
+        applied += unit.entries(fence)
+        fence = unit.marker.batch_id
+    assert skipped == [2]
+    assert applied == [
+        *[(b"k", b"a"), (b"ka", b"a")],
+        *[(b"k", b"b"), (b"kb", b"b")],
+        *[(b"k", b"c"), (b"kc", b"c")],
+    ]
+
+
+def test_late_records_of_an_applied_batch_are_fenced_inside_a_unit(
+    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogReader
+) -> None:
+    """Records of batch 1 that arrive after its marker (a zombie task of a pipeline) end up in
+    batch 2's unit; the fence tells them apart."""
+    partition = changelogs.partition("counts", 2)
+    stores = {"counts": 3}
+    with BatchWriter(cluster, changelogs.application_id) as writer:
+        writer.write({("counts", 2): [(b"x", b"1")]}, batch_id=1, position=None, stores=stores)
+        produce_raw(cluster, partition, [(b"x", b"stale", batch_headers(1))])
+        writer.write({("counts", 2): [(b"y", b"2")]}, batch_id=2, position=None, stores=stores)
+    reader.assign(partition, None)
+    first, second = units_by_partition(read_events(reader, 2))[partition]
+    assert first.entries(None) == [(b"x", b"1")]
+    assert [(record.key, record.batch_id) for record in second.records] == [(b"x", 1), (b"y", 2)]
+    assert second.entries(1) == [(b"y", b"2")]
+
+
+def test_data_without_its_marker_is_held(
+    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogReader
+) -> None:
+    """A batch interrupted before its markers is not handed out; its replay's marker ends a
+    unit that holds both attempts, the replay last."""
+    partition = changelogs.partition("windows", 0)
+    attempt = [(window_data_key(b"w", start), b"first", batch_headers(4)) for start in (0, 1_000)]
+    produce_raw(cluster, partition, attempt)
+    reader.assign(partition, None)
+    assert read_events(reader, 1, within=3.0) == []
+
+    with BatchWriter(cluster, changelogs.application_id) as writer:
+        writer.write(
+            {("windows", 0): [(b"w", 0, b"replay")]},
+            batch_id=4,
+            position=SOURCE,
+            stores={"windows": 2},
+        )
+    (unit,) = units_by_partition(read_events(reader, 1))[partition]
+    assert unit.marker is not None and unit.marker.batch_id == 4
+    assert [(decode_window_key(key), value) for key, value in unit.entries(3)] == [
+        ((b"w", 0), b"first"),
+        ((b"w", 1_000), b"first"),
+        ((b"w", 0), b"replay"),
+    ]
+    assert unit.next_offset == 4
+
+
+def test_held_data_is_handed_out_in_incomplete_units_beyond_the_limit(
+    cluster: KafkaCluster, changelogs: Changelogs
+) -> None:
+    partition = changelogs.partition("counts", 1)
+    records: list[Raw] = [(b"k%d" % number, b"v", batch_headers(9)) for number in range(5)]
+    produce_raw(cluster, partition, [*records, (MARKER_KEY, marker_value(9, SOURCE), None)])
+    with ChangelogReader(cluster, max_held_records=2) as reader:
+        reader.assign(partition, None)
+        units = units_by_partition(read_events(reader, 3))[partition]
+    assert [(len(unit.records), unit.marker is None, unit.next_offset) for unit in units] == [
+        (2, True, 2),
+        (2, True, 4),
+        (1, False, 6),
+    ]
+
+
+def test_a_follower_resumes_from_its_committed_offset(
+    cluster: KafkaCluster, changelogs: Changelogs
+) -> None:
+    """The committed offset is the next one to read: resuming there yields exactly the units
+    after the last applied one."""
+    partition = changelogs.partition("counts", 0)
+    stores = {"counts": 3}
+    with BatchWriter(cluster, changelogs.application_id) as writer:
+        first = writer.write(
+            {("counts", 0): [(b"a", b"1")]}, batch_id=1, position=None, stores=stores
+        )
+        writer.write({("counts", 0): [(b"b", b"2")]}, batch_id=2, position=None, stores=stores)
+    with ChangelogReader(cluster) as reader:
+        reader.assign(partition, first[partition])
+        (unit,) = units_by_partition(read_events(reader, 1))[partition]
+        assert unit.marker is not None and unit.marker.batch_id == 2
+        assert unit.entries(None) == [(b"b", b"2")]
+        watermarks = reader.watermarks(partition)
+        assert watermarks == Watermarks(0, 4)
+        assert watermarks.contains(first[partition]) and watermarks.contains(4)
+        assert watermarks.lag(first[partition]) == 2
+        assert watermarks.lag(unit.next_offset) == 0
+
+
+def test_an_offset_beyond_the_log_is_reported_and_the_partition_dropped(
+    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogReader
+) -> None:
+    """As after a changelog topic was deleted and created again: the replica must rebuild."""
+    partition = changelogs.partition("counts", 2)
+    with BatchWriter(cluster, changelogs.application_id) as writer:
+        writer.write({}, batch_id=1, position=None, stores={"counts": 3})
+    assert not reader.watermarks(partition).contains(50)
+    reader.assign(partition, 50)
+    assert read_events(reader, 1) == [OffsetOutOfRange(partition, 50)]
+    assert partition not in reader.assignment
+    reader.assign(partition, None)
+    (unit,) = units_by_partition(read_events(reader, 1))[partition]
+    assert unit.marker is not None and unit.marker.batch_id == 1
+
+
+def test_undecodable_records_are_skipped_counted_and_logged(
+    cluster: KafkaCluster,
+    changelogs: Changelogs,
+    reader: ChangelogReader,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    partition = changelogs.partition("counts", 1)
+    newer = [("iqstate.batch", b"\x02" + bytes(8))]
+    foreign: list[Raw] = [
+        (b"k", b"no header", None),
+        (b"k", b"a newer format", newer),
+        (MARKER_KEY, b"\x07garbage", None),
+    ]
+    produce_raw(cluster, partition, foreign)
+    with BatchWriter(cluster, changelogs.application_id) as writer:
+        writer.write(
+            {("counts", 1): [(b"good", b"1")]}, batch_id=1, position=None, stores={"counts": 3}
+        )
+    with caplog.at_level(logging.ERROR, logger="iqstate_kafka.reader"):
+        reader.assign(partition, None)
+        (unit,) = units_by_partition(read_events(reader, 1))[partition]
+    assert unit.entries(None) == [(b"good", b"1")]
+    assert unit.next_offset == 5
+    assert reader.skipped(partition) == 3
+    where = f"changelog record at {partition.topic} partition 1 offset"
+    assert [record.getMessage().split(" does not decode: ")[0] for record in caplog.records] == [
+        f"{where} 0",
+        f"{where} 1",
+        f"{where} 2",
+    ]
+
+
+def test_bad_batches_are_refused_before_anything_is_written(
+    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogReader
+) -> None:
+    stores = {"counts": 3}
+    with BatchWriter(cluster, changelogs.application_id) as writer:
+        with pytest.raises(ValueError, match="store 'windows', which is not among the stores"):
+            writer.write(
+                {("windows", 0): [(b"k", 0, b"v")]}, batch_id=1, position=None, stores=stores
+            )
+        with pytest.raises(ValueError, match="store 'counts' partition 3, which does not exist"):
+            writer.write({("counts", 3): [(b"k", b"v")]}, batch_id=1, position=None, stores=stores)
+        with pytest.raises(ValueError, match="reserved for the changelog's batch markers"):
+            writer.write(
+                {("counts", 0): [(MARKER_KEY, b"v")]}, batch_id=1, position=None, stores=stores
+            )
+        writer.write({("counts", 0): [(b"k", b"v")]}, batch_id=1, position=None, stores=stores)
+    partition = changelogs.partition("counts", 0)
+    reader.assign(partition, None)
+    (unit,) = units_by_partition(read_events(reader, 1))[partition]
+    assert unit.entries(None) == [(b"k", b"v")]
+    assert unit.next_offset == 2
