@@ -1,15 +1,25 @@
-"""The LMDB engine: conformance, status marker, map growth, locking, migration."""
+"""The LMDB engine: conformance, crashes, map growth, locking, damage, migration, fsync, options."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 from iqstate_lmdb import LMDB_ENGINE, LMDBKeyValueStore
 
-from iqstate import Position, StateDirectoryLockedError, TopicPartition
-from iqstate.persistent import UncleanShutdownError
+from iqstate import (
+    Application,
+    CorruptStateError,
+    Position,
+    StateDirectoryLockedError,
+    TopicPartition,
+)
 from iqstate.runtime.offsets import CHECKPOINT_FILE, POSITION_FILE, write_offsets_file
 from iqstate.store import StateStore
 from iqstate.testing import StoreConformance, StoreFactory, make_context
@@ -31,10 +41,67 @@ class TestLMDBConformance(StoreConformance):
         store.abandon()
 
 
-def open_store(root: Path, guarantee: str = "exactly_once", **config: object) -> LMDBKeyValueStore:
+def open_store(
+    root: Path, guarantee: str = "exactly_once", *, sync: bool = False, **config: object
+) -> LMDBKeyValueStore:
     store = LMDBKeyValueStore("s")
-    store.init(make_context(root, "s", processing_guarantee=guarantee, config=config))  # type: ignore[arg-type]
+    context = make_context(root, "s", processing_guarantee=guarantee, config=config)  # type: ignore[arg-type]
+    store.init(dataclasses.replace(context, sync_commits=sync))
     return store
+
+
+def data_file(root: Path) -> Path:
+    return root / "s" / "0" / "lmdb" / "data.mdb"
+
+
+def filled(root: Path, keys: int = 20_000) -> None:
+    """A closed store with `keys` keys of 100 bytes, written in one commit at offset 7."""
+    store = open_store(root)
+    store.put_all([(b"key-%06d" % i, b"%100d" % i) for i in range(keys)])
+    store.commit({TP: 7})
+    store.close()
+
+
+READER = """
+import json, sys
+from pathlib import Path
+from iqstate_lmdb import LMDBKeyValueStore
+from iqstate.dispatch import QueryHandlerRegistry
+from iqstate.testing import make_context
+outcome = {"errors": [], "wrong": 0, "right": 0}
+store = LMDBKeyValueStore("s")
+try:
+    store.init(make_context(Path(sys.argv[1]), "s", query_handlers=QueryHandlerRegistry()))
+except Exception as error:
+    outcome["errors"].append([type(error).__name__, str(error)])
+else:
+    for read in (lambda: list(store.all()), lambda: list(store.reverse_all())):
+        try:
+            read()
+        except Exception as error:
+            outcome["errors"].append([type(error).__name__, str(error)])
+    for i in range(int(sys.argv[2])):
+        try:
+            value = store.get(b"key-%06d" % i)
+        except Exception as error:
+            outcome["errors"].append([type(error).__name__, str(error)])
+        else:
+            outcome["right" if value == b"%100d" % i else "wrong"] += 1
+print(json.dumps(outcome))
+"""
+
+
+def read_in_a_child(root: Path, keys: int) -> dict[str, object]:
+    """Open the store and read everything in another process: a bus error kills only it."""
+    child = subprocess.run(
+        [sys.executable, "-c", READER, str(root), str(keys)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == 0, f"the reader died ({child.returncode}): {child.stderr[-2000:]}"
+    outcome: dict[str, object] = json.loads(child.stdout)
+    return outcome
 
 
 def test_map_grows_instead_of_failing(tmp_path: Path) -> None:
@@ -81,18 +148,78 @@ def test_reads_see_each_commit_and_threads_read_alongside(tmp_path: Path) -> Non
     store.close()
 
 
-def test_unclean_shutdown_and_locking(tmp_path: Path) -> None:
+def test_a_crash_leaves_the_last_commit_under_either_guarantee_and_locking(
+    tmp_path: Path,
+) -> None:
     store = open_store(tmp_path)
     with pytest.raises(StateDirectoryLockedError):
         open_store(tmp_path)
     store.put(b"k", b"v")
     store.commit({TP: 1})
+    store.put(b"uncommitted", b"x")
     store.abandon()
-    with pytest.raises(UncleanShutdownError):
+    for guarantee in ("exactly_once", "at_least_once"):
+        reopened = open_store(tmp_path, guarantee)
+        assert reopened.get(b"k") == b"v" and reopened.committed_offset(TP) == 1
+        assert reopened.get(b"uncommitted") is None
+        reopened.abandon()
+
+
+def test_a_truncated_data_file_is_refused_at_open_instead_of_killing_the_process(
+    tmp_path: Path,
+) -> None:
+    filled(tmp_path)
+    os.truncate(data_file(tmp_path), data_file(tmp_path).stat().st_size // 2)
+    outcome = read_in_a_child(tmp_path, 20_000)
+    assert outcome["right"] == outcome["wrong"] == 0
+    [(kind, message)] = outcome["errors"]  # type: ignore[misc]
+    assert kind == "CorruptStateError" and "truncated" in message
+    assert str(data_file(tmp_path).parent) in message
+
+
+@pytest.mark.parametrize("damage", ["empty", "deleted"])
+def test_an_empty_or_deleted_data_file_does_not_open_as_an_empty_store(
+    tmp_path: Path, damage: str
+) -> None:
+    filled(tmp_path, 100)
+    if damage == "empty":
+        os.truncate(data_file(tmp_path), 0)
+    else:
+        data_file(tmp_path).unlink()
+    with pytest.raises(CorruptStateError, match="data.mdb"):
         open_store(tmp_path)
-    relaxed = open_store(tmp_path, "at_least_once")
-    assert relaxed.get(b"k") == b"v"
-    relaxed.close()
+
+
+def test_damaged_pages_are_corrupt_state_naming_the_environment(tmp_path: Path) -> None:
+    """LMDB's own errors (MDB_CORRUPTED, MDB_PAGE_NOTFOUND, a dead transaction after them)
+    come out as `CorruptStateError` naming the environment, at open and at each read."""
+    filled(tmp_path)
+    path = data_file(tmp_path)
+    page = 4096
+    pages = path.stat().st_size // page
+    with path.open("r+b") as handle:
+        for number in range(pages // 2, pages // 2 + 3):  # leaf pages: flags, bounds garbage
+            handle.seek(number * page + 10)
+            handle.write(b"\xff" * 6)
+    outcome = read_in_a_child(tmp_path, 20_000)
+    assert outcome["wrong"] == 0 and outcome["right"] > 0, "undamaged pages still answer"
+    errors = outcome["errors"]
+    assert errors and all(kind == "CorruptStateError" for kind, _ in errors)  # type: ignore[union-attr]
+    assert all(str(path.parent) in message for _, message in errors)  # type: ignore[union-attr]
+    assert outcome["right"] + len(errors) == 20_000 + 2  # type: ignore[operator]
+
+
+def test_commits_are_fsynced_when_the_runtime_asks_unless_the_store_says_otherwise(
+    tmp_path: Path,
+) -> None:
+    cases = [(True, {}, True), (False, {}, False), (True, {"sync_commits": False}, False)]
+    cases.append((False, {"sync_commits": True}, True))
+    for runtime_asks, config, syncs in cases:
+        store = open_store(tmp_path, sync=runtime_asks, **config)
+        assert store.syncs_commits is syncs
+        store.put(b"k", b"v")
+        store.commit({TP: 1})
+        store.close()
 
 
 def test_legacy_files_are_migrated(tmp_path: Path) -> None:
@@ -106,6 +233,11 @@ def test_legacy_files_are_migrated(tmp_path: Path) -> None:
     store.close()
 
 
-def test_options_are_validated(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown lmdb option"):
-        open_store(tmp_path, map_mb=5)
+def test_options_are_validated_when_the_store_is_declared(tmp_path: Path) -> None:
+    app = Application("app", tmp_path)
+    with pytest.raises(ValueError, match="unknown lmdb option.*map_mb"):
+        app.key_value_store("a", 1, engine="lmdb", config={"map_mb": 5})
+    with pytest.raises(ValueError, match="max_readers"):
+        app.key_value_store("b", 1, engine="lmdb", config={"max_readers": 0})
+    with pytest.raises(ValueError, match="sync_commits"):
+        app.key_value_store("c", 1, engine="lmdb", config={"sync_commits": 1})

@@ -7,6 +7,7 @@ from typing import Any
 from iqstate.engine import Engine
 from iqstate.hookspecs import hookimpl
 from iqstate.store_handlers import key_value_handlers, window_handlers
+from iqstate_lmdb.options import check_config
 from iqstate_lmdb.store import LMDBKeyValueStore, LMDBWindowStore
 
 LMDB_ENGINE = Engine(
@@ -15,6 +16,7 @@ LMDB_ENGINE = Engine(
     window_store=LMDBWindowStore,
     persistent=True,
     description="LMDB: one environment per partition, offsets in a named sub-database",
+    check_config=check_config,
 )
 
 

@@ -2,14 +2,16 @@
 
 Sub-database `data` holds the user data; `offsets` holds one 8-byte offset per changelog
 partition (`"<topic>-<partition>"`), the encoded position under `"position"` and the
-open/closed marker under `"status"`. A commit is one write transaction across both.
+open/closed marker under `"status"`. A commit is one write transaction across both,
+fsynced when the store syncs commits. Opening refuses a missing, empty or truncated
+environment (`iqstate_lmdb.environment`); LMDB's errors while reading become
+`CorruptStateError` naming the environment.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -21,7 +23,6 @@ from iqstate.codec import (
     offset_key,
 )
 from iqstate.context import StateStoreContext
-from iqstate.errors import CorruptStateError
 from iqstate.persistent import (
     CLOSED,
     OPEN,
@@ -34,33 +35,17 @@ from iqstate.persistent import (
 )
 from iqstate.persistent_window import PersistentWindowStore
 from iqstate.runtime.lock import DirectoryLock
+from iqstate_lmdb.environment import (
+    DATA_DB,
+    OFFSETS_DB,
+    create_environment,
+    damaged,
+    lmdb_error,
+    open_environment,
+)
+from iqstate_lmdb.options import LMDBSettings
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class LMDBSettings:
-    """Per-store LMDB options, overridable through `config={...}`."""
-
-    initial_map_mb: int = 64
-    max_readers: int = 126
-    sync_commits: bool = False
-    """fsync at every commit: survives power loss, not only process crashes."""
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any], *, store: str) -> LMDBSettings:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(config) - known)
-        if unknown:
-            raise ValueError(
-                f"store {store!r}: unknown lmdb option(s) {unknown}; known: {sorted(known)}"
-            )
-        settings = cls(**dict(config))
-        for name in ("initial_map_mb", "max_readers"):
-            value = getattr(settings, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"store {store!r}: lmdb option {name} must be an int >= 1")
-        return settings
 
 
 class LMDBKeyValueStore(PersistentKeyValueStore):
@@ -76,33 +61,47 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         self._reader: Any = None
         """A read transaction reused by key reads until the next commit."""
         self._reader_lock = threading.Lock()
+        self._path = Path()
+
+    @property
+    def syncs_commits(self) -> bool:
+        """Whether each commit is fsynced before it returns (survives power loss)."""
+        return bool(self._env.flags()["sync"])
 
     def _open_storage(self, directory: Path, context: StateStoreContext) -> StoredState:
         settings = LMDBSettings.from_config(context.config, store=self.name)
         path = directory / "lmdb"
-        path.mkdir(parents=True, exist_ok=True)
+        map_size = settings.initial_map_mb * 1024 * 1024
+        create_environment(path, map_size=map_size, max_readers=settings.max_readers)
         lock = DirectoryLock(path)
         lock.acquire()  # LMDB must not be opened twice, even within one process
         try:
-            env = lmdb.open(
-                str(path),
-                map_size=settings.initial_map_mb * 1024 * 1024,
-                max_dbs=2,
+            env = open_environment(
+                path,
+                map_size=map_size,
                 max_readers=settings.max_readers,
-                sync=settings.sync_commits,
-                metasync=settings.sync_commits,
-                readahead=False,
+                sync=settings.syncs(context.sync_commits),
             )
-        except lmdb.Error as exc:
+        except BaseException:
             lock.release()
-            raise CorruptStateError(f"LMDB environment {path} cannot be opened: {exc}") from exc
+            raise
+        self._env, self._lock, self._path = env, lock, path
         try:
-            self._env, self._lock = env, lock
-            self._data = env.open_db(b"data")
-            self._meta = env.open_db(b"offsets")
+            self._data = env.open_db(DATA_DB)
+            self._meta = env.open_db(OFFSETS_DB)
             with env.begin(db=self._meta) as txn:
-                stored = StoredState.from_entries(txn.cursor())
+                entries = list(txn.cursor())
+                holds_data = txn.stat(self._data)["entries"] > 0
+            keys = {key for key, _ in entries}
+            if STATUS_KEY not in keys:
+                raise damaged(path, "has no status marker: it lost its committed state")
+            if holds_data and POSITION_KEY not in keys:
+                raise damaged(path, "holds data but no committed position: its offsets were lost")
+            stored = StoredState.from_entries(entries)
             self._in_write(lambda txn: txn.put(STATUS_KEY, OPEN, db=self._meta))
+        except lmdb.Error as error:
+            self._release()
+            raise lmdb_error(path, error) from error
         except BaseException:
             self._release()
             raise
@@ -152,12 +151,28 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                     reader = self._reader = self._env.begin(db=self._data)
                 value: bytes | None = reader.get(key)
                 return value
+            except lmdb.Error as error:
+                failed, self._reader = self._reader, None
+                if failed is not None:  # LMDB invalidates a transaction that met an error
+                    failed.abort()
+                raise lmdb_error(self._path, error) from error
             finally:
                 reader_lock.release()
-        with self._env.begin(db=self._data) as txn:
-            return cast("bytes | None", txn.get(key))
+        try:
+            with self._env.begin(db=self._data) as txn:
+                return cast("bytes | None", txn.get(key))
+        except lmdb.Error as error:
+            raise lmdb_error(self._path, error) from error
 
     def _scan(
+        self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
+    ) -> list[Pair]:
+        try:
+            return self._cursor_scan(lower, upper, reverse, upper_inclusive)
+        except lmdb.Error as error:
+            raise lmdb_error(self._path, error) from error
+
+    def _cursor_scan(
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
     ) -> list[Pair]:
         with self._env.begin(db=self._data) as txn:

@@ -1,0 +1,113 @@
+"""Opening a partition's LMDB environment so that damage is refused, never served or fatal.
+
+* An environment is created whole: built in a staging directory (sub-databases and a
+  status marker) and renamed into place. An existing directory is therefore always a
+  complete environment, and a missing or empty `data.mdb` in it is damage: LMDB itself
+  would quietly initialise a new, empty environment there.
+* LMDB maps `data.mdb` into memory and trusts it. A page past the end of a truncated file
+  is a bus error that kills the process on the first read, so the file must be at least as
+  long as the last page the environment's meta page records; this is checked before any
+  page beyond the meta pages is touched.
+* LMDB's own errors (`MDB_CORRUPTED`, `MDB_PAGE_NOTFOUND`, `MDB_INVALID`, ...) become
+  `CorruptStateError` naming the environment and what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from iqstate.errors import CorruptStateError
+from iqstate.persistent import CLOSED, STATUS_KEY
+
+DATA_DB, OFFSETS_DB = b"data", b"offsets"
+DATA_FILE = "data.mdb"
+STAGING_SUFFIX = ".new-"
+REMEDY = (
+    "Its committed data cannot be trusted as it is. Restore the directory from a backup; "
+    "a store with a changelog is rebuilt from it at the next start; otherwise move the "
+    "directory away and replay the pipeline's batches into the empty partition"
+)
+
+
+def damaged(path: Path, what: str) -> CorruptStateError:
+    """The error for an environment iqstate must not trust: `what` says why."""
+    return CorruptStateError(f"LMDB environment {path} {what}. {REMEDY}")
+
+
+def lmdb_error(path: Path, error: lmdb.Error) -> CorruptStateError:
+    """LMDB's error while using the environment at `path`, naming it."""
+    return damaged(path, f"cannot be read: {type(error).__name__}: {error}")
+
+
+def create_environment(path: Path, *, map_size: int, max_readers: int) -> None:
+    """Create the environment at `path` unless its directory exists (then it is kept)."""
+    if not path.exists():
+        _create(path, map_size=map_size, max_readers=max_readers)
+
+
+def open_environment(path: Path, *, map_size: int, max_readers: int, sync: bool) -> Any:
+    """Open the existing environment at `path`, refusing a missing, empty or short file."""
+    data_file = path / DATA_FILE
+    try:
+        size = data_file.stat().st_size
+    except FileNotFoundError:
+        raise damaged(path, f"has no {DATA_FILE}: its committed data was deleted") from None
+    if size == 0:
+        raise damaged(path, f"has an empty {DATA_FILE}: its committed data was lost")
+    env = _open(path, map_size=map_size, max_readers=max_readers, sync=sync)
+    try:
+        needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    except lmdb.Error as error:
+        env.close()
+        raise lmdb_error(path, error) from error
+    if size < needed:
+        env.close()
+        raise damaged(
+            path,
+            f"is truncated: {DATA_FILE} has {size} bytes but its last committed page ends at "
+            f"byte {needed}",
+        )
+    return env
+
+
+def _open(path: Path, *, map_size: int, max_readers: int, sync: bool) -> Any:
+    try:
+        return lmdb.open(
+            str(path),
+            map_size=map_size,
+            max_dbs=2,
+            max_readers=max_readers,
+            sync=sync,
+            metasync=sync,
+            readahead=False,
+        )
+    except lmdb.Error as error:
+        raise lmdb_error(path, error) from error
+
+
+def _create(path: Path, *, map_size: int, max_readers: int) -> None:
+    """Build a new environment beside `path` and rename it into place once complete."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in path.parent.glob(path.name + STAGING_SUFFIX + "*"):
+        shutil.rmtree(leftover)  # a creation interrupted before its rename: never committed
+    staging = Path(tempfile.mkdtemp(prefix=path.name + STAGING_SUFFIX, dir=path.parent))
+    env = _open(staging, map_size=map_size, max_readers=max_readers, sync=True)
+    try:
+        env.open_db(DATA_DB)
+        offsets = env.open_db(OFFSETS_DB)
+        with env.begin(write=True) as txn:
+            txn.put(STATUS_KEY, CLOSED, db=offsets)
+    finally:
+        env.close()
+    staging.rename(path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
