@@ -1,15 +1,28 @@
-"""The contrib SQLite engine: conformance, and a query type only it answers."""
+"""The contrib SQLite engine: conformance, its own query, crashes, damage, fsync, options."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import random
+import sqlite3
 from pathlib import Path
 
 import pytest
 from iqstate_sqlite import SQLITE_ENGINE, SQLiteKeyValueStore, SQLiteWindowStore, StorageStatsQuery
 
-from iqstate import Application, FailureReason, StateQueryRequest
+from iqstate import (
+    Application,
+    CorruptStateError,
+    FailureReason,
+    Position,
+    StateQueryRequest,
+    TopicPartition,
+)
 from iqstate.store import StateStore
-from iqstate.testing import StoreConformance, StoreFactory
+from iqstate.testing import StoreConformance, StoreFactory, make_context
+
+TP = TopicPartition("app-s-changelog", 0)
 
 
 class TestSQLiteConformance(StoreConformance):
@@ -49,3 +62,105 @@ def test_its_own_query_passes_the_upper_layers_untouched(tmp_path: Path) -> None
         assert {r.failure_reason for r in other.partition_results.values()} == {
             FailureReason.UNKNOWN_QUERY_TYPE
         }
+
+
+def open_store(
+    root: Path, guarantee: str = "exactly_once", *, sync: bool = False, **config: object
+) -> SQLiteKeyValueStore:
+    store = SQLiteKeyValueStore("s")
+    context = make_context(root, "s", processing_guarantee=guarantee, config=config)  # type: ignore[arg-type]
+    store.init(dataclasses.replace(context, sync_commits=sync))
+    return store
+
+
+def database_file(root: Path) -> Path:
+    return root / "s" / "0" / "sqlite" / "store.db"
+
+
+def filled(root: Path, keys: int = 5000) -> None:
+    store = open_store(root)
+    store.put_all([(b"key-%06d" % i, b"%100d" % i) for i in range(keys)])
+    store.update_position(Position.from_map({"src": {0: 4}}))
+    store.commit({TP: 7})
+    store.close()
+
+
+def test_a_crash_leaves_the_last_commit_under_either_guarantee(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.put(b"k", b"v")
+    store.commit({TP: 1})
+    store.put(b"uncommitted", b"x")
+    store.abandon()
+    for guarantee in ("exactly_once", "at_least_once"):
+        reopened = open_store(tmp_path, guarantee)
+        assert reopened.get(b"k") == b"v" and reopened.committed_offset(TP) == 1
+        assert reopened.get(b"uncommitted") is None
+        reopened.abandon()
+
+
+def test_an_emptied_meta_table_is_refused_instead_of_dropping_position_and_fence(
+    tmp_path: Path,
+) -> None:
+    filled(tmp_path)
+    with sqlite3.connect(database_file(tmp_path)) as raw:
+        raw.execute("DELETE FROM meta")
+    with pytest.raises(CorruptStateError, match="status marker") as raised:
+        open_store(tmp_path)
+    assert str(database_file(tmp_path).parent) in str(raised.value)
+
+
+def test_lost_offsets_beside_data_are_refused(tmp_path: Path) -> None:
+    filled(tmp_path)
+    with sqlite3.connect(database_file(tmp_path)) as raw:
+        raw.execute("DELETE FROM meta WHERE name != 'status'")
+    with pytest.raises(CorruptStateError, match="no committed position"):
+        open_store(tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["empty", "deleted"])
+def test_an_empty_or_deleted_database_does_not_open_as_an_empty_store(
+    tmp_path: Path, damage: str
+) -> None:
+    filled(tmp_path, 10)
+    if damage == "empty":
+        os.truncate(database_file(tmp_path), 0)
+    else:
+        database_file(tmp_path).unlink()
+    with pytest.raises(CorruptStateError, match="store.db"):
+        open_store(tmp_path)
+
+
+def test_damaged_pages_are_corrupt_state_naming_the_database(tmp_path: Path) -> None:
+    filled(tmp_path)
+    path = database_file(tmp_path)
+    with path.open("r+b") as handle:
+        handle.seek(path.stat().st_size // 2)
+        handle.write(random.Random(1).randbytes(4096))
+    store = open_store(tmp_path, "at_least_once")
+    try:
+        with pytest.raises(CorruptStateError, match=f"{path.parent} cannot be read.*malformed"):
+            list(store.all())
+    finally:
+        store.close()
+
+
+def test_commits_are_fsynced_when_the_runtime_asks_unless_the_store_says_otherwise(
+    tmp_path: Path,
+) -> None:
+    cases = [(True, {}, True), (False, {}, False), (True, {"sync_commits": False}, False)]
+    cases.append((False, {"sync_commits": True}, True))
+    for runtime_asks, config, syncs in cases:
+        store = open_store(tmp_path, sync=runtime_asks, **config)
+        assert store.syncs_commits is syncs
+        store.put(b"k", b"v")
+        store.commit({TP: 1})
+        store.close()
+
+
+def test_options_are_validated_when_the_store_is_declared(tmp_path: Path) -> None:
+    app = Application("app", tmp_path)
+    with pytest.raises(ValueError, match="unknown sqlite option.*journal"):
+        app.key_value_store("a", 1, engine="sqlite", config={"journal": "wal"})
+    with pytest.raises(ValueError, match="sync_commits"):
+        app.key_value_store("b", 1, engine="sqlite", config={"sync_commits": "full"})
+    app.key_value_store("c", 1, engine="sqlite", config={"sync_commits": True})

@@ -2,7 +2,10 @@
 
 Tables: `data(key BLOB PRIMARY KEY, value BLOB)` and `meta(name TEXT PRIMARY KEY, value
 BLOB)` holding `offset:<topic>-<partition>`, `position` and `status`. A commit is one
-transaction. `StorageStatsQuery` is answered with SQL aggregates, by this engine only.
+transaction (`PRAGMA synchronous=FULL` when the store syncs commits). A missing, empty or
+damaged database, or one whose meta table lost its status or position, is refused with
+`CorruptStateError` naming it (`iqstate_sqlite.database`). `StorageStatsQuery` is
+answered with SQL aggregates, by this engine only.
 """
 
 from __future__ import annotations
@@ -14,15 +17,24 @@ from typing import Any
 from iqstate import Engine, PositionBound, Query, QueryConfig, QueryResult
 from iqstate.codec import decode_offset, decode_position, encode_offset, encode_position
 from iqstate.context import StateStoreContext
-from iqstate.errors import CorruptStateError
 from iqstate.hookspecs import hookimpl
 from iqstate.persistent import Commit, Pair, PersistentKeyValueStore, StoredState
 from iqstate.persistent_window import PersistentWindowStore
 from iqstate.position import TopicPartition
 from iqstate.runtime.lock import DirectoryLock
 from iqstate.store_handlers import key_value_handlers, window_handlers
-
-OPEN, CLOSED = b"\x01", b"\x00"
+from iqstate_sqlite.database import (
+    CLOSED,
+    OFFSET_PREFIX,
+    OPEN,
+    POSITION,
+    STATUS,
+    create_database,
+    damaged,
+    open_database,
+    sqlite_error,
+)
+from iqstate_sqlite.options import SQLiteSettings, check_config
 
 
 class StorageStatsQuery(Query[dict[str, int]]):
@@ -39,48 +51,60 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
         super().__init__(name)
         self._db: sqlite3.Connection | None = None
         self._lock: DirectoryLock | None = None
+        self._path = Path()
 
     @property
     def db(self) -> sqlite3.Connection:
         assert self._db is not None, "not open"
         return self._db
 
+    @property
+    def syncs_commits(self) -> bool:
+        """Whether each commit is fsynced before it returns (`PRAGMA synchronous=FULL`)."""
+        return bool(self.db.execute("PRAGMA synchronous").fetchone()[0] == 2)
+
     def _open_storage(self, directory: Path, context: StateStoreContext) -> StoredState:
-        if context.config:
-            raise ValueError(
-                f"store {self.name!r}: the sqlite engine takes no options, "
-                f"got {dict(context.config)}"
-            )
-        lock = DirectoryLock(directory / "sqlite")
+        settings = SQLiteSettings.from_config(context.config, store=self.name)
+        path = directory / "sqlite"
+        create_database(path)
+        lock = DirectoryLock(path)
         lock.acquire()
         try:
-            db = sqlite3.connect(
-                directory / "sqlite" / "store.db", isolation_level=None, check_same_thread=False
-            )
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS data "
-                "(key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID"
-            )
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)"
-            )
-            stored = StoredState()
-            for name, value in db.execute("SELECT name, value FROM meta"):
-                if name == "status":
-                    stored.was_open = value == OPEN
-                elif name == "position":
-                    stored.position = decode_position(value)
-                elif name.startswith("offset:"):
-                    topic, _, partition = name[len("offset:") :].rpartition("-")
-                    stored.offsets[TopicPartition(topic, int(partition))] = decode_offset(value)
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('status', ?)", (OPEN,))
-        except sqlite3.DatabaseError as exc:
+            db = open_database(path, sync=settings.syncs(context.sync_commits))
+        except BaseException:
             lock.release()
-            raise CorruptStateError(
-                f"SQLite store {directory / 'sqlite'} cannot be opened: {exc}"
-            ) from exc
-        self._db, self._lock = db, lock
+            raise
+        try:
+            stored = self._read_meta(db, path)
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (STATUS, OPEN))
+        except BaseException as error:
+            db.close()
+            lock.release()
+            if isinstance(error, sqlite3.Error):
+                raise sqlite_error(path, error) from error
+            raise
+        self._db, self._lock, self._path = db, lock, path
+        return stored
+
+    @staticmethod
+    def _read_meta(db: sqlite3.Connection, path: Path) -> StoredState:
+        """Offsets, position and status; refuses a meta table that lost them."""
+        stored = StoredState()
+        names = set()
+        for name, value in db.execute("SELECT name, value FROM meta"):
+            names.add(name)
+            if name == STATUS:
+                stored.was_open = value == OPEN
+            elif name == POSITION:
+                stored.position = decode_position(value)
+            elif name.startswith(OFFSET_PREFIX):
+                topic, _, partition = name[len(OFFSET_PREFIX) :].rpartition("-")
+                stored.offsets[TopicPartition(topic, int(partition))] = decode_offset(value)
+        if STATUS not in names:
+            raise damaged(path, "has no status marker: its meta table lost its state")
+        holds_data = db.execute("SELECT EXISTS (SELECT 1 FROM data)").fetchone()[0]
+        if holds_data and POSITION not in names:
+            raise damaged(path, "holds data but no committed position: its offsets were lost")
         return stored
 
     def _close_storage(self, clean: bool) -> None:
@@ -88,16 +112,25 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
         try:
             if db is not None:
                 if clean:
-                    db.execute("INSERT OR REPLACE INTO meta VALUES ('status', ?)", (CLOSED,))
+                    db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (STATUS, CLOSED))
                 db.close()
         finally:
             lock, self._lock = self._lock, None
             if lock is not None:
                 lock.release()
 
+    def _blob(self, value: object) -> bytes:
+        """A stored key or value: SQLite returns a damaged type byte as text or a number."""
+        if type(value) is not bytes:
+            raise damaged(self._path, f"holds a {type(value).__name__} where a blob belongs")
+        return value
+
     def _read(self, key: bytes) -> bytes | None:
-        row = self.db.execute("SELECT value FROM data WHERE key = ?", (key,)).fetchone()
-        return None if row is None else bytes(row[0])
+        try:
+            row = self.db.execute("SELECT value FROM data WHERE key = ?", (key,)).fetchone()
+        except sqlite3.Error as error:
+            raise sqlite_error(self._path, error) from error
+        return None if row is None else self._blob(row[0])
 
     def _scan(
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
@@ -111,15 +144,25 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
             parameters.append(upper)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         order = "DESC" if reverse else "ASC"
-        rows = self.db.execute(
-            f"SELECT key, value FROM data {where} ORDER BY key {order}", parameters
-        )
-        return [(bytes(key), bytes(value)) for key, value in rows]
+        blob = self._blob
+        try:
+            rows = self.db.execute(
+                f"SELECT key, value FROM data {where} ORDER BY key {order}", parameters
+            ).fetchall()
+        except sqlite3.Error as error:
+            raise sqlite_error(self._path, error) from error
+        return [(blob(key), blob(value)) for key, value in rows]
 
     def _count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM data").fetchone()[0])
 
     def _write(self, commit: Commit) -> None:
+        try:
+            self._transaction(commit)
+        except sqlite3.Error as error:
+            raise sqlite_error(self._path, error) from error
+
+    def _transaction(self, commit: Commit) -> None:
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -133,12 +176,12 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
             )
             db.executemany(
                 "DELETE FROM meta WHERE name = ?",
-                [(f"offset:{tp}",) for tp in commit.removed_offsets],
+                [(f"{OFFSET_PREFIX}{tp}",) for tp in commit.removed_offsets],
             )
             db.executemany(
                 "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                [(f"offset:{tp}", encode_offset(o)) for tp, o in commit.offsets.items()]
-                + [("position", encode_position(commit.position))],
+                [(f"{OFFSET_PREFIX}{tp}", encode_offset(o)) for tp, o in commit.offsets.items()]
+                + [(POSITION, encode_position(commit.position))],
             )
             db.execute("COMMIT")
         except BaseException:
@@ -175,6 +218,7 @@ SQLITE_ENGINE = Engine(
     window_store=SQLiteWindowStore,
     persistent=True,
     description="SQLite (sqlite3): one database per partition, offsets in the same transaction",
+    check_config=check_config,
 )
 
 

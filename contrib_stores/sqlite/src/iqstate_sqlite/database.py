@@ -1,0 +1,86 @@
+"""Opening a partition's SQLite database so that a lost or damaged one is refused.
+
+A database is created whole: built in a staging directory (tables and a status marker)
+and renamed into place. An existing directory is therefore always a complete database,
+opened without the right to create one: a deleted or emptied `store.db` is damage, where
+SQLite would quietly start a new, empty database.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+
+from iqstate.errors import CorruptStateError
+
+DATABASE_FILE = "store.db"
+STAGING_SUFFIX = ".new-"
+STATUS, POSITION, OFFSET_PREFIX = "status", "position", "offset:"
+OPEN, CLOSED = b"\x01", b"\x00"
+REMEDY = (
+    "Its committed data cannot be trusted as it is. Restore the directory from a backup; "
+    "a store with a changelog is rebuilt from it at the next start; otherwise move the "
+    "directory away and replay the pipeline's batches into the empty partition"
+)
+
+
+def damaged(path: Path, what: str) -> CorruptStateError:
+    """The error for a database iqstate must not trust: `what` says why."""
+    return CorruptStateError(f"SQLite store {path} {what}. {REMEDY}")
+
+
+def sqlite_error(path: Path, error: sqlite3.Error) -> CorruptStateError:
+    """SQLite's error while using the database in `path`, naming it."""
+    return damaged(path, f"cannot be read: {type(error).__name__}: {error}")
+
+
+def create_database(path: Path) -> None:
+    """Create the database in `path` unless the directory exists (then it is kept)."""
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in path.parent.glob(path.name + STAGING_SUFFIX + "*"):
+        shutil.rmtree(leftover)  # a creation interrupted before its rename: never committed
+    staging = Path(tempfile.mkdtemp(prefix=path.name + STAGING_SUFFIX, dir=path.parent))
+    db = sqlite3.connect(staging / DATABASE_FILE, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("CREATE TABLE data (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
+        db.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)")
+        db.execute("INSERT INTO meta VALUES (?, ?)", (STATUS, CLOSED))
+    finally:
+        db.close()
+    staging.rename(path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def open_database(path: Path, *, sync: bool) -> sqlite3.Connection:
+    """Open the existing database in `path` read-write, never creating one."""
+    file = path / DATABASE_FILE
+    try:
+        size = file.stat().st_size
+    except FileNotFoundError:
+        raise damaged(path, f"has no {DATABASE_FILE}: its committed data was deleted") from None
+    if size == 0:
+        raise damaged(path, f"has an empty {DATABASE_FILE}: its committed data was lost")
+    try:
+        db = sqlite3.connect(
+            f"file:{file}?mode=rw", uri=True, isolation_level=None, check_same_thread=False
+        )
+    except sqlite3.Error as error:
+        raise sqlite_error(path, error) from error
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={'FULL' if sync else 'NORMAL'}")
+    except sqlite3.Error as error:
+        db.close()
+        raise sqlite_error(path, error) from error
+    return db
