@@ -89,7 +89,7 @@ def _batch(version: int, batch_id: int) -> bytes:
         (b"k", b"v", None, f"no {BATCH_HEADER} header"),
         (b"k", b"v", [("other", b"x")], f"no {BATCH_HEADER} header"),
         (b"k", b"v", [(BATCH_HEADER, None)], f"no {BATCH_HEADER} header with a binary value"),
-        (b"k", b"v", batch_headers(1) * 2, f"two {BATCH_HEADER} headers"),
+        (b"k", b"v", batch_headers(1) * 2, f"2 {BATCH_HEADER} headers"),
         (b"k", b"v", [(BATCH_HEADER, b"\x01\x00")], "the header has 2 bytes, fewer than 9"),
         (b"k", b"v", [(BATCH_HEADER, _batch(2, 1))], "the header has format version 2, not 1"),
         (b"k", b"v", [(BATCH_HEADER, _batch(1, -7))], "the header has the negative batch id -7"),

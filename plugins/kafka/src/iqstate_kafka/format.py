@@ -32,7 +32,6 @@ reader refuses versions it does not know. Nothing is ever deserialized with pick
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -107,57 +106,69 @@ def marker_value(batch_id: int | None, position: Position) -> bytes:
     return _batch_bytes(batch_id) + encode_position(position)
 
 
+Headers = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
+"""Record headers as confluent-kafka gives them (a consumer's are a list)."""
+
+_UNKNOWN = -2  # never a decoded batch id
+_BATCH_IDS: dict[bytes, int | None] = {}
+"""Decoded batch-id bytes: a changelog repeats a batch's header on every record."""
+_BATCH_IDS_KEPT = 4096
+
+
 def decode(
     topic: str,
     partition: int,
     offset: int,
     key: bytes | None,
     value: bytes | None,
-    headers: Sequence[tuple[str, str | bytes | None]] | None,
+    headers: Headers,
 ) -> DataRecord | BatchMarker:
     """The record at `offset`; `ChangelogFormatError` (naming where) if it does not decode."""
-    if key is None:
-        raise ChangelogFormatError(topic, partition, offset, "it has no key")
-    if key == MARKER_KEY:
-        if value is None:
-            raise ChangelogFormatError(topic, partition, offset, "a batch marker without value")
-        batch_id = _decode_batch(topic, partition, offset, value, "batch marker")
-        try:
-            position = decode_position(value[_BATCH.size :])
-        except CorruptStateError as exc:
-            raise ChangelogFormatError(topic, partition, offset, str(exc)) from exc
-        return BatchMarker(batch_id, position, offset)
-    found: str | bytes | None = None
-    seen = False
-    for name, header in headers or ():
-        if name == BATCH_HEADER:
-            if seen:
-                raise ChangelogFormatError(topic, partition, offset, f"two {BATCH_HEADER} headers")
-            seen, found = True, header
-    if not isinstance(found, bytes):
-        raise ChangelogFormatError(
-            topic, partition, offset, f"no {BATCH_HEADER} header with a binary value"
-        )
-    return DataRecord(key, value, _decode_batch(topic, partition, offset, found, "header"), offset)
+    try:
+        if key is None:
+            raise ValueError("it has no key")
+        if key == MARKER_KEY:
+            if value is None:
+                raise ValueError("a batch marker without value")
+            batch_id = _batch_id(value, "batch marker")
+            return BatchMarker(batch_id, decode_position(value[_BATCH.size :]), offset)
+        if type(headers) is list and len(headers) == 1 and headers[0][0] == BATCH_HEADER:
+            found = headers[0][1]  # what every writer of this format writes
+        else:
+            found = _batch_header(headers)
+        if not isinstance(found, bytes):
+            raise ValueError(f"no {BATCH_HEADER} header with a binary value")
+        batch_id = _BATCH_IDS.get(found, _UNKNOWN)
+        if batch_id == _UNKNOWN:
+            batch_id = _header_batch_id(found)
+        return DataRecord(key, value, batch_id, offset)
+    except (ValueError, CorruptStateError) as exc:
+        raise ChangelogFormatError(topic, partition, offset, str(exc)) from exc
 
 
-def _decode_batch(topic: str, partition: int, offset: int, data: bytes, where: str) -> int | None:
+def _batch_header(headers: Headers) -> str | bytes | None:
+    pairs = headers.items() if isinstance(headers, dict) else headers or ()
+    found = [header for name, header in pairs if name == BATCH_HEADER]
+    if len(found) > 1:
+        raise ValueError(f"{len(found)} {BATCH_HEADER} headers")
+    return found[0] if found else None
+
+
+def _batch_id(data: bytes, where: str) -> int | None:
+    """The batch id at the start of `data` (a header or a marker value), checked."""
     if len(data) < _BATCH.size:
-        raise ChangelogFormatError(
-            topic, partition, offset, f"the {where} has {len(data)} bytes, fewer than {_BATCH.size}"
-        )
+        raise ValueError(f"the {where} has {len(data)} bytes, fewer than {_BATCH.size}")
     version, batch_id = _BATCH.unpack_from(data)
     if version != FORMAT_VERSION:
-        raise ChangelogFormatError(
-            topic,
-            partition,
-            offset,
-            f"the {where} has format version {version}, not {FORMAT_VERSION}",
-        )
-    if batch_id == _NO_BATCH:
-        return None
-    if batch_id < 0:
-        raise ChangelogFormatError(
-            topic, partition, offset, f"the {where} has the negative batch id {batch_id}"
-        )
-    return int(batch_id)
+        raise ValueError(f"the {where} has format version {version}, not {FORMAT_VERSION}")
+    if batch_id < _NO_BATCH:
+        raise ValueError(f"the {where} has the negative batch id {batch_id}")
+    return None if batch_id == _NO_BATCH else int(batch_id)
+
+
+def _header_batch_id(data: bytes) -> int | None:
+    batch_id = _batch_id(data, "header")
+    if len(_BATCH_IDS) >= _BATCH_IDS_KEPT:
+        _BATCH_IDS.clear()
+    _BATCH_IDS[data] = batch_id
+    return batch_id
