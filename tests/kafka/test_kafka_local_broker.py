@@ -9,6 +9,7 @@ import pytest
 from changelog_support import read_events, units_by_partition
 from iqstate_kafka import (
     BatchWriter,
+    BrokerUnavailableError,
     ChangelogReader,
     DeliveryError,
     KafkaCluster,
@@ -21,17 +22,18 @@ from iqstate import Position, TopicPartition
 
 
 def test_clients_outlive_a_broker_restart(tmp_path: Path) -> None:
-    """Stopped, the broker refuses a batch with a clear error instead of hanging; started
-    again on the same ports and data, the same writer and reader carry on, and the batch
-    written before the restart is still there."""
+    """Stopped, the broker fails a batch and an offsets request with clear errors instead of
+    hanging; started again on the same ports and data, the same writer and reader carry on,
+    and the batch written before the restart is still there."""
     with LocalBroker(tmp_path / "broker") as broker:
         address = broker.bootstrap_servers
         cluster = KafkaCluster(address, timeout=5.0)
         topic = ensure_changelog_topics(cluster, "restart", {"counts": 1})["counts"]
         partition = TopicPartition(topic, 0)
+        impatient = KafkaCluster(address, timeout=2.0)
         with (
             BatchWriter(cluster, "restart", delivery_timeout=3.0) as writer,
-            ChangelogReader(cluster) as reader,
+            ChangelogReader(impatient) as reader,
         ):
             reader.assign(partition, None)
 
@@ -50,6 +52,8 @@ def test_clients_outlive_a_broker_restart(tmp_path: Path) -> None:
             assert not broker.running
             with pytest.raises(DeliveryError, match=r"batch 2 is not durable .* replay the batch"):
                 write(2)
+            with pytest.raises(BrokerUnavailableError, match="gave no offsets .* within 2 s"):
+                reader.watermarks(partition)
 
             broker.start()
             assert broker.bootstrap_servers == address

@@ -121,7 +121,7 @@ class OffsetOutOfRange:
 @dataclass(slots=True)
 class _Partition:
     partition: TopicPartition
-    next_offset: int | None
+    next_offset: int
     held: list[DataRecord] = field(default_factory=list)
     skipped: int = 0
 
@@ -176,7 +176,7 @@ class ChangelogReader:
         self._consumer.incremental_assign(
             [KafkaTopicPartition(partition.topic, partition.partition, start)]
         )
-        self._partitions[key] = _Partition(partition, offset)
+        self._partitions[key] = _Partition(partition, start)
 
     def unassign(self, partition: TopicPartition) -> None:
         """Stop reading `partition`; the data held for it is dropped."""
@@ -259,7 +259,7 @@ class ChangelogReader:
             KafkaError._AUTO_OFFSET_RESET,
             KafkaError.OFFSET_OUT_OF_RANGE,
         ):
-            events.append(OffsetOutOfRange(state.partition, state.next_offset or 0))
+            events.append(OffsetOutOfRange(state.partition, state.next_offset))
             self.unassign(state.partition)
         elif error.fatal():
             raise ClusterError(f"the changelog consumer failed: {error.str()}")
