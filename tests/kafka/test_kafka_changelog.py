@@ -12,6 +12,7 @@ from confluent_kafka import Producer
 from iqstate_kafka import (
     BatchWriter,
     ChangelogReader,
+    DeliveryError,
     KafkaCluster,
     OffsetOutOfRange,
     Watermarks,
@@ -261,7 +262,7 @@ def test_undecodable_records_are_skipped_counted_and_logged(
     ]
 
 
-def test_bad_batches_are_refused_before_anything_is_written(
+def test_bad_batches_are_refused_and_leave_nothing_behind(
     cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogReader
 ) -> None:
     stores = {"counts": 3}
@@ -276,6 +277,9 @@ def test_bad_batches_are_refused_before_anything_is_written(
             writer.write(
                 {("counts", 0): [(MARKER_KEY, b"v")]}, batch_id=1, position=None, stores=stores
             )
+        too_large = [(b"k", b"x" * 2_000_000)]  # the broker's limit is 1 MB
+        with pytest.raises(DeliveryError, match="for .*-counts-changelog partition 0 was refused"):
+            writer.write({("counts", 0): too_large}, batch_id=1, position=None, stores=stores)
         writer.write({("counts", 0): [(b"k", b"v")]}, batch_id=1, position=None, stores=stores)
     partition = changelogs.partition("counts", 0)
     reader.assign(partition, None)

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from iqstate.position import Position, TopicPartition
 from iqstate_kafka.cluster import KafkaCluster
@@ -185,7 +185,13 @@ class BatchWriter:
                 # The local queue is full: serve delivery reports until there is room.
                 producer.poll(0.1)
                 if self._failed:
-                    raise self._error(len(producer)) from None
+                    raise self._error(0) from None
+            except KafkaException as exc:  # refused before sending, e.g. a record too large
+                raise DeliveryError(
+                    f"batch {self._batch_id}: a record of {len(key)}-byte key and "
+                    f"{len(value or b'')}-byte value for {topic} partition {partition} was "
+                    f"refused: {exc.args[0].str()}; nothing of the batch counts as written"
+                ) from exc
 
     def _delivered(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
@@ -216,7 +222,8 @@ class BatchWriter:
         )
 
     def _discard(self, producer: Producer) -> None:
-        """Drop a producer after a failure, so no record of a failed batch is sent later."""
+        """Drop a producer after a failure, with what it still queued (records already in
+        flight may land; a replay of the batch overwrites them)."""
         producer.purge()
         producer.flush(0)
         self._producer = None
