@@ -166,7 +166,8 @@ def _cluster_id() -> str:
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:
-    """Last resort at interpreter exit: no broker outlives the process that started it."""
+    """Last resort at interpreter exit: a broker still running is killed with its starter
+    (a starter killed by SIGKILL leaves it running: its pid is in `<directory>/broker.pid`)."""
     if process.poll() is None:
         process.kill()
         process.wait()
@@ -175,9 +176,10 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
 class LocalBroker:
     """One Apache Kafka broker (KRaft, combined broker and controller) on loopback.
 
-    `directory` holds `server.properties`, the log directory `data/` and the broker's output
-    `broker.log`; without one, a temporary directory is used and removed when the context
-    manager exits. Ports are chosen on the first `start()` and kept for later starts.
+    `directory` holds `server.properties`, the log directory `data/`, the broker's output
+    `broker.log` and, while it runs, its pid in `broker.pid`; without one, a temporary
+    directory is used and removed when the context manager exits. Ports are chosen on the
+    first `start()` and kept for later starts.
     """
 
     def __init__(
@@ -245,7 +247,7 @@ class LocalBroker:
                 [
                     _java(),
                     f"-Xmx{self._heap}",
-                    "-XX:+UseSerialGC",
+                    "-XX:+UseSerialGC",  # one GC thread: test machines have few cores
                     "-Djava.awt.headless=true",
                     "-cp",
                     f"{classpath}/*",
@@ -260,6 +262,7 @@ class LocalBroker:
         finally:
             log.close()
         self._finalizer = weakref.finalize(self, _kill, self._process)
+        (self._directory / "broker.pid").write_text(f"{self._process.pid}\n", encoding="ascii")
         self._wait_until_ready()
         return self
 
@@ -276,6 +279,7 @@ class LocalBroker:
                 process.kill()
                 process.wait()
         self._process = None
+        (self.directory / "broker.pid").unlink(missing_ok=True)
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None
