@@ -19,6 +19,7 @@ from iqstate import (
     StateQueryRequest,
     TopicPartition,
 )
+from iqstate.codec import encode_offset, encode_position
 from iqstate.store import StateStore
 from iqstate.testing import StoreConformance, StoreFactory, make_context
 
@@ -164,3 +165,45 @@ def test_options_are_validated_when_the_store_is_declared(tmp_path: Path) -> Non
     with pytest.raises(ValueError, match="sync_commits"):
         app.key_value_store("b", 1, engine="sqlite", config={"sync_commits": "full"})
     app.key_value_store("c", 1, engine="sqlite", config={"sync_commits": True})
+
+
+def test_a_damaged_value_is_refused_not_served(tmp_path: Path) -> None:
+    """SQLite keeps no checksums of its pages: a value whose bytes changed was served."""
+    filled(tmp_path, 2000)
+    path = database_file(tmp_path)
+    content = path.read_bytes()
+    at = content.index(b"%100d" % 1234) + 99  # the last digit of key 1234's value
+    with path.open("r+b") as handle:
+        handle.seek(at)
+        handle.write(b"5")  # now it reads as key 1235's value
+    store = open_store(tmp_path)
+    try:
+        with pytest.raises(CorruptStateError, match="damaged record"):
+            store.get(b"key-001234")
+        with pytest.raises(CorruptStateError, match="damaged record"):
+            list(store.range(b"key-001200", b"key-001300"))
+        assert store.get(b"key-001235") == b"%100d" % 1235
+    finally:
+        store.close()
+
+
+def test_a_database_written_before_checksums_is_sealed_when_first_opened(tmp_path: Path) -> None:
+    path = tmp_path / "s" / "0" / "sqlite"
+    path.mkdir(parents=True)
+    with sqlite3.connect(path / "store.db") as raw:
+        raw.execute("CREATE TABLE data (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
+        raw.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)")
+        raw.execute("INSERT INTO data VALUES (?, ?)", (b"k", b"v"))
+        raw.executemany(
+            "INSERT INTO meta VALUES (?, ?)",
+            [
+                ("status", b"\x00"),
+                ("position", encode_position(Position.from_map({"src": {0: 3}}))),
+                (f"offset:{TP}", encode_offset(7)),
+            ],
+        )
+    for _ in range(2):
+        store = open_store(tmp_path)
+        assert store.get(b"k") == b"v" and store.committed_offset(TP) == 7
+        assert store.position == Position.from_map({"src": {0: 3}})
+        store.close()

@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+import lmdb
 import pytest
 from iqstate_lmdb import LMDB_ENGINE, LMDBKeyValueStore
 
@@ -20,6 +21,7 @@ from iqstate import (
     StateDirectoryLockedError,
     TopicPartition,
 )
+from iqstate.codec import encode_offset, encode_position, offset_key
 from iqstate.runtime.offsets import CHECKPOINT_FILE, POSITION_FILE, write_offsets_file
 from iqstate.store import StateStore
 from iqstate.testing import StoreConformance, StoreFactory, make_context
@@ -241,3 +243,41 @@ def test_options_are_validated_when_the_store_is_declared(tmp_path: Path) -> Non
         app.key_value_store("b", 1, engine="lmdb", config={"max_readers": 0})
     with pytest.raises(ValueError, match="sync_commits"):
         app.key_value_store("c", 1, engine="lmdb", config={"sync_commits": 1})
+
+
+def test_a_damaged_value_is_refused_not_served(tmp_path: Path) -> None:
+    """LMDB keeps no checksums: a value whose bytes changed on disk was served as it was."""
+    filled(tmp_path, 2000)
+    path = data_file(tmp_path)
+    content = path.read_bytes()
+    at = content.index(b"%100d" % 1234) + 99  # the last digit of key 1234's value
+    with path.open("r+b") as handle:
+        handle.seek(at)
+        handle.write(b"5")  # now it reads as key 1235's value
+    store = open_store(tmp_path)
+    try:
+        with pytest.raises(CorruptStateError, match="damaged record"):
+            store.get(b"key-001234")
+        with pytest.raises(CorruptStateError, match="damaged record"):
+            list(store.range(b"key-001200", b"key-001300"))
+        assert store.get(b"key-001235") == b"%100d" % 1235
+    finally:
+        store.close()
+
+
+def test_a_store_written_before_checksums_is_sealed_when_first_opened(tmp_path: Path) -> None:
+    path = tmp_path / "s" / "0" / "lmdb"
+    path.mkdir(parents=True)
+    env = lmdb.open(str(path), max_dbs=2)
+    data, offsets = env.open_db(b"data"), env.open_db(b"offsets")
+    with env.begin(write=True) as txn:
+        txn.put(b"k", b"v", db=data)
+        txn.put(b"status", b"\x00", db=offsets)
+        txn.put(b"position", encode_position(Position.from_map({"src": {0: 3}})), db=offsets)
+        txn.put(offset_key(TP), encode_offset(7), db=offsets)
+    env.close()
+    for _ in range(2):
+        store = open_store(tmp_path)
+        assert store.get(b"k") == b"v" and store.committed_offset(TP) == 7
+        assert store.position == Position.from_map({"src": {0: 3}})
+        store.close()

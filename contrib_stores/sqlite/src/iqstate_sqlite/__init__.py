@@ -35,6 +35,9 @@ from iqstate_sqlite.database import (
     sqlite_error,
 )
 from iqstate_sqlite.options import SQLiteSettings, check_config
+from iqstate_sqlite.sealing import FORMAT, seal, unseal
+
+FORMAT_NAME = "format"
 
 
 class StorageStatsQuery(Query[dict[str, int]]):
@@ -76,7 +79,7 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
             raise
         try:
             stored = self._read_meta(db, path)
-            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (STATUS, OPEN))
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (STATUS, _meta(STATUS, OPEN)))
         except BaseException as error:
             db.close()
             lock.release()
@@ -89,10 +92,16 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
     @staticmethod
     def _read_meta(db: sqlite3.Connection, path: Path) -> StoredState:
         """Offsets, position and status; refuses a meta table that lost them."""
+        format_row = db.execute("SELECT value FROM meta WHERE name = ?", (FORMAT_NAME,))
+        if format_row.fetchone() != (FORMAT,):
+            _seal_existing(db)
         stored = StoredState()
         names = set()
-        for name, value in db.execute("SELECT name, value FROM meta"):
+        for name, value in db.execute(
+            "SELECT name, value FROM meta WHERE name != ?", (FORMAT_NAME,)
+        ):
             names.add(name)
+            value = checked(path, name.encode(), value)
             if name == STATUS:
                 stored.was_open = value == OPEN
             elif name == POSITION:
@@ -112,25 +121,38 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
         try:
             if db is not None:
                 if clean:
-                    db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (STATUS, CLOSED))
+                    closed = (STATUS, _meta(STATUS, CLOSED))
+                    db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", closed)
                 db.close()
         finally:
             lock, self._lock = self._lock, None
             if lock is not None:
                 lock.release()
 
-    def _blob(self, value: object) -> bytes:
-        """A stored key or value: SQLite returns a damaged type byte as text or a number."""
-        if type(value) is not bytes:
-            raise damaged(self._path, f"holds a {type(value).__name__} where a blob belongs")
-        return value
-
     def _read(self, key: bytes) -> bytes | None:
         try:
             row = self.db.execute("SELECT value FROM data WHERE key = ?", (key,)).fetchone()
         except sqlite3.Error as error:
             raise sqlite_error(self._path, error) from error
-        return None if row is None else self._blob(row[0])
+        if row is None:
+            self._check_neighbours(key)
+            return None
+        return checked(self._path, key, row[0])
+
+    def _check_neighbours(self, key: bytes) -> None:
+        """Check the records around a missing key: a key whose stored bytes were damaged is
+        missing too, and its record, with its checksum, sits where the key would be."""
+        try:
+            rows = self.db.execute(
+                "SELECT * FROM (SELECT key, value FROM data WHERE key < ? ORDER BY key DESC "
+                "LIMIT 1) UNION ALL SELECT * FROM (SELECT key, value FROM data WHERE key > ? "
+                "ORDER BY key LIMIT 1)",
+                (key, key),
+            ).fetchall()
+        except sqlite3.Error as error:
+            raise sqlite_error(self._path, error) from error
+        for neighbour, value in rows:
+            checked(self._path, blob(self._path, neighbour), value)
 
     def _scan(
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
@@ -144,14 +166,14 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
             parameters.append(upper)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         order = "DESC" if reverse else "ASC"
-        blob = self._blob
+        path = self._path
         try:
             rows = self.db.execute(
                 f"SELECT key, value FROM data {where} ORDER BY key {order}", parameters
             ).fetchall()
         except sqlite3.Error as error:
             raise sqlite_error(self._path, error) from error
-        return [(blob(key), blob(value)) for key, value in rows]
+        return [(blob(path, key), checked(path, key, value)) for key, value in rows]
 
     def _count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM data").fetchone()[0])
@@ -164,11 +186,12 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
 
     def _transaction(self, commit: Commit) -> None:
         db = self.db
+        offsets = [(f"{OFFSET_PREFIX}{tp}", o) for tp, o in commit.offsets.items()]
         db.execute("BEGIN IMMEDIATE")
         try:
             db.executemany(
                 "INSERT OR REPLACE INTO data VALUES (?, ?)",
-                [(k, v) for k, v in commit.changes.items() if v is not None],
+                [(k, seal(k, v)) for k, v in commit.changes.items() if v is not None],
             )
             db.executemany(
                 "DELETE FROM data WHERE key = ?",
@@ -180,8 +203,8 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
             )
             db.executemany(
                 "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                [(f"{OFFSET_PREFIX}{tp}", encode_offset(o)) for tp, o in commit.offsets.items()]
-                + [(POSITION, encode_position(commit.position))],
+                [(name, _meta(name, encode_offset(offset))) for name, offset in offsets]
+                + [(POSITION, _meta(POSITION, encode_position(commit.position)))],
             )
             db.execute("COMMIT")
         except BaseException:
@@ -191,13 +214,52 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
     def storage_stats(self) -> dict[str, int]:
         entries, key_bytes, value_bytes = self.db.execute(
             "SELECT COUNT(*), COALESCE(SUM(LENGTH(key)), 0), "
-            "COALESCE(SUM(LENGTH(value)), 0) FROM data"
+            "COALESCE(SUM(LENGTH(value) - 4), 0) FROM data"
         ).fetchone()
         return {
             "entries": int(entries),
             "key_bytes": int(key_bytes),
             "value_bytes": int(value_bytes),
         }
+
+
+def _meta(name: str, value: bytes) -> bytes:
+    """A meta row's value as stored: sealed with its name."""
+    return seal(name.encode(), value)
+
+
+def blob(path: Path, stored: object) -> bytes:
+    """A stored key or value: SQLite returns a damaged type byte as text or a number."""
+    if type(stored) is not bytes:
+        raise damaged(path, f"holds a {type(stored).__name__} where a blob belongs")
+    return stored
+
+
+def checked(path: Path, key: bytes, stored: object) -> bytes:
+    """The value sealed in `stored` under `key`, or `CorruptStateError` when it is damaged."""
+    value = unseal(key, blob(path, stored))
+    if value is None:
+        raise damaged(path, f"holds a damaged record (key {key[:40].hex()}...)")
+    return value
+
+
+def _seal_existing(db: sqlite3.Connection) -> None:
+    """Seal every value of a database written before values carried checksums."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        rows = db.execute("SELECT key, value FROM data").fetchall()
+        db.executemany(
+            "UPDATE data SET value = ? WHERE key = ?", [(seal(k, v), k) for k, v in rows]
+        )
+        rows = db.execute("SELECT name, value FROM meta").fetchall()
+        db.executemany(
+            "UPDATE meta SET value = ? WHERE name = ?", [(_meta(n, v), n) for n, v in rows]
+        )
+        db.execute("INSERT INTO meta VALUES (?, ?)", (FORMAT_NAME, FORMAT))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 class SQLiteWindowStore(PersistentWindowStore):

@@ -1,9 +1,9 @@
 """Opening a partition's SQLite database so that a lost or damaged one is refused.
 
-A database is created whole: built in a staging directory (tables and a status marker)
-and renamed into place. An existing directory is therefore always a complete database,
-opened without the right to create one: a deleted or emptied `store.db` is damage, where
-SQLite would quietly start a new, empty database.
+A database is created whole: built in a staging directory (tables, a status marker, the
+sealed format) and renamed into place. An existing directory is therefore always a
+complete database, opened without the right to create one: a deleted or emptied
+`store.db` is damage, where SQLite would quietly start a new, empty database.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from iqstate.errors import CorruptStateError
+from iqstate_sqlite.sealing import FORMAT, seal
 
 DATABASE_FILE = "store.db"
 STAGING_SUFFIX = ".new-"
@@ -51,7 +52,8 @@ def create_database(path: Path) -> None:
         db.execute("PRAGMA synchronous=FULL")
         db.execute("CREATE TABLE data (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
         db.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)")
-        db.execute("INSERT INTO meta VALUES (?, ?)", (STATUS, CLOSED))
+        db.execute("INSERT INTO meta VALUES (?, ?)", (STATUS, seal(STATUS.encode(), CLOSED)))
+        db.execute("INSERT INTO meta VALUES (?, ?)", ("format", FORMAT))
     finally:
         db.close()
     staging.rename(path)

@@ -1,7 +1,7 @@
 """Opening a partition's LMDB environment so that damage is refused, never served or fatal.
 
-* An environment is created whole: built in a staging directory (sub-databases and a
-  status marker) and renamed into place. An existing directory is therefore always a
+* An environment is created whole: built in a staging directory (sub-databases, a status
+  marker, the sealed format) and renamed into place. An existing directory is therefore always a
   complete environment, and a missing or empty `data.mdb` in it is damage: LMDB itself
   would quietly initialise a new, empty environment there.
 * LMDB maps `data.mdb` into memory and trusts it. A page past the end of a truncated file
@@ -24,6 +24,7 @@ import lmdb
 
 from iqstate.errors import CorruptStateError
 from iqstate.persistent import CLOSED, STATUS_KEY
+from iqstate_lmdb.sealing import FORMAT, FORMAT_KEY, seal
 
 DATA_DB, OFFSETS_DB = b"data", b"offsets"
 DATA_FILE = "data.mdb"
@@ -102,7 +103,8 @@ def _create(path: Path, *, map_size: int, max_readers: int) -> None:
         env.open_db(DATA_DB)
         offsets = env.open_db(OFFSETS_DB)
         with env.begin(write=True) as txn:
-            txn.put(STATUS_KEY, CLOSED, db=offsets)
+            txn.put(STATUS_KEY, seal(STATUS_KEY, CLOSED), db=offsets)
+            txn.put(FORMAT_KEY, FORMAT, db=offsets)
     finally:
         env.close()
     staging.rename(path)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import lmdb
 
@@ -44,6 +44,7 @@ from iqstate_lmdb.environment import (
     open_environment,
 )
 from iqstate_lmdb.options import LMDBSettings
+from iqstate_lmdb.sealing import FORMAT, FORMAT_KEY, seal, unseal
 
 T = TypeVar("T")
 
@@ -89,16 +90,27 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         try:
             self._data = env.open_db(DATA_DB)
             self._meta = env.open_db(OFFSETS_DB)
+            with env.begin() as txn:
+                sealed = txn.get(FORMAT_KEY, db=self._meta) == FORMAT
+            if not sealed:
+                self._in_write(self._seal_existing)
             with env.begin(db=self._meta) as txn:
-                entries = list(txn.cursor())
+                entries = [
+                    (key, self._checked(key, value))
+                    for key, value in txn.cursor()
+                    if key != FORMAT_KEY
+                ]
                 holds_data = txn.stat(self._data)["entries"] > 0
             keys = {key for key, _ in entries}
             if STATUS_KEY not in keys:
                 raise damaged(path, "has no status marker: it lost its committed state")
             if holds_data and POSITION_KEY not in keys:
                 raise damaged(path, "holds data but no committed position: its offsets were lost")
-            stored = StoredState.from_entries(entries)
-            self._in_write(lambda txn: txn.put(STATUS_KEY, OPEN, db=self._meta))
+            try:
+                stored = StoredState.from_entries(entries)
+            except ValueError as error:
+                raise damaged(path, f"holds an unreadable offset or position ({error})") from error
+            self._in_write(lambda txn: txn.put(STATUS_KEY, seal(STATUS_KEY, OPEN), db=self._meta))
         except lmdb.Error as error:
             self._release()
             raise lmdb_error(path, error) from error
@@ -106,6 +118,21 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
             self._release()
             raise
         return stored
+
+    def _seal_existing(self, txn: Any) -> None:
+        """Seal every value of a store written before values carried checksums."""
+        for db in (self._data, self._meta):
+            for key, value in list(txn.cursor(db=db)):
+                if key != FORMAT_KEY:
+                    txn.put(key, seal(key, value), db=db)
+        txn.put(FORMAT_KEY, FORMAT, db=self._meta)
+
+    def _checked(self, key: bytes, stored: bytes) -> bytes:
+        """The value sealed in `stored`, or `CorruptStateError` when its checksum fails."""
+        value = unseal(key, stored)
+        if value is None:
+            raise damaged(self._path, f"holds a damaged record (key {key[:40].hex()}...)")
+        return value
 
     def _in_write(self, work: Callable[[Any], T]) -> T:
         """Run `work` in one write transaction, doubling the map when it is full."""
@@ -136,7 +163,8 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
     def _close_storage(self, clean: bool) -> None:
         try:
             if clean and self._env is not None:
-                self._in_write(lambda txn: txn.put(STATUS_KEY, CLOSED, db=self._meta))
+                closed = seal(STATUS_KEY, CLOSED)
+                self._in_write(lambda txn: txn.put(STATUS_KEY, closed, db=self._meta))
         finally:
             self._release()
 
@@ -149,8 +177,9 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                 reader = self._reader
                 if reader is None:
                     reader = self._reader = self._env.begin(db=self._data)
-                value: bytes | None = reader.get(key)
-                return value
+                stored: bytes | None = reader.get(key)
+                if stored is None:
+                    self._check_neighbours(reader, key)
             except lmdb.Error as error:
                 failed, self._reader = self._reader, None
                 if failed is not None:  # LMDB invalidates a transaction that met an error
@@ -158,19 +187,35 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                 raise lmdb_error(self._path, error) from error
             finally:
                 reader_lock.release()
-        try:
-            with self._env.begin(db=self._data) as txn:
-                return cast("bytes | None", txn.get(key))
-        except lmdb.Error as error:
-            raise lmdb_error(self._path, error) from error
+        else:
+            try:
+                with self._env.begin(db=self._data) as txn:
+                    stored = txn.get(key)
+                    if stored is None:
+                        self._check_neighbours(txn, key)
+            except lmdb.Error as error:
+                raise lmdb_error(self._path, error) from error
+        return None if stored is None else self._checked(key, stored)
+
+    def _check_neighbours(self, txn: Any, key: bytes) -> None:
+        """Check the records around a missing key: a key whose stored bytes were damaged is
+        missing too, and its record, with its checksum, sits where the key would be."""
+        cursor = txn.cursor()
+        found = cursor.set_range(key)
+        if found:
+            self._checked(cursor.key(), cursor.value())
+        if cursor.prev() if found else cursor.last():
+            self._checked(cursor.key(), cursor.value())
 
     def _scan(
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
     ) -> list[Pair]:
         try:
-            return self._cursor_scan(lower, upper, reverse, upper_inclusive)
+            pairs = self._cursor_scan(lower, upper, reverse, upper_inclusive)
         except lmdb.Error as error:
             raise lmdb_error(self._path, error) from error
+        checked = self._checked
+        return [(key, checked(key, stored)) for key, stored in pairs]
 
     def _cursor_scan(
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
@@ -212,19 +257,27 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
 
     def _write(self, commit: Commit) -> None:
         data, meta = self._data, self._meta
-        encoded_position = encode_position(commit.position)
+        changes = [
+            (key, None if value is None else seal(key, value))
+            for key, value in commit.changes.items()
+        ]
+        offsets = [
+            (key, seal(key, encode_offset(offset)))
+            for key, offset in ((offset_key(p), o) for p, o in commit.offsets.items())
+        ]
+        position = seal(POSITION_KEY, encode_position(commit.position))
 
         def apply(txn: Any) -> None:
-            for key, value in commit.changes.items():
+            for key, value in changes:
                 if value is None:
                     txn.delete(key, db=data)
                 else:
                     txn.put(key, value, db=data)
             for partition in commit.removed_offsets:
                 txn.delete(offset_key(partition), db=meta)
-            for partition, offset in commit.offsets.items():
-                txn.put(offset_key(partition), encode_offset(offset), db=meta)
-            txn.put(POSITION_KEY, encoded_position, db=meta)
+            for key, value in offsets:
+                txn.put(key, value, db=meta)
+            txn.put(POSITION_KEY, position, db=meta)
 
         self._in_write(apply)
         self._drop_reader()  # later reads see this commit
