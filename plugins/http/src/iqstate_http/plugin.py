@@ -8,16 +8,37 @@ import importlib
 import os
 from typing import Any
 
+from iqstate import Application, IqstateError
 from iqstate.hookspecs import hookimpl
 from iqstate_http.limits import DEFAULT_MAX_BODY, ConnectionLimits
+from iqstate_http.store_options import parse_store
 
 _LIMITS = {field.name: field for field in dataclasses.fields(ConnectionLimits)}
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", help="the Application to serve, as 'module:attribute'")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=7070)
+    parser.add_argument(
+        "target",
+        nargs="?",
+        help="the Application to serve, as 'module:attribute' (or declare one with --cluster)",
+    )
+    parser.add_argument("--host", default=None, help="default: 127.0.0.1, or the host of "
+                        "--application-server with --cluster")  # fmt: skip
+    parser.add_argument("--port", type=int, default=None, help="default: 7070, or the port "
+                        "of --application-server with --cluster")  # fmt: skip
+    cluster = parser.add_argument_group(
+        "distributed mode", "serve an instance of a cluster instead of a module's Application"
+    )
+    cluster.add_argument("--cluster", metavar="BOOTSTRAP", help="Kafka bootstrap servers")
+    cluster.add_argument("--app-id", help="the application id (names the changelog topics)")
+    cluster.add_argument("--application-server", metavar="HOST:PORT",
+                         help="where other instances and clients reach this one")  # fmt: skip
+    cluster.add_argument("--state-dir", default="state", help="local replicas live here")
+    cluster.add_argument("--standbys", type=int, default=1, help="standby replicas per partition")
+    cluster.add_argument("--store", action="append", default=[], metavar="SPEC",
+                         help="NAME:key_value:PARTITIONS[,option=value...] or "
+                         "NAME:window:PARTITIONS,window_size_ms=MS,retention_ms=MS[,...]; "
+                         "repeat for each store")  # fmt: skip
     parser.add_argument(
         "--token-env",
         default=None,
@@ -74,15 +95,60 @@ def _serve(args: argparse.Namespace) -> int:
         limits = ConnectionLimits(**chosen)
     except ValueError as exc:
         raise SystemExit(f"iqstate serve: {exc}") from exc
-    app = load_application(args.target)
+    if args.cluster is not None:
+        app = cluster_application(args)
+        host, port = app.host_info.host, app.host_info.port
+    else:
+        if args.target is None:
+            raise SystemExit("iqstate serve: name the Application ('module:attribute') or "
+                             "declare one with --cluster, --app-id, --application-server "
+                             "and --store")  # fmt: skip
+        app = load_application(args.target)
+        host, port = "127.0.0.1", 7070
     if app.state.name == "CREATED":
-        app.start()
+        try:
+            app.start()
+        except IqstateError as exc:
+            raise SystemExit(f"iqstate serve: {exc}") from exc
     try:
-        serve(app, host=args.host, port=args.port, token=token, max_body=args.max_body,
-              limits=limits)  # fmt: skip
+        serve(app, host=args.host or host, port=args.port or port, token=token,
+              max_body=args.max_body, limits=limits)  # fmt: skip
     finally:
         app.close()
     return 0
+
+
+def cluster_application(args: argparse.Namespace) -> Application:
+    """An Application joining a cluster, declared from `--cluster` and its companions."""
+    missing = [flag for flag, value in (("--app-id", args.app_id),
+               ("--application-server", args.application_server)) if not value]  # fmt: skip
+    if missing or not args.store:
+        raise SystemExit(
+            f"iqstate serve --cluster needs {', '.join(missing + ['--store'] * (not args.store))}"
+        )
+    if args.target is not None:
+        raise SystemExit("iqstate serve: give a module's Application or --cluster, not both")
+    try:
+        from iqstate_kafka import KafkaCluster
+    except ImportError as exc:
+        raise SystemExit(
+            "iqstate serve --cluster needs the iqstate-kafka distribution "
+            "(pip install iqstate-kafka)"
+        ) from exc
+    try:
+        stores = [parse_store(text) for text in args.store]
+        app = Application(
+            args.app_id,
+            args.state_dir,
+            application_server=args.application_server,
+            num_standby_replicas=args.standbys,
+            cluster=KafkaCluster(args.cluster),
+        )
+        for store in stores:
+            store.declare(app)
+    except (ValueError, TypeError, IqstateError) as exc:
+        raise SystemExit(f"iqstate serve: {exc}") from exc
+    return app
 
 
 @hookimpl

@@ -1,0 +1,68 @@
+"""`iqstate serve` in distributed mode: stores declared on the command line, bad input named."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from iqstate_http.store_options import StoreOptionError, parse_store
+
+from iqstate import Application
+from iqstate.runtime.spec import KeyValueStoreSpec, WindowStoreSpec
+
+
+def test_store_options_declare_key_value_and_window_stores(tmp_path: object) -> None:
+    app = Application("cli", str(tmp_path))
+    parse_store("counts:key_value:8,engine=rocksdb,value_serde=int64,caching=true").declare(app)
+    parse_store(
+        "per-minute:window:4,window_size_ms=60000,retention_ms=3600000,value_serde=int64"
+    ).declare(app)
+    counts, windows = app.stores["counts"], app.stores["per-minute"]
+    assert isinstance(counts, KeyValueStoreSpec) and counts.partitions == 8
+    assert counts.engine.name == "rocksdb" and counts.caching is True
+    assert isinstance(windows, WindowStoreSpec) and windows.window_size_ms == 60_000
+    assert windows.retention_ms == 3_600_000 and windows.value_serde.name == "int64"
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        ("counts", "expected NAME:key_value:PARTITIONS"),
+        ("counts:table:8", "must be key_value or window"),
+        ("counts:key_value:zero", "partitions must be a number"),
+        ("counts:key_value:8,window_size_ms=5", "not an option of a key_value store"),
+        ("counts:key_value:8,caching=maybe", "caching must be true, false or a size"),
+        ("w:window:2,window_size_ms=10", "needs window_size_ms and retention_ms"),
+        ("w:window:2,window_size_ms=ten,retention_ms=100", "window_size_ms must be a number"),
+    ],
+)
+def test_bad_store_options_are_named(text: str, complaint: str) -> None:
+    with pytest.raises(StoreOptionError, match=complaint):
+        parse_store(text)
+
+
+def run_serve(*arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "iqstate.cli", "serve", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_serve_without_an_application_says_what_to_give() -> None:
+    finished = run_serve()
+    assert finished.returncode != 0 and "declare one with --cluster" in finished.stderr
+    assert "Traceback" not in finished.stderr
+
+
+def test_serve_with_a_cluster_names_missing_flags_and_bad_stores() -> None:
+    missing = run_serve("--cluster", "127.0.0.1:9")
+    assert "--app-id" in missing.stderr and "--application-server" in missing.stderr
+    bad = run_serve(
+        "--cluster", "127.0.0.1:9", "--app-id", "a", "--application-server", "127.0.0.1:7071",
+        "--store", "counts:table:2",
+    )  # fmt: skip
+    assert bad.returncode != 0 and "must be key_value or window" in bad.stderr
+    assert "Traceback" not in missing.stderr + bad.stderr
