@@ -113,7 +113,7 @@ def test_an_emptied_meta_table_is_refused_instead_of_dropping_position_and_fence
 def test_lost_offsets_beside_data_are_refused(tmp_path: Path) -> None:
     filled(tmp_path)
     with sqlite3.connect(database_file(tmp_path)) as raw:
-        raw.execute("DELETE FROM meta WHERE name != 'status'")
+        raw.execute("DELETE FROM meta WHERE name NOT IN ('status', 'format')")
     with pytest.raises(CorruptStateError, match="no committed position"):
         open_store(tmp_path)
 
@@ -207,3 +207,11 @@ def test_a_database_written_before_checksums_is_sealed_when_first_opened(tmp_pat
         assert store.get(b"k") == b"v" and store.committed_offset(TP) == 7
         assert store.position == Position.from_map({"src": {0: 3}})
         store.close()
+
+
+def test_a_lost_format_marker_is_refused_not_sealed_twice(tmp_path: Path) -> None:
+    filled(tmp_path, 10)
+    with sqlite3.connect(database_file(tmp_path)) as raw:
+        raw.execute("DELETE FROM meta WHERE name = 'format'")
+    with pytest.raises(CorruptStateError, match="record format"):
+        open_store(tmp_path)

@@ -281,3 +281,13 @@ def test_a_store_written_before_checksums_is_sealed_when_first_opened(tmp_path: 
         assert store.get(b"k") == b"v" and store.committed_offset(TP) == 7
         assert store.position == Position.from_map({"src": {0: 3}})
         store.close()
+
+
+def test_a_lost_format_marker_is_refused_not_sealed_twice(tmp_path: Path) -> None:
+    filled(tmp_path, 10)
+    env = lmdb.open(str(data_file(tmp_path).parent), max_dbs=2)
+    with env.begin(write=True) as txn:
+        txn.delete(b"format", db=env.open_db(b"offsets", txn=txn))
+    env.close()
+    with pytest.raises(CorruptStateError, match="record format"):
+        open_store(tmp_path)

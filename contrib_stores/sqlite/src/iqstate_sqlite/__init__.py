@@ -92,8 +92,12 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
     @staticmethod
     def _read_meta(db: sqlite3.Connection, path: Path) -> StoredState:
         """Offsets, position and status; refuses a meta table that lost them."""
-        format_row = db.execute("SELECT value FROM meta WHERE name = ?", (FORMAT_NAME,))
-        if format_row.fetchone() != (FORMAT,):
+        marker = dict(
+            db.execute("SELECT name, value FROM meta WHERE name IN (?, ?)", (FORMAT_NAME, STATUS))
+        )
+        if marker.get(FORMAT_NAME) != FORMAT and STATUS in marker:
+            if marker[STATUS] not in (OPEN, CLOSED):  # a sealed status: written sealed
+                raise damaged(path, "lost the marker of its record format")
             _seal_existing(db)
         stored = StoredState()
         names = set()

@@ -90,9 +90,12 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         try:
             self._data = env.open_db(DATA_DB)
             self._meta = env.open_db(OFFSETS_DB)
-            with env.begin() as txn:
-                sealed = txn.get(FORMAT_KEY, db=self._meta) == FORMAT
-            if not sealed:
+            with env.begin(db=self._meta) as txn:
+                sealed = txn.get(FORMAT_KEY) == FORMAT
+                status = txn.get(STATUS_KEY)
+            if not sealed and status is not None:
+                if status not in (OPEN, CLOSED):  # a sealed status: the store was written sealed
+                    raise damaged(path, "lost the marker of its record format")
                 self._in_write(self._seal_existing)
             with env.begin(db=self._meta) as txn:
                 entries = [
