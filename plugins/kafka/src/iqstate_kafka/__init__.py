@@ -4,10 +4,13 @@
 - Changelog topics, created and checked (`topics`); their record format (`format`).
 - `BatchWriter` writes a batch and its markers durably (`writer`); `ChangelogReader` hands a
   follower units it can apply atomically (`reader`).
+- `Follower` applies the changelogs to the store partitions hosted here (`follower`);
+  `KafkaConnection` joins an application to the cluster (`connection`).
 - `LocalBroker`: a real Kafka broker on this machine for tests and demos (`local_broker`).
 """
 
 from iqstate_kafka.cluster import KafkaCluster
+from iqstate_kafka.connection import KafkaConnection
 from iqstate_kafka.errors import (
     BrokerUnavailableError,
     ChangelogFormatError,
@@ -16,6 +19,7 @@ from iqstate_kafka.errors import (
     DeliveryError,
     LocalBrokerError,
 )
+from iqstate_kafka.follower import Follower
 from iqstate_kafka.local_broker import LocalBroker
 from iqstate_kafka.reader import ChangelogReader, ChangelogUnit, OffsetOutOfRange, Watermarks
 from iqstate_kafka.topics import changelog_topic, ensure_changelog_topics
@@ -30,7 +34,9 @@ __all__ = [
     "ChangelogUnit",
     "ClusterError",
     "DeliveryError",
+    "Follower",
     "KafkaCluster",
+    "KafkaConnection",
     "LocalBroker",
     "LocalBrokerError",
     "OffsetOutOfRange",

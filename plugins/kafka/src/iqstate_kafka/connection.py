@@ -1,0 +1,67 @@
+"""`KafkaConnection`: one application's link to a Kafka cluster (core's `ClusterConnection`).
+
+It holds the three parts distributed mode needs from Kafka: the assignment provider
+(membership and roles), a `BatchWriter` for the application's batches (they go to the
+changelogs, never straight into local stores), and the `Follower` that applies the
+changelogs to the partitions hosted here, this instance's own writes included.
+`KafkaCluster.connect` builds it with the Kafka assignment provider, the follower attached
+to it as the replicas' progress.
+"""
+
+from __future__ import annotations
+
+from iqstate.runtime.assignment import AssignmentProvider
+from iqstate.runtime.batch import Batch
+from iqstate.runtime.cluster import ClusterMember
+from iqstate.runtime.partitions import HostedPartitions
+from iqstate_kafka.cluster import KafkaCluster
+from iqstate_kafka.follower import Follower
+from iqstate_kafka.writer import BatchWriter
+
+
+class KafkaConnection:
+    """Assignment, batch writing and changelog following for one application.
+
+    `follower` is public for monitoring: records applied, records skipped, progress.
+    """
+
+    def __init__(
+        self,
+        cluster: KafkaCluster,
+        member: ClusterMember,
+        assignment: AssignmentProvider,
+        follower: Follower,
+    ) -> None:
+        self._member = member
+        self._assignment = assignment
+        self.follower = follower
+        self._writer = BatchWriter(cluster, member.application_id)
+
+    @property
+    def assignment(self) -> AssignmentProvider:
+        return self._assignment
+
+    def follow(self, partitions: HostedPartitions) -> None:
+        """Start applying the changelogs to `partitions` (and whatever they come to hold)."""
+        self.follower.start(partitions)
+
+    def write_batch(self, batch: Batch) -> None:
+        """Write `batch` to the changelogs of the stores it covers (all declared stores
+        unless it names some); returns once its markers are durable (`DeliveryError` if
+        they are not: replay the batch with the same id)."""
+        declared = self._member.stores
+        covered = declared.keys() if batch.stores is None else batch.stores
+        self._writer.write(
+            batch.pending(),
+            batch_id=batch.batch_id,
+            position=batch.position,
+            stores={name: declared[name].partitions for name in sorted(covered)},
+        )
+
+    def close(self) -> None:
+        """Stop following, release the producer, and leave the cluster."""
+        try:
+            self.follower.stop()
+            self._writer.close()
+        finally:
+            self._assignment.close()

@@ -1,0 +1,468 @@
+"""`Follower`: applies the changelogs to the store partitions hosted here (SPEC 9).
+
+One background thread and one `ChangelogReader` follow exactly the changelog partitions of
+the store partitions this instance hosts, actives and standbys alike. Each loop:
+
+1. **sync**: compare the hosted partitions (`HostedPartitions`, re-read every loop, so an
+   assignment change needs no listener) with those followed: stop reading the ones that
+   went (or were closed and reopened), start tracking new ones, note role changes;
+2. **offsets**: ask the broker for the watermarks of partitions that must be assigned to the
+   reader, of actives that need a target, and of all of them every `refresh_interval`.
+   A partition is assigned at the offset committed inside its store (KIP-1035; none: from
+   the earliest); a committed offset outside the watermarks means the changelog no longer
+   holds what the replica would resume from, so the replica is rebuilt
+   (`HostedPartition.rebuild`, which sets `LagInfo.rebuilt`) and read from the earliest;
+3. **read** up to `max_records` records and apply them: the units of each partition are
+   folded into one atomic store commit (`iqstate_kafka.applying`), under the partition's
+   lock (`apply_changelog` ignores a partition closed meanwhile). `OffsetOutOfRange` while
+   reading rebuilds the replica too;
+4. **announce** the actives that reached their target to the `on_caught_up` listeners.
+
+The follower implements `ReplicaProgress` for the assignment provider, and counts the data
+records it applied and the records it skipped because they do not decode.
+
+Faults never stop it and never make it spin: a broker that does not answer makes it wait
+(backing off) while queries keep being answered from the local replicas, and the reader's
+consumer reconnects by itself; a partition whose store fails to apply a unit is set aside
+and retried later, from its committed offset; any other failure replaces the reader and
+starts over from the committed offsets, after a pause that doubles up to a bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from iqstate.position import TopicPartition
+from iqstate.runtime.hosted import HostedPartition
+from iqstate.runtime.partitions import HostedPartitions
+from iqstate.runtime.spec import WindowStoreSpec
+from iqstate_kafka.applying import StoreCommit, fold
+from iqstate_kafka.cluster import KafkaCluster
+from iqstate_kafka.errors import BrokerUnavailableError
+from iqstate_kafka.progress import CaughtUpListener, StorePartition
+from iqstate_kafka.reader import ChangelogReader, ChangelogUnit, OffsetOutOfRange, Watermarks
+from iqstate_kafka.replicas import ReplicaOffsets
+
+logger = logging.getLogger("iqstate_kafka.follower")
+
+_MIN_WINDOW_KEY = 8
+"""A window store's changelog key ends with the 8-byte window start."""
+
+
+class _Backoff:
+    """Pauses that double from `first` up to `most`, reset by a success."""
+
+    def __init__(self, first: float, most: float) -> None:
+        self._first, self._most = first, most
+        self._next = first
+
+    def next(self) -> float:
+        delay = self._next
+        self._next = min(self._most, delay * 2)
+        return delay
+
+    def reset(self) -> None:
+        self._next = self._first
+
+
+@dataclass(slots=True)
+class _Followed:
+    """A hosted partition the follower tracks (touched by the follower thread only)."""
+
+    hosted: HostedPartition
+    changelog: TopicPartition
+    window: bool
+    assigned: bool = False
+    refresh_at: float = 0.0
+    retry_at: float = 0.0
+    failures: _Backoff | None = None
+
+
+class Follower:
+    """Applies the changelogs of the hosted store partitions on one background thread.
+
+    `max_records`: records read (and applied, per partition in one store commit) per loop.
+    `poll_timeout`: how long a loop waits for records before it looks at the hosted
+    partitions again. `refresh_interval`: how often end offsets are asked of the broker.
+    `max_backoff`: the longest pause after a failure.
+    """
+
+    def __init__(
+        self,
+        cluster: KafkaCluster,
+        *,
+        max_records: int = 50_000,
+        poll_timeout: float = 0.1,
+        refresh_interval: float = 1.0,
+        max_backoff: float = 10.0,
+    ) -> None:
+        for name, seconds in (
+            ("poll_timeout", poll_timeout),
+            ("refresh_interval", refresh_interval),
+            ("max_backoff", max_backoff),
+        ):
+            if not seconds > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {seconds!r}")
+        self._cluster = cluster
+        self._max_records = max_records
+        self._poll_timeout = poll_timeout
+        self._refresh_interval = refresh_interval
+        self._max_backoff = max_backoff
+        self._followed: dict[StorePartition, _Followed] = {}
+        self._by_changelog: dict[TopicPartition, StorePartition] = {}
+        self._broker_retry_at = 0.0
+        self._broker_backoff = _Backoff(refresh_interval, max_backoff)
+        self._listeners: list[CaughtUpListener] = []
+        # Shared with other threads, under _lock:
+        self._lock = threading.Lock()
+        self._offsets: dict[StorePartition, ReplicaOffsets] = {}
+        self._applied = 0
+        self._skipped: dict[StorePartition, int] = {}
+        self._skipped_before: dict[StorePartition, int] = {}
+        """Skips the current reader does not count (earlier readers', window keys)."""
+        # The thread's lifecycle, under _lifecycle:
+        self._lifecycle = threading.Condition()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._running = False
+        self._in_listener = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self, partitions: HostedPartitions) -> None:
+        """Start following the changelogs of `partitions`, as they change, until `stop`."""
+        with self._lifecycle:
+            if self._thread is not None:
+                raise RuntimeError("the follower was started already")
+            reader = self._new_reader()  # a client setting librdkafka refuses fails here
+            self._thread = threading.Thread(
+                target=self._run, args=(partitions, reader), name="iqstate-follower", daemon=True
+            )
+            self._running = True
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop following (idempotent). Returns once the thread has ended, or is inside a
+        caught-up listener (which may be waiting for the application that stops us): it
+        then ends as soon as the listener returns, applying nothing more."""
+        self._stopping.set()
+        with self._lifecycle:
+            if self._thread is None or self._thread is threading.current_thread():
+                return
+            self._lifecycle.wait_for(lambda: not self._running or self._in_listener)
+
+    # -- ReplicaProgress -------------------------------------------------------------------
+
+    def lags(self) -> Mapping[StorePartition, int]:
+        with self._lock:
+            lags = {key: offsets.lag for key, offsets in self._offsets.items()}
+        return {key: lag for key, lag in lags.items() if lag is not None}
+
+    def end_offset(self, store: str, partition: int) -> int | None:
+        with self._lock:
+            offsets = self._offsets.get((store, partition))
+            return None if offsets is None else offsets.end
+
+    def caught_up(self, store: str, partition: int) -> bool:
+        with self._lock:
+            offsets = self._offsets.get((store, partition))
+            return offsets is not None and offsets.caught_up
+
+    def on_caught_up(self, listener: CaughtUpListener) -> None:
+        self._listeners.append(listener)
+
+    # -- counters --------------------------------------------------------------------------
+
+    @property
+    def applied_records(self) -> int:
+        """Data records applied to the hosted partitions since `start` (markers and records
+        of batches a partition had applied already not counted)."""
+        with self._lock:
+            return self._applied
+
+    def skipped_records(self) -> dict[StorePartition, int]:
+        """Records skipped per store partition since `start` because they do not decode
+        (each was logged naming topic, partition and offset)."""
+        with self._lock:
+            return {key: count for key, count in self._skipped.items() if count}
+
+    # -- the thread --------------------------------------------------------------------------
+
+    def _new_reader(self) -> ChangelogReader:
+        return ChangelogReader(self._cluster, max_records=self._max_records)
+
+    def _run(self, partitions: HostedPartitions, reader: ChangelogReader | None) -> None:
+        failures = _Backoff(self._poll_timeout, self._max_backoff)
+        try:
+            while not self._stopping.is_set():
+                try:
+                    if reader is None:
+                        reader = self._new_reader()
+                    self._loop(partitions, reader)
+                    failures.reset()
+                except Exception:
+                    delay = failures.next()
+                    logger.exception(
+                        "the changelog follower failed; it starts over from the offsets "
+                        "committed in the stores in %.1f s",
+                        delay,
+                    )
+                    self._discard(reader)
+                    reader = None
+                    self._stopping.wait(delay)
+        finally:
+            self._discard(reader)
+            with self._lifecycle:
+                self._running = False
+                self._lifecycle.notify_all()
+
+    def _discard(self, reader: ChangelogReader | None) -> None:
+        """Close `reader` (what it had assigned is assigned again to its successor)."""
+        for key, followed in self._followed.items():
+            if followed.assigned and reader is not None:
+                self._skipped_before[key] = self._skipped_before.get(key, 0) + reader.skipped(
+                    followed.changelog
+                )
+            followed.assigned = False
+        if reader is not None:
+            try:
+                reader.close()
+            except Exception:
+                logger.exception("closing the changelog reader failed")
+
+    def _loop(self, partitions: HostedPartitions, reader: ChangelogReader) -> None:
+        self._sync(partitions, reader)
+        self._ask_offsets(reader)
+        events = reader.read(self._poll_timeout)
+        self._apply(reader, events)
+        self._count_skipped(reader)
+        self._announce()
+
+    # -- 1. the hosted partitions ------------------------------------------------------------
+
+    def _sync(self, partitions: HostedPartitions, reader: ChangelogReader) -> None:
+        hosted: dict[StorePartition, HostedPartition] = {}
+        for store in partitions.store_names():
+            for number, replica in partitions.of_store(store).items():
+                hosted[(store, number)] = replica
+        for key, followed in list(self._followed.items()):
+            if hosted.get(key) is not followed.hosted or followed.hosted.closed:
+                self._drop(reader, key, followed)
+        for key, replica in hosted.items():
+            if key not in self._followed:
+                if replica.closed or replica.changelog_partition is None:
+                    continue
+                self._track(key, replica)
+            with self._lock:
+                self._offsets[key].set_active(replica.role.is_active)
+
+    def _track(self, key: StorePartition, replica: HostedPartition) -> None:
+        changelog = replica.changelog_partition
+        assert changelog is not None
+        followed = _Followed(replica, changelog, isinstance(replica.spec, WindowStoreSpec))
+        self._followed[key] = followed
+        self._by_changelog[changelog] = key
+        with self._lock:
+            self._offsets[key] = ReplicaOffsets()
+
+    def _drop(self, reader: ChangelogReader, key: StorePartition, followed: _Followed) -> None:
+        if followed.assigned:
+            self._unassign(reader, key, followed)
+        del self._followed[key]
+        del self._by_changelog[followed.changelog]
+        with self._lock:
+            del self._offsets[key]
+
+    def _unassign(self, reader: ChangelogReader, key: StorePartition, followed: _Followed) -> None:
+        self._skipped_before[key] = self._skipped_before.get(key, 0) + reader.skipped(
+            followed.changelog
+        )
+        reader.unassign(followed.changelog)
+        followed.assigned = False
+
+    # -- 2. offsets from the broker ------------------------------------------------------------
+
+    def _ask_offsets(self, reader: ChangelogReader) -> None:
+        now = time.monotonic()
+        if now < self._broker_retry_at:
+            return
+        for key, followed in self._followed.items():
+            if now < followed.retry_at:
+                continue
+            with self._lock:
+                needs_target = self._offsets[key].active and self._offsets[key].target is None
+            if followed.assigned and not needs_target and now < followed.refresh_at:
+                continue
+            try:
+                watermarks = reader.watermarks(followed.changelog)
+            except BrokerUnavailableError as exc:
+                delay = self._broker_backoff.next()
+                logger.warning("%s; asking again in %.1f s", exc, delay)
+                self._broker_retry_at = time.monotonic() + delay
+                return
+            self._broker_backoff.reset()
+            followed.refresh_at = now + self._refresh_interval
+            if not followed.assigned:
+                self._assign(reader, key, followed, watermarks)
+            with self._lock:
+                self._offsets[key].saw(watermarks)
+
+    def _assign(
+        self,
+        reader: ChangelogReader,
+        key: StorePartition,
+        followed: _Followed,
+        watermarks: Watermarks,
+    ) -> None:
+        hosted = followed.hosted
+        with hosted.lock:
+            if hosted.closed:
+                return  # revoked meanwhile: the next sync drops it
+            committed = hosted.committed_changelog_offset()
+        if committed is not None and not watermarks.contains(committed):
+            logger.warning(
+                "store %r partition %d committed changelog offset %d, outside %s's offsets "
+                "%d..%d (the topic was recreated, or retention removed records it had not "
+                "read): rebuilding it from the start of the changelog",
+                *key,
+                committed,
+                followed.changelog,
+                *watermarks,
+            )
+            hosted.rebuild()
+            committed = None
+        reader.assign(
+            followed.changelog, committed if committed is not None else watermarks.earliest
+        )
+        followed.assigned = True
+        with self._lock:
+            self._offsets[key].committed_to(committed)
+
+    # -- 3. applying -----------------------------------------------------------------------------
+
+    def _apply(
+        self, reader: ChangelogReader, events: list[ChangelogUnit | OffsetOutOfRange]
+    ) -> None:
+        units: dict[TopicPartition, list[ChangelogUnit]] = {}
+        lost: list[OffsetOutOfRange] = []
+        for event in events:
+            if isinstance(event, ChangelogUnit):
+                units.setdefault(event.partition, []).append(event)
+            else:
+                lost.append(event)
+        for changelog, found in units.items():
+            key = self._by_changelog.get(changelog)
+            if key is not None and self._followed[key].assigned:
+                self._commit(reader, key, self._followed[key], found)
+        for event in lost:
+            key = self._by_changelog.get(event.partition)
+            if key is not None:
+                self._rebuild_after(key, self._followed[key], event)
+
+    def _commit(
+        self,
+        reader: ChangelogReader,
+        key: StorePartition,
+        followed: _Followed,
+        units: list[ChangelogUnit],
+    ) -> None:
+        hosted = followed.hosted
+        commit = fold(units, hosted.fence)
+        entries = (
+            self._decodable(key, followed, units, commit) if followed.window else commit.entries
+        )
+        try:
+            hosted.apply_changelog(entries, commit.batch_id, commit.position, commit.next_offset)
+        except Exception:
+            backoff = followed.failures or _Backoff(self._poll_timeout, self._max_backoff)
+            followed.failures = backoff
+            delay = backoff.next()
+            logger.exception(
+                "store %r partition %d could not apply %s offsets up to %d; reading it again "
+                "from its committed offset in %.1f s",
+                *key,
+                followed.changelog,
+                commit.next_offset,
+                delay,
+            )
+            self._unassign(reader, key, followed)
+            followed.retry_at = time.monotonic() + delay
+            return
+        followed.failures = None
+        with self._lock:
+            self._offsets[key].committed_to(commit.next_offset)
+            self._applied += len(entries)
+
+    def _decodable(
+        self,
+        key: StorePartition,
+        followed: _Followed,
+        units: list[ChangelogUnit],
+        commit: StoreCommit,
+    ) -> list[tuple[bytes, bytes | None]]:
+        """A window store's entries without keys too short to hold a window start."""
+        bad = [
+            record for unit in units for record in unit.records if len(record.key) < _MIN_WINDOW_KEY
+        ]
+        if not bad:
+            return commit.entries
+        for record in bad:
+            logger.error(
+                "changelog record at %s partition %d offset %d does not decode: a window "
+                "store's key needs at least %d bytes, it has %d; skipped",
+                followed.changelog.topic,
+                followed.changelog.partition,
+                record.offset,
+                _MIN_WINDOW_KEY,
+                len(record.key),
+            )
+        self._skipped_before[key] = self._skipped_before.get(key, 0) + len(bad)
+        return [entry for entry in commit.entries if len(entry[0]) >= _MIN_WINDOW_KEY]
+
+    def _rebuild_after(
+        self, key: StorePartition, followed: _Followed, event: OffsetOutOfRange
+    ) -> None:
+        logger.warning(
+            "store %r partition %d: offset %d is no longer in %s (the topic was recreated, or "
+            "retention removed records it had not read): rebuilding it from the start of the "
+            "changelog",
+            *key,
+            event.offset,
+            followed.changelog,
+        )
+        followed.hosted.rebuild()
+        followed.assigned = False  # the reader dropped it; the next loop assigns it again
+        with self._lock:
+            self._offsets[key].committed_to(None)
+
+    def _count_skipped(self, reader: ChangelogReader) -> None:
+        counts = dict(self._skipped_before)
+        for key, followed in self._followed.items():
+            if followed.assigned:
+                counts[key] = counts.get(key, 0) + reader.skipped(followed.changelog)
+        with self._lock:
+            self._skipped = counts
+
+    # -- 4. caught up ----------------------------------------------------------------------------
+
+    def _announce(self) -> None:
+        with self._lock:
+            reached = [key for key, offsets in self._offsets.items() if offsets.reaches_target()]
+        for key in reached:
+            for listener in list(self._listeners):
+                if self._stopping.is_set():
+                    return
+                with self._lifecycle:
+                    self._in_listener = True
+                    self._lifecycle.notify_all()
+                try:
+                    listener(key)
+                except Exception:
+                    logger.exception("a caught-up listener failed for store %r partition %d", *key)
+                finally:
+                    with self._lifecycle:
+                        self._in_listener = False

@@ -1,0 +1,81 @@
+"""Where one hosted replica stands in its changelog partition, as the follower tracks it.
+
+Offsets follow the reader's meaning (`iqstate_kafka.reader`): `committed` is the next offset
+to read, committed inside the store; `None` means nothing was applied, so the replica reads
+from the earliest offset. The end offset comes from the broker (refreshed now and then) and
+is raised by every commit beyond it, so a replica at the tail never shows a lag the broker
+would not.
+
+An active replica is caught up when it has reached the end offset seen when it became
+active (its *target*): the assignment keeps it `RESTORING` until then. A standby is caught
+up when it has reached the last end offset seen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from iqstate_kafka.reader import Watermarks
+
+
+@dataclass(slots=True)
+class ReplicaOffsets:
+    """One replica's committed, earliest and end offsets, and its target while active."""
+
+    committed: int | None = None
+    earliest: int | None = None
+    end: int | None = None
+    active: bool = False
+    target: int | None = None
+    """The end offset seen when the replica became active (`None`: not active, or not
+    seen yet)."""
+    reached: bool = False
+    """The active replica reached its target (announced once per activation)."""
+
+    @property
+    def next_offset(self) -> int | None:
+        """The next offset the replica reads, if known."""
+        return self.committed if self.committed is not None else self.earliest
+
+    @property
+    def lag(self) -> int | None:
+        """Offsets between the replica and the end of its changelog partition, if known."""
+        position = self.next_offset
+        if position is None or self.end is None:
+            return None
+        return max(0, self.end - position)
+
+    @property
+    def caught_up(self) -> bool:
+        if self.active:
+            return self.reached
+        lag = self.lag
+        return lag is not None and lag == 0
+
+    def set_active(self, active: bool) -> None:
+        """Follow a role change: becoming active starts a new wait for a target."""
+        if active != self.active:
+            self.active = active
+            self.target = None
+            self.reached = False
+
+    def saw(self, watermarks: Watermarks) -> None:
+        """The broker's offsets of the partition, asked just now."""
+        self.earliest = watermarks.earliest
+        self.end = watermarks.end
+        if self.active and self.target is None:
+            self.target = watermarks.end
+
+    def committed_to(self, offset: int | None) -> None:
+        """The replica committed `offset` (`None`: it was rebuilt and holds nothing)."""
+        self.committed = offset
+        if offset is not None and (self.end is None or offset > self.end):
+            self.end = offset
+
+    def reaches_target(self) -> bool:
+        """True exactly once per activation: when the active replica reaches its target."""
+        position = self.next_offset
+        if self.reached or self.target is None or position is None or position < self.target:
+            return False
+        self.reached = True
+        return True
