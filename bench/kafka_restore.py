@@ -1,0 +1,239 @@
+"""Restore rate into RocksDB: a replica rebuilding a 1,000,000-record changelog through the real
+follower, against a raw floor measured in the same run.
+
+* data: `--records` distinct 16-byte keys in shuffled order with 100-byte values, written with
+  `BatchWriter` in batches of `--batch` over `--partitions` changelog partitions (one marker
+  per partition per batch), once; every round restores the same topic.
+* follower: an `Application` with one RocksDB key-value store over the topic, a fresh state
+  directory, hosting every partition as its active (core's `StandaloneAssignment`: membership
+  plays no part in restoring) and following through `KafkaConnection` and `Follower`; timed
+  from `start()` until every partition has committed the end of its changelog, i.e. opening
+  the stores, reading, decoding, folding units, applying and committing data, offsets,
+  position and fence per store commit.
+* floor: raw confluent-kafka consuming the same partitions with `consume(10_000, 1.0)` (asking
+  no more than remain), skipping the markers, and writing each call's records into one
+  rocksdict `WriteBatch` per partition, one database per partition, through the WAL without
+  fsync (as the stores commit). No decoding, no positions, no offsets kept.
+
+Rounds alternate floor and follower; the best round of each counts. Besides the rates, the
+CPU time this process spent per record (Python and librdkafka's threads; the broker runs
+apart) shows what each costs when the broker is not the bottleneck. Starts a broker
+(`LocalBroker`) unless given one.
+
+    python bench/kafka_restore.py [--records 1000000] [--batch 50000] [--partitions 4]
+        [--rounds 3] [--max-records N] [--bootstrap HOST:PORT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from iqstate_kafka import (
+    BatchWriter,
+    Follower,
+    KafkaCluster,
+    KafkaConnection,
+    LocalBroker,
+    ensure_changelog_topics,
+)
+from iqstate_kafka.format import MARKER_KEY
+from rocksdict import Options, Rdict, WriteBatch
+from timing import calibration_line
+
+from iqstate import Application, Position
+from iqstate.runtime import StandaloneAssignment
+from iqstate.runtime.cluster import ClusterMember
+from iqstate.runtime.partitioner import partition_for_bytes
+
+STORE = "restore"
+
+
+def write_changelog(
+    cluster: KafkaCluster, records: int, batch: int, partitions: int
+) -> tuple[str, int]:
+    """Write the shuffled records; return the application id and the offsets written."""
+    application_id = f"bench-restore-{uuid.uuid4().hex[:8]}"
+    ensure_changelog_topics(cluster, application_id, {STORE: partitions})
+    keys = [b"key-%012d" % number for number in range(records)]
+    random.Random(7).shuffle(keys)
+    value = b"v" * 100
+    batches = 0
+    with BatchWriter(cluster, application_id) as writer:
+        for start in range(0, records, batch):
+            entries: dict[tuple[str, int], list[tuple[bytes, bytes | None]]] = {}
+            for key in keys[start : start + batch]:
+                partition = partition_for_bytes(key, partitions)
+                entries.setdefault((STORE, partition), []).append((key, value))
+            writer.write(
+                entries,
+                batch_id=batches,
+                position=Position.from_map({"source": {0: start + batch}}),
+                stores={STORE: partitions},
+            )
+            batches += 1
+    return application_id, records + batches * partitions
+
+
+class _Standalone:
+    """A cluster whose connections host every partition here (no membership)."""
+
+    def __init__(self, cluster: KafkaCluster, follower_options: dict[str, Any]) -> None:
+        self.cluster = cluster
+        self.follower_options = follower_options
+        self.connection: KafkaConnection | None = None
+
+    def connect(self, member: ClusterMember) -> KafkaConnection:
+        follower = Follower(self.cluster, **self.follower_options)
+        self.connection = KafkaConnection(self.cluster, member, StandaloneAssignment(), follower)
+        return self.connection
+
+
+def restore_follower(
+    cluster: KafkaCluster,
+    application_id: str,
+    partitions: int,
+    records: int,
+    follower_options: dict[str, Any],
+) -> float:
+    state = Path(tempfile.mkdtemp(prefix="bench-restore-"))
+    standalone = _Standalone(cluster, follower_options)
+    app = Application(application_id, state, cluster=standalone)
+    app.key_value_store(STORE, partitions, engine="rocksdb", key_serde="bytes", value_serde="bytes")
+    try:
+        start = time.perf_counter()
+        app.start()
+        assert standalone.connection is not None
+        follower = standalone.connection.follower
+        while True:
+            lags = follower.lags()
+            if len(lags) == partitions and not any(lags.values()):
+                break
+            time.sleep(0.005)
+        elapsed = time.perf_counter() - start
+        applied = follower.applied_records
+        if applied != records:
+            raise AssertionError(f"the follower applied {applied:,} records, not {records:,}")
+        return elapsed
+    finally:
+        app.close()
+        shutil.rmtree(state)
+
+
+def restore_floor(cluster: KafkaCluster, application_id: str, partitions: int, total: int) -> float:
+    state = Path(tempfile.mkdtemp(prefix="bench-floor-"))
+    topic = f"{application_id}-{STORE}-changelog"
+    consumer = Consumer(
+        cluster.client_settings(**{"group.id": "bench-floor", "enable.auto.commit": False})
+    )
+    try:
+        start = time.perf_counter()
+        databases = [
+            Rdict(str(state / str(p)), options=Options(raw_mode=True)) for p in range(partitions)
+        ]
+        consumer.assign([KafkaTopicPartition(topic, p, 0) for p in range(partitions)])
+        seen = 0
+        while seen < total:
+            messages = consumer.consume(min(10_000, total - seen), 1.0)
+            batches: dict[int, WriteBatch] = {}
+            for message in messages:
+                key = message.key()
+                if key == MARKER_KEY:
+                    continue
+                number = message.partition() or 0
+                batch = batches.get(number)
+                if batch is None:
+                    batch = batches[number] = WriteBatch(raw_mode=True)
+                value = message.value()
+                if value is None:
+                    batch.delete(key)
+                else:
+                    batch.put(key, value)
+            for number, batch in batches.items():
+                databases[number].write(batch)
+            seen += len(messages)
+        elapsed = time.perf_counter() - start
+        for database in databases:
+            database.close()
+        return elapsed
+    finally:
+        consumer.close()
+        shutil.rmtree(state)
+
+
+class Round(NamedTuple):
+    seconds: float
+    cpu_seconds: float
+
+
+def measured(restore: Callable[[], float]) -> Round:
+    """The restore's wall time, and the CPU time this process spent meanwhile."""
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    seconds = restore()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return Round(seconds, cpu)
+
+
+def report(cluster: KafkaCluster, args: argparse.Namespace) -> None:
+    application_id, total = write_changelog(cluster, args.records, args.batch, args.partitions)
+    options = {} if args.max_records is None else {"max_records": args.max_records}
+    floors, followers = [], []
+    for _ in range(args.rounds):
+        floors.append(
+            measured(lambda: restore_floor(cluster, application_id, args.partitions, total))
+        )
+        followers.append(
+            measured(
+                lambda: restore_follower(
+                    cluster, application_id, args.partitions, args.records, options
+                )
+            )
+        )
+    floor, follower = min(floors), min(followers)
+    print(calibration_line())
+    print(
+        f"restore of {args.records:,} records (16 B shuffled keys, 100 B values) in batches of "
+        f"{args.batch:,} over {args.partitions} partitions (+{total - args.records:,} markers) "
+        f"into RocksDB; best of {args.rounds} rounds"
+    )
+    for name, best in (("floor (consume + WriteBatch)", floor), ("follower", follower)):
+        print(
+            f"  {name:30s} {args.records / best.seconds:>10,.0f} records/s  "
+            f"{floor.seconds / best.seconds:.2f}x floor  "
+            f"CPU {best.cpu_seconds / args.records * 1e6:.1f} us/record"
+        )
+    print(
+        f"  seconds per round: floor {[round(r.seconds, 2) for r in floors]}, "
+        f"follower {[round(r.seconds, 2) for r in followers]}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=50_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-records", type=int, help="the follower's max_records")
+    parser.add_argument("--bootstrap", help="an existing broker (default: start one)")
+    args = parser.parse_args()
+    if args.bootstrap:
+        report(KafkaCluster(args.bootstrap, timeout=30.0), args)
+        return
+    with LocalBroker() as broker:
+        report(KafkaCluster(broker.bootstrap_servers, timeout=30.0), args)
+
+
+if __name__ == "__main__":
+    main()
