@@ -1,0 +1,198 @@
+"""Restore on a real broker, with RocksDB: a restarted replica resumes from the changelog
+offset committed inside its store (KIP-1035), so it applies exactly what was written while it
+was down; a replica whose files are gone, or whose committed offset the changelog no longer
+holds, is rebuilt from the start of the changelog and says so (`LagInfo.rebuilt`)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from iqstate_kafka import BatchWriter, Follower, KafkaCluster, ensure_changelog_topics
+from replica_support import StaticKafkaCluster, eventually, only_result
+
+from iqstate import Application, KeyQuery, Position, StateQueryRequest, TopicPartition
+from iqstate.runtime import ACTIVE, Assignment, HostInfo, LagInfo
+
+STORE = "counts"
+PARTITIONS = 4
+HOST = HostInfo("replica.test", 7001)
+LAYOUT = {HOST: Assignment({STORE: dict.fromkeys(range(PARTITIONS), ACTIVE)})}
+
+Ends = dict[TopicPartition, int]
+
+
+class Instance:
+    """One application instance of id `application_id` over `state_dir`, restartable."""
+
+    def __init__(self, cluster: KafkaCluster, application_id: str, state_dir: Path) -> None:
+        self.cluster = cluster
+        self.application_id = application_id
+        self.state_dir = state_dir
+        self.app = self._make()
+
+    def _make(self) -> Application:
+        self.static = StaticKafkaCluster(self.cluster, LAYOUT)
+        app = Application(
+            self.application_id, self.state_dir, application_server=str(HOST), cluster=self.static
+        )
+        app.key_value_store(STORE, PARTITIONS, engine="rocksdb", value_serde="int64")
+        return app
+
+    @contextmanager
+    def running(self) -> Iterator[Follower]:
+        """Start a fresh application on the state directory; yield its follower once every
+        partition caught up."""
+        self.app = self._make()
+        with self.app:
+            follower = self.static.follower
+            eventually(
+                lambda: all(follower.caught_up(STORE, p) for p in range(PARTITIONS)),
+                "every partition caught up",
+                within=120.0,
+            )
+            yield follower
+
+    def write(self, values: dict[str, int | None], batch_id: int) -> Ends:
+        """Write `values` (None deletes) as one batch through the BatchWriter."""
+        spec = self.app.stores[STORE]
+        entries: dict[tuple[str, int], list[tuple[bytes, bytes | None]]] = {}
+        for key, value in values.items():
+            raw = spec.key_serde.serialize(key)
+            encoded = None if value is None else spec.value_serde.serialize(value)
+            entries.setdefault((STORE, spec.partition_of(key, raw)), []).append((raw, encoded))
+        with BatchWriter(self.cluster, self.application_id) as writer:
+            return writer.write(
+                entries,
+                batch_id=batch_id,
+                position=Position.from_map({"source": {0: batch_id}}),
+                stores={STORE: PARTITIONS},
+            )
+
+    def value(self, key: str) -> int | None:
+        request = StateQueryRequest.in_store(STORE).with_query(KeyQuery.with_key(key))
+        result = only_result(self.app.query(request))
+        assert result.is_success, result.failure_message
+        return result.result  # type: ignore[no-any-return]
+
+    def lags(self) -> dict[int, LagInfo]:
+        return self.app.all_local_store_partition_lags()[STORE]
+
+
+@pytest.fixture
+def instance(cluster: KafkaCluster, tmp_path: Path, unique_name: Callable[[str], str]) -> Instance:
+    application_id = unique_name("app")
+    ensure_changelog_topics(cluster, application_id, {STORE: PARTITIONS})
+    return Instance(cluster, application_id, tmp_path / "state")
+
+
+def assert_at_end(instance: Instance, ends: Ends, rebuilt: bool = False) -> None:
+    """Every partition committed the end of its changelog (`ends`, from the writer)."""
+    topic = f"{instance.application_id}-{STORE}-changelog"
+    assert instance.lags() == {
+        p: LagInfo(ends[TopicPartition(topic, p)], ends[TopicPartition(topic, p)], rebuilt)
+        for p in range(PARTITIONS)
+    }
+
+
+def test_a_restarted_replica_applies_exactly_what_was_written_while_it_was_down(
+    instance: Instance,
+) -> None:
+    total = 1_000_000
+    chunk = 100_000
+    for batch_id, start in enumerate(range(0, total, chunk)):
+        ends = instance.write({f"key-{n}": n for n in range(start, start + chunk)}, batch_id)
+
+    with instance.running() as follower:
+        assert follower.applied_records == total
+        assert instance.value("key-0") == 0 and instance.value("key-999999") == 999_999
+        assert_at_end(instance, ends)
+
+    with instance.running() as follower:
+        assert follower.applied_records == 0, "nothing was written while it was down"
+        assert instance.value("key-123456") == 123_456
+        assert_at_end(instance, ends)
+
+    while_down = {f"key-{n}": -n for n in range(500)} | {f"new-{n}": n for n in range(700)}
+    instance.write(dict(list(while_down.items())[:600]), batch_id=10)
+    ends = instance.write(dict(list(while_down.items())[600:]) | {"key-7": None}, batch_id=11)
+    with instance.running() as follower:
+        assert follower.applied_records == len(while_down) + 1
+        assert instance.value("key-499") == -499 and instance.value("key-500") == 500
+        assert instance.value("new-699") == 699 and instance.value("key-7") is None
+        assert_at_end(instance, ends)
+
+
+def test_a_replica_whose_files_were_deleted_is_rebuilt_from_the_changelog(
+    instance: Instance,
+) -> None:
+    values = {f"key-{n}": n for n in range(1_000)}
+    ends = instance.write(values, batch_id=1)
+    with instance.running():
+        pass
+    store_directory = instance.state_dir / instance.application_id / STORE
+    for partition in range(PARTITIONS):
+        shutil.rmtree(store_directory / str(partition))
+
+    with instance.running() as follower:
+        assert follower.applied_records == len(values)
+        assert instance.value("key-999") == 999
+        assert_at_end(instance, ends, rebuilt=True)
+
+
+def test_a_replica_whose_state_directory_was_deleted_restores_everything(
+    instance: Instance,
+) -> None:
+    """Nothing is left to tell it ever held state: it restores as a new replica."""
+    values = {f"key-{n}": n for n in range(1_000)}
+    ends = instance.write(values, batch_id=1)
+    with instance.running():
+        pass
+    shutil.rmtree(instance.state_dir)
+
+    with instance.running() as follower:
+        assert follower.applied_records == len(values)
+        assert instance.value("key-0") == 0
+        assert_at_end(instance, ends)
+
+
+def recreate_topic(cluster: KafkaCluster, application_id: str) -> None:
+    """Delete the changelog topic and create it again, empty (bounded waits)."""
+    topic = f"{application_id}-{STORE}-changelog"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    eventually(lambda: topic not in admin.list_topics(timeout=10).topics, f"{topic} deleted", 30.0)
+    ensure_changelog_topics(cluster, application_id, {STORE: PARTITIONS})
+
+
+def test_a_committed_offset_beyond_a_recreated_changelog_means_a_rebuild(
+    instance: Instance,
+) -> None:
+    instance.write({f"old-{n}": n for n in range(100)}, batch_id=1)
+    instance.write({f"old-{n}": -n for n in range(100)}, batch_id=2)
+    with instance.running():
+        pass
+    recreate_topic(instance.cluster, instance.application_id)
+    ends = instance.write({"new": 1}, batch_id=1)
+
+    with instance.running() as follower:
+        assert follower.applied_records == 1
+        assert instance.value("new") == 1
+        assert instance.value("old-5") is None, "the old replica's data was set aside"
+        assert_at_end(instance, ends, rebuilt=True)
+
+
+def test_a_changelog_recreated_while_following_means_a_rebuild(instance: Instance) -> None:
+    instance.write({f"old-{n}": n for n in range(100)}, batch_id=1)
+    with instance.running() as follower:
+        recreate_topic(instance.cluster, instance.application_id)
+        ends = instance.write({"new": 1}, batch_id=1)
+        eventually(lambda: instance.value("new") == 1, "the new changelog applied", 60.0)
+        assert instance.value("old-5") is None
+        eventually(lambda: all(lag.rebuilt for lag in instance.lags().values()), "rebuilt")
+        assert follower.applied_records == 101
+        assert_at_end(instance, ends, rebuilt=True)
