@@ -1,16 +1,24 @@
 """The persistent engines through iqstate against raw rocksdict / lmdb, in the same process.
 
 For each engine, N keys (16-byte keys, 100-byte values, `Serdes.bytes()` both sides) in one
-store partition, so iqstate and the raw baseline each use one database:
+store partition, so iqstate and the raw baseline each use one database; commits are not
+fsynced on either side (`sync_commits=False`; the last item measures fsync):
 
 * ingest in shuffled key order, batches of 10,000: `begin_batch` + `batch.put_all` against a
   raw `WriteBatch` / write transaction of the same keys (with an offset written alongside,
   as iqstate does);
 * `KeyQuery` through `app.query` against a raw `get`;
 * a 100-key `RangeQuery` against a raw 100-key iteration;
-* restart: `Application.start()` plus the first query, with N committed keys.
+* restart: `Application.start()` plus the first query, with N committed keys;
+* durable commits: batches of 100 keys through `begin_batch`, each commit fsynced
+  (`sync_commits=True`, the default under exactly-once without a changelog) against the
+  same batches not fsynced, for RocksDB, LMDB and SQLite, as batches/s and their ratio.
 
     python bench/engines.py [--keys 1000000] [--engines rocksdb lmdb] [--repeat 3]
+        [--sync-engines rocksdb lmdb sqlite] [--sync-batches 300] [--dir DIR]
+
+fsync costs what the disk under `--dir` (default: the system's temporary directory) makes
+it cost: a tmpfs makes it free, a laptop SSD costs far less than a network volume.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ class RawRocksDB:
         self._batch = WriteBatch
         self.db = Rdict(
             str(path),
-            options=settings.db_options(),
+            options=settings.db_options(create=True),
             column_families={"offsets": Options(raw_mode=True)},
         )
         self.offsets = self.db.get_column_family_handle("offsets")
@@ -95,11 +103,54 @@ class RawLMDB:
 RAW = {"rocksdb": RawRocksDB, "lmdb": RawLMDB}
 
 
-def open_app(directory: Path, engine: str) -> Application:
+def open_app(directory: Path, engine: str, **config: object) -> Application:
     app = Application("bench", directory)
-    app.key_value_store("s", 1, engine=engine, key_serde="bytes", value_serde="bytes")
+    app.key_value_store(
+        "s", 1, engine=engine, key_serde="bytes", value_serde="bytes", config=config
+    )
     app.start()
     return app
+
+
+SYNC_BATCH = 100
+"""Records per batch in the durable-commit comparison: small, so the commit dominates."""
+
+
+def bench_sync_commits(
+    engine: str, value: bytes, rng: random.Random, batches: int, repeat: int, base: Path
+) -> None:
+    """Batches/s with every commit fsynced against none, interleaved rounds, best of each."""
+    root = Path(tempfile.mkdtemp(prefix=f"iqstate-bench-sync-{engine}-", dir=base))
+    try:
+        apps = {
+            sync: open_app(root / str(sync), engine, sync_commits=sync) for sync in (True, False)
+        }
+        next_batch = {True: 0, False: 0}
+
+        def ingest(sync: bool) -> None:
+            app = apps[sync]
+            for _ in range(batches):
+                number = next_batch[sync]
+                next_batch[sync] += 1
+                pairs = [(rng.randbytes(16), value) for _ in range(SYNC_BATCH)]
+                with app.begin_batch(position={"src": {0: number}}, batch_id=number) as writes:
+                    writes.put_all("s", pairs)
+
+        rounds = [
+            (timed(lambda: ingest(True)), timed(lambda: ingest(False))) for _ in range(repeat)
+        ]
+        synced_s, unsynced_s = (min(c) for c in zip(*rounds, strict=True))
+        for app in apps.values():
+            app.close()
+        synced, unsynced = batches / synced_s, batches / unsynced_s
+        print(f"\n{engine}: batches of {SYNC_BATCH} records, {batches} per round, best of {repeat}")
+        print(
+            f"  commits fsynced {synced:>9,.0f} batches/s ({synced_s / batches * 1000:.2f} ms)   "
+            f"not fsynced {unsynced:>9,.0f} batches/s ({unsynced_s / batches * 1000:.2f} ms)   "
+            f"fsynced/not {synced / unsynced:.2f}"
+        )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def bench_engine(
@@ -108,7 +159,7 @@ def bench_engine(
     root = Path(tempfile.mkdtemp(prefix=f"iqstate-bench-{engine}-"))
     try:
         raw = RAW[engine](root / "raw")
-        app = open_app(root / "app", engine)
+        app = open_app(root / "app", engine, sync_commits=False)
         batches = [keys[i : i + BATCH] for i in range(0, len(keys), BATCH)]
 
         def raw_ingest() -> None:
@@ -166,7 +217,7 @@ def bench_engine(
         raw.close()
 
         def restart() -> None:
-            restarted = open_app(root / "app", engine)
+            restarted = open_app(root / "app", engine, sync_commits=False)
             result = restarted.query(requests[0])
             assert result.only_partition_result() is not None
             assert result.position.partition_offsets("src")[0] == len(batches) - 1
@@ -195,8 +246,11 @@ def bench_engine(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--keys", type=int, default=1_000_000)
-    parser.add_argument("--engines", nargs="+", default=["rocksdb", "lmdb"])
+    parser.add_argument("--engines", nargs="*", default=["rocksdb", "lmdb"])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sync-engines", nargs="*", default=["rocksdb", "lmdb", "sqlite"])
+    parser.add_argument("--sync-batches", type=int, default=300)
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
     args = parser.parse_args()
     rng = random.Random(5)
     keys = [rng.randbytes(16) for _ in range(args.keys)]
@@ -204,6 +258,9 @@ def main() -> None:
     print(calibration_line())
     for engine in args.engines:
         bench_engine(engine, keys, value, rng, args.repeat)
+    print(f"\ndurable commits, under {args.dir}:")
+    for engine in args.sync_engines:
+        bench_sync_commits(engine, value, rng, args.sync_batches, args.repeat, args.dir)
 
 
 if __name__ == "__main__":
