@@ -1,0 +1,281 @@
+"""The assignor's rules as properties over member sets, lags, partition counts and standby
+counts: one active per partition, standbys elsewhere, balance, caught-up actives, warm-ups for
+newcomers, determinism, stability and convergence."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from iqstate_kafka.assignor import Member, StorePartition, assign
+
+from iqstate.runtime.assignment import ACTIVE, STANDBY, Assignment
+from iqstate.runtime.metadata import HostInfo
+
+ACCEPTABLE = 100
+LAGS = st.sampled_from([None, None, 0, ACCEPTABLE, ACCEPTABLE + 1, 50_000])
+
+
+def host(index: int) -> HostInfo:
+    return HostInfo("10.0.0.1", 7000 + index)
+
+
+def partitions_of(stores: Mapping[str, int]) -> list[StorePartition]:
+    return [(store, number) for store in sorted(stores) for number in range(stores[store])]
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[Member], dict[str, int], int]:
+    """Members with arbitrary lags and claims, the stores, and a standby count."""
+    stores = draw(st.dictionaries(st.sampled_from(["a", "b", "c"]), st.integers(1, 9), min_size=1))
+    every = partitions_of(stores)
+    count = draw(st.integers(1, 6))
+    ids = draw(st.lists(st.uuids().map(str), min_size=count, max_size=count, unique=True))
+    members = []
+    for index, member_id in enumerate(ids):
+        lags = {p: lag for p in every if (lag := draw(LAGS)) is not None}
+        actives = draw(st.frozensets(st.sampled_from(every)))
+        members.append(Member(member_id, host(index), lags, actives))
+    return members, stores, draw(st.integers(0, 3))
+
+
+def actives_of(result: Mapping[HostInfo, Assignment]) -> dict[StorePartition, HostInfo]:
+    return {
+        (store, number): h
+        for h, assignment in result.items()
+        for store, number, role in assignment.items()
+        if role == ACTIVE
+    }
+
+
+def standbys_of(result: Mapping[HostInfo, Assignment]) -> dict[StorePartition, set[HostInfo]]:
+    standbys: dict[StorePartition, set[HostInfo]] = {}
+    for h, assignment in result.items():
+        for store, number, role in assignment.items():
+            if role == STANDBY:
+                standbys.setdefault((store, number), set()).add(h)
+    return standbys
+
+
+def active_counts(result: Mapping[HostInfo, Assignment]) -> list[int]:
+    return [
+        sum(role == ACTIVE for _, _, role in assignment.items()) for assignment in result.values()
+    ]
+
+
+def next_round(members: list[Member], result: Mapping[HostInfo, Assignment]) -> list[Member]:
+    """The members once they serve `result` and every replica they host has caught up."""
+    return [
+        Member(
+            m.member_id,
+            m.host,
+            {(store, number): 0 for store, number, _ in result[m.host].items()},
+            frozenset(p for p, h in actives_of(result).items() if h == m.host),
+        )
+        for m in members
+    ]
+
+
+def everyone_caught_up(members: list[Member], stores: Mapping[str, int]) -> list[Member]:
+    return [
+        Member(m.member_id, m.host, dict.fromkeys(partitions_of(stores), 0), m.actives)
+        for m in members
+    ]
+
+
+@given(clusters())
+def test_every_partition_has_one_active_and_its_standbys_elsewhere(
+    cluster: tuple[list[Member], dict[str, int], int],
+) -> None:
+    members, stores, standbys = cluster
+    result = assign(members, stores, standbys, ACCEPTABLE)
+    assert set(result) == {m.host for m in members}
+    actives = actives_of(result)
+    assert sorted(actives) == partitions_of(stores)
+    wanted = min(standbys, len(members) - 1)
+    lags = {m.host: m.lags for m in members}
+    for partition in partitions_of(stores):
+        hosts = standbys_of(result).get(partition, set())
+        assert actives[partition] not in hosts
+        assert wanted <= len(hosts) <= wanted + 1
+        if len(hosts) == wanted + 1:  # the extra one is a warm-up replica, not caught up
+            assert any(lags[h].get(partition, ACCEPTABLE + 1) > ACCEPTABLE for h in hosts)
+
+
+@given(clusters())
+def test_a_caught_up_replica_is_active_whenever_one_exists(
+    cluster: tuple[list[Member], dict[str, int], int],
+) -> None:
+    members, stores, standbys = cluster
+    actives = actives_of(assign(members, stores, standbys, ACCEPTABLE))
+    lags = {m.host: m.lags for m in members}
+    for partition, owner in actives.items():
+        if any(m.lags.get(partition, ACCEPTABLE + 1) <= ACCEPTABLE for m in members):
+            assert lags[owner].get(partition, ACCEPTABLE + 1) <= ACCEPTABLE
+
+
+@given(clusters())
+def test_actives_are_balanced_when_everyone_is_caught_up_or_nobody_is(
+    cluster: tuple[list[Member], dict[str, int], int],
+) -> None:
+    members, stores, standbys = cluster
+    warm = everyone_caught_up(members, stores)
+    cold = [Member(m.member_id, m.host, {}, m.actives) for m in members]
+    for population in (warm, cold):
+        counts = active_counts(assign(population, stores, standbys, ACCEPTABLE))
+        assert max(counts) - min(counts) <= 1
+
+
+@given(clusters())
+def test_standbys_are_balanced_when_everyone_is_caught_up(
+    cluster: tuple[list[Member], dict[str, int], int],
+) -> None:
+    members, stores, standbys = cluster
+    result = assign(everyone_caught_up(members, stores), stores, standbys, ACCEPTABLE)
+    counts = [sum(role == STANDBY for *_, role in a.items()) for a in result.values()]
+    assert max(counts) - min(counts) <= 1
+
+
+@given(clusters(), st.data())
+def test_lags_moving_within_the_acceptable_lag_move_nothing(
+    cluster: tuple[list[Member], dict[str, int], int], data: st.DataObject
+) -> None:
+    members, stores, standbys = cluster
+    jittered = [
+        Member(
+            m.member_id,
+            m.host,
+            {
+                p: data.draw(st.integers(0, ACCEPTABLE)) if lag <= ACCEPTABLE else lag
+                for p, lag in m.lags.items()
+            },
+            m.actives,
+        )
+        for m in members
+    ]
+    assert assign(jittered, stores, standbys, ACCEPTABLE) == assign(
+        members, stores, standbys, ACCEPTABLE
+    )
+
+
+@given(clusters(), st.randoms(use_true_random=False))
+def test_the_input_order_does_not_matter(
+    cluster: tuple[list[Member], dict[str, int], int], shuffler: random.Random
+) -> None:
+    members, stores, standbys = cluster
+    shuffled = list(members)
+    shuffler.shuffle(shuffled)
+    reordered_stores = dict(reversed(list(stores.items())))
+    assert assign(shuffled, reordered_stores, standbys, ACCEPTABLE) == assign(
+        members, stores, standbys, ACCEPTABLE
+    )
+
+
+@given(clusters())
+def test_serving_the_result_with_every_replica_caught_up_changes_nothing(
+    cluster: tuple[list[Member], dict[str, int], int],
+) -> None:
+    members, stores, standbys = cluster
+    warm = everyone_caught_up(members, stores)
+    result = assign(warm, stores, standbys, ACCEPTABLE)
+    serving = [
+        Member(m.member_id, m.host, m.lags, following.actives)
+        for m, following in zip(warm, next_round(warm, result), strict=True)
+    ]
+    assert assign(serving, stores, standbys, ACCEPTABLE) == result
+    assert assign(next_round(warm, result), stores, standbys, ACCEPTABLE) == result
+
+
+@given(clusters())
+def test_warm_ups_converge_to_a_balanced_fixed_point(
+    cluster: tuple[list[Member], dict[str, int], int],
+) -> None:
+    """From any state, members that serve their assignment and catch up on what they host
+    reach, within a few rounds, an assignment that no longer changes: balanced, without
+    warm-up replicas."""
+    members, stores, standbys = cluster
+    result = assign(members, stores, standbys, ACCEPTABLE)
+    for _ in range(4):
+        members = next_round(members, result)
+        following = assign(members, stores, standbys, ACCEPTABLE)
+        if following == result:
+            break
+        result = following
+    else:
+        pytest.fail(f"no fixed point after 5 rounds: {result}")
+    counts = active_counts(result)
+    assert max(counts) - min(counts) <= 1
+    wanted = min(standbys, len(members) - 1)
+    assert all(len(standbys_of(result).get(p, set())) == wanted for p in partitions_of(stores))
+
+
+@given(clusters(), st.data())
+def test_a_departure_moves_only_the_departed_members_actives_to_caught_up_replicas(
+    cluster: tuple[list[Member], dict[str, int], int], data: st.DataObject
+) -> None:
+    members, stores, standbys = cluster
+    warm = everyone_caught_up(members, stores)
+    settled = next_round(warm, assign(warm, stores, standbys, ACCEPTABLE))
+    before = actives_of(assign(settled, stores, standbys, ACCEPTABLE))
+    gone = data.draw(st.sampled_from(settled))
+    survivors = [m for m in settled if m is not gone]
+    after = actives_of(assign(survivors, stores, standbys, ACCEPTABLE))
+    for partition, owner in before.items():
+        if owner != gone.host:
+            assert after.get(partition) == owner
+        elif survivors:
+            # the new active is one that held a replica (a standby), when there was one
+            holders = {m.host for m in survivors if partition in m.lags}
+            assert not holders or after[partition] in holders
+
+
+@given(clusters())
+def test_a_cold_newcomer_warms_up_before_it_takes_over(
+    cluster: tuple[list[Member], dict[str, int], int],
+) -> None:
+    members, stores, standbys = cluster
+    warm = everyone_caught_up(members, stores)
+    settled = next_round(warm, assign(warm, stores, standbys, ACCEPTABLE))
+    before = assign(settled, stores, standbys, ACCEPTABLE)
+    newcomer = Member("~newcomer", host(99), {}, frozenset())
+    joined = assign([*settled, newcomer], stores, standbys, ACCEPTABLE)
+    assert actives_of(joined) == actives_of(before)
+    share = len(partitions_of(stores)) // (len(members) + 1)
+    warming = [p for p, _, role in joined[host(99)].items() if role == STANDBY]
+    assert len(warming) >= share
+    # once it has caught up on what it warmed, it takes a balanced share of actives
+    caught_up = Member(
+        newcomer.member_id,
+        newcomer.host,
+        {(store, number): 0 for store, number, _ in joined[host(99)].items()},
+        frozenset(),
+    )
+    taken = assign([*settled, caught_up], stores, standbys, ACCEPTABLE)
+    counts = active_counts(taken)
+    assert max(counts) - min(counts) <= 1
+
+
+def test_members_sharing_a_host_count_once() -> None:
+    stores = {"s": 4}
+    first = Member("a", host(1), {}, frozenset())
+    twin = Member("b", host(1), {}, frozenset())
+    other = Member("c", host(2), {}, frozenset())
+    result = assign([twin, other, first], stores, 1, ACCEPTABLE)
+    assert set(result) == {host(1), host(2)}
+    assert sorted(active_counts(result)) == [2, 2]
+
+
+def test_no_members_no_assignment() -> None:
+    assert assign([], {"s": 3}, 1, ACCEPTABLE) == {}
+
+
+@pytest.mark.parametrize(
+    ("standbys", "lag", "message"),
+    [(-1, 0, "num_standby_replicas must be >= 0"), (0, -1, "acceptable_recovery_lag")],
+)
+def test_negative_settings_are_refused(standbys: int, lag: int, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        assign([Member("a", host(1))], {"s": 1}, standbys, lag)
