@@ -100,6 +100,7 @@ class RocksDBSettings:
         options.create_missing_column_families(create)
         options.set_wal_recovery_mode(DBRecoveryMode.tolerate_corrupted_tail_records())
         options.set_atomic_flush(True)
+        options.set_keep_log_file_num(10)  # RocksDB's info LOG rotates at every open
         table = BlockBasedOptions()
         table.set_block_cache(shared_cache(self.block_cache_mb))
         if self.bloom_bits_per_key:
