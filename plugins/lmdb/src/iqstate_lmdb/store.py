@@ -222,7 +222,7 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
             pairs = self._cursor_scan(lower, upper, reverse, upper_inclusive)
         except lmdb.Error as error:
             raise lmdb_error(self._path, error) from error
-        values = []
+        values: list[Pair] = []
         append = values.append
         for key, stored in pairs:  # `unseal`, inlined: one CRC per record
             if crc32(stored, crc32(key)) != RESIDUE or len(stored) < 4:
