@@ -6,9 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
+from confluent_kafka import Producer
 from iqstate_kafka import Follower, KafkaCluster, KafkaConnection, ensure_changelog_topics
+from iqstate_kafka.progress import CaughtUpListener
 
 from iqstate import (
     Application,
@@ -18,6 +21,7 @@ from iqstate import (
     QueryResult,
     StateQueryRequest,
     StateQueryResult,
+    TopicPartition,
     WindowKeyQuery,
 )
 from iqstate.runtime import Assignment, HostInfo, StaticAssignment
@@ -69,15 +73,18 @@ class FollowedStaticAssignment(StaticAssignment):
 @dataclass
 class StaticKafkaCluster:
     """A cluster whose connections are the real `KafkaConnection` (writer and follower) with a
-    fixed layout instead of membership; it keeps the connections it made."""
+    fixed layout instead of membership; it keeps the connections it made. `caught_up`
+    listeners are given to each follower before it starts."""
 
     kafka: KafkaCluster
     layout: Mapping[HostInfo, Assignment]
-    follower_options: Mapping[str, Any] = field(default_factory=dict)
+    caught_up: list[CaughtUpListener] = field(default_factory=list)
     connections: list[KafkaConnection] = field(default_factory=list)
 
     def connect(self, member: ClusterMember) -> KafkaConnection:
-        follower = Follower(self.kafka, **self.follower_options)
+        follower = Follower(self.kafka)
+        for listener in self.caught_up:
+            follower.on_caught_up(listener)
         assignment = FollowedStaticAssignment(
             self.kafka, member.application_id, self.layout, follower
         )
@@ -89,6 +96,13 @@ class StaticKafkaCluster:
     def follower(self) -> Follower:
         """The follower of the latest connection (the running application's)."""
         return self.connections[-1].follower
+
+    @property
+    def assignment(self) -> FollowedStaticAssignment:
+        """The assignment of the latest connection, to rebalance."""
+        assignment = self.connections[-1].assignment
+        assert isinstance(assignment, FollowedStaticAssignment)
+        return assignment
 
 
 def declare_stores(app: Application) -> Application:
@@ -156,3 +170,60 @@ def reached(read: Callable[[], tuple[bool, T]], what: str, within: float = 30.0)
         return (value,) if done else None
 
     return eventually(check, what, within)[0]
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A started application and the cluster it connected through (for its follower)."""
+
+    app: Application
+    cluster: StaticKafkaCluster
+
+    @property
+    def follower(self) -> Follower:
+        return self.cluster.follower
+
+
+def start_instances(
+    kafka: KafkaCluster,
+    state_dir: Path,
+    application_id: str,
+    layout: Mapping[HostInfo, Assignment],
+) -> list[Instance]:
+    """One started instance per host of `layout` (stores of `declare_stores`, one standby)."""
+    instances = []
+    try:
+        for host in layout:
+            static = StaticKafkaCluster(kafka, layout)
+            app = Application(
+                application_id,
+                state_dir / host.host,
+                application_server=str(host),
+                num_standby_replicas=1,
+                cluster=static,
+            )
+            instances.append(Instance(declare_stores(app), static))
+            app.start()
+    except BaseException:
+        for instance in instances:
+            instance.app.close()
+        raise
+    return instances
+
+
+Raw = tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]
+
+
+def produce_raw(kafka: KafkaCluster, partition: TopicPartition, records: list[Raw]) -> None:
+    """Write `(key, value, headers)` records as a foreign or broken writer would, durably."""
+    failures: list[object] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "on_delivery": lambda error, _message: failures.append(error) if error else None,
+        }
+    )
+    for key, value, headers in records:
+        producer.produce(partition.topic, value, key, partition.partition, headers=headers)
+    assert producer.flush(10) == 0
+    assert failures == []

@@ -1,76 +1,67 @@
 """Replicas following their changelogs on a real broker, with RocksDB stores: two instances of
 one application, each partition active on one and standby on the other. A batch written
 through `begin_batch` reaches both replicas with its position; replays, deletes and window
-stores behave as on one machine."""
+stores behave as on one machine; records that do not decode are skipped and counted."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from iqstate_kafka import KafkaCluster
+from iqstate_kafka import BatchWriter, KafkaCluster, ensure_changelog_topics
+from iqstate_kafka.format import MARKER_KEY, batch_headers
 from replica_support import (
     KEY_VALUE,
     STORES,
     WINDOWS,
+    Instance,
     StaticKafkaCluster,
     declare_stores,
     eventually,
     key_in,
+    produce_raw,
     reached,
+    start_instances,
     value_at,
     windows_at,
 )
 
-from iqstate import Application, Position
-from iqstate.runtime import ACTIVE, STANDBY, Assignment, HostInfo
+from iqstate import Application, Position, TopicPartition
+from iqstate.runtime import ACTIVE, ACTIVE_RESTORING, STANDBY, Assignment, HostInfo, PartitionRole
 
 HOST_A, HOST_B = HostInfo("a.test", 7001), HostInfo("b.test", 7002)
 
 
 def layout() -> dict[HostInfo, Assignment]:
     """Partitions alternate between the two hosts as active; the other holds the standby."""
-    roles: dict[HostInfo, dict[str, dict[int, object]]] = {HOST_A: {}, HOST_B: {}}
+    roles: dict[HostInfo, dict[str, dict[int, PartitionRole]]] = {HOST_A: {}, HOST_B: {}}
     for store, count in STORES.items():
         for partition in range(count):
             active, standby = (HOST_A, HOST_B) if partition % 2 == 0 else (HOST_B, HOST_A)
             roles[active].setdefault(store, {})[partition] = ACTIVE
             roles[standby].setdefault(store, {})[partition] = STANDBY
-    return {host: Assignment(stores) for host, stores in roles.items()}  # type: ignore[arg-type]
+    return {host: Assignment(stores) for host, stores in roles.items()}
 
 
 @pytest.fixture
 def pair(
     cluster: KafkaCluster, tmp_path: Path, unique_name: Callable[[str], str]
-) -> Iterator[tuple[Application, Application]]:
+) -> Iterator[tuple[Instance, Instance]]:
     """Instances `a` and `b` of one application, started."""
-    application_id = unique_name("app")
-    apps = [
-        declare_stores(
-            Application(
-                application_id,
-                tmp_path / host.host,
-                application_server=str(host),
-                num_standby_replicas=1,
-                cluster=StaticKafkaCluster(cluster, layout()),
-            )
-        )
-        for host in (HOST_A, HOST_B)
-    ]
-    for app in apps:
-        app.start()
+    a, b = start_instances(cluster, tmp_path, unique_name("app"), layout())
     try:
-        yield apps[0], apps[1]
+        yield a, b
     finally:
-        for app in apps:
-            app.close()
+        a.app.close()
+        b.app.close()
 
 
 def test_a_batch_reaches_active_and_standby_replicas_with_its_position(
-    pair: tuple[Application, Application],
+    pair: tuple[Instance, Instance],
 ) -> None:
-    a, b = pair
+    a, b = (instance.app for instance in pair)
     kept, deleted = key_in(a, KEY_VALUE, 1, "kept"), key_in(a, KEY_VALUE, 1, "deleted")
     sensor = key_in(a, WINDOWS, 1, "sensor")
     first = Position.from_map({"events": {0: 10, 1: 4}})
@@ -99,3 +90,109 @@ def test_a_batch_reaches_active_and_standby_replicas_with_its_position(
             f"every partition on {app.host_info} at batch 2",
         )
         assert len(app.local_partitions()) == sum(STORES.values())
+
+
+def test_replayed_batches_change_nothing(pair: tuple[Instance, Instance]) -> None:
+    """A pipeline replaying batches 1 and 2 (with other values, as a zombie writer would)
+    after batch 2 leaves every replica as batches 1 and 2 left it."""
+    a, b = (instance.app for instance in pair)
+    key, gone = key_in(a, KEY_VALUE, 0, "replayed"), key_in(a, KEY_VALUE, 0, "gone")
+    positions = [Position.from_map({"events": {0: offset}}) for offset in (0, 10, 20, 30)]
+    writes: list[tuple[Application, int, dict[str, int | None]]] = [
+        (a, 1, {key: 1, gone: 1}),
+        (b, 2, {key: 2, gone: None}),
+        (a, 1, {key: 100, gone: 100}),
+        (b, 2, {key: 200, gone: 200}),
+    ]
+    for writer, batch_id, values in writes:
+        with writer.begin_batch(position=positions[batch_id], batch_id=batch_id) as batch:
+            for name, value in values.items():
+                batch.put(KEY_VALUE, name, value)
+    with a.begin_batch(position=positions[3], batch_id=3):
+        pass  # markers only: once replicas have them, they have read the replays
+
+    for app in (a, b):
+        where = f"{app.host_info} after the replays"
+        assert reached(lambda app=app: value_at(app, key, positions[3]), where) == 2
+        assert reached(lambda app=app: value_at(app, gone, positions[3]), where) is None
+        eventually(
+            lambda app=app: all(p == positions[3] for *_, p in app.local_partitions()),
+            f"{where}: every partition at batch 3, not back at a replayed batch's position",
+        )
+
+
+def test_actives_are_announced_caught_up_once_they_reach_the_end_seen_at_activation(
+    cluster: KafkaCluster, tmp_path: Path, unique_name: Callable[[str], str]
+) -> None:
+    """What the assignment provider relies on to move a RESTORING active to RUNNING."""
+    application_id = unique_name("app")
+    ensure_changelog_topics(cluster, application_id, STORES)
+    with BatchWriter(cluster, application_id) as writer:
+        for batch_id in range(3):
+            entries = {(KEY_VALUE, p): [(b"k%d" % n, b"v") for n in range(500)] for p in range(3)}
+            writer.write(entries, batch_id=batch_id, position=None, stores={KEY_VALUE: 3})
+    roles = {0: ACTIVE_RESTORING, 1: ACTIVE_RESTORING, 2: STANDBY}
+    static = StaticKafkaCluster(cluster, {HOST_A: Assignment({KEY_VALUE: roles})})
+    announced: list[tuple[tuple[str, int], int]] = []
+    static.caught_up.append(lambda key: announced.append((key, static.follower.lags()[key])))
+    app = declare_stores(
+        Application(application_id, tmp_path, application_server=str(HOST_A), cluster=static)
+    )
+    with app:
+        follower = static.follower
+        eventually(lambda: len(announced) == 2, "both actives announced")
+        assert sorted(announced) == [((KEY_VALUE, 0), 0), ((KEY_VALUE, 1), 0)]
+        eventually(lambda: follower.caught_up(KEY_VALUE, 2), "the standby at the end")
+        assert follower.caught_up(KEY_VALUE, 0) and follower.caught_up(KEY_VALUE, 1)
+
+        at_promotion = Position.from_map({"events": {0: 1}})
+        with app.begin_batch(position=at_promotion, batch_id=3, stores=[KEY_VALUE]) as batch:
+            batch.put(KEY_VALUE, key_in(app, KEY_VALUE, 2), 1)
+        promoted = {**roles, 2: ACTIVE_RESTORING}
+        static.assignment.rebalance({HOST_A: Assignment({KEY_VALUE: promoted})})
+        eventually(lambda: len(announced) == 3, "the promoted standby announced")
+        assert announced[2] == ((KEY_VALUE, 2), 0)
+        eventually(
+            lambda: all(p == at_promotion for *_, p in app.local_partitions()),
+            "every partition at the batch written before the promotion",
+        )
+        assert len(announced) == 3, "announced once per activation"
+
+
+def test_records_that_do_not_decode_are_skipped_counted_and_logged(
+    pair: tuple[Instance, Instance],
+    cluster: KafkaCluster,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    a, b = (instance.app for instance in pair)
+    topics = {store: f"{a.application_id}-{store}-changelog" for store in STORES}
+    undecodable = TopicPartition(topics[KEY_VALUE], 0)
+    short_window_key = TopicPartition(topics[WINDOWS], 1)
+    key, sensor = key_in(a, KEY_VALUE, 0), key_in(a, WINDOWS, 1)
+    with caplog.at_level(logging.ERROR):
+        produce_raw(
+            cluster,
+            undecodable,
+            [(b"k", b"no header", None), (MARKER_KEY, b"\x07garbage", None)],
+        )
+        produce_raw(cluster, short_window_key, [(b"abc", b"\x00" * 8, batch_headers(1))])
+        for batch_id in (1, 2):
+            position = Position.from_map({"events": {0: batch_id}})
+            with a.begin_batch(position=position, batch_id=batch_id) as batch:
+                batch.put(KEY_VALUE, key, batch_id)
+                batch.put(WINDOWS, sensor, batch_id, window_start=batch_id * 10)
+            for app in (a, b):
+                where = f"{app.host_info} at batch {batch_id}"
+                value = reached(lambda app=app, at=position: value_at(app, key, at), where)
+                windows = reached(lambda app=app, at=position: windows_at(app, sensor, at), where)
+                assert value == batch_id
+                assert windows == [(n * 10, n) for n in range(1, batch_id + 1)]
+
+    for instance in pair:
+        assert instance.follower.skipped_records() == {(KEY_VALUE, 0): 2, (WINDOWS, 1): 1}
+    logged = {record.getMessage().split(" does not decode")[0] for record in caplog.records}
+    assert logged == {
+        f"changelog record at {undecodable.topic} partition 0 offset 0",
+        f"changelog record at {undecodable.topic} partition 0 offset 1",
+        f"changelog record at {short_window_key.topic} partition 1 offset 0",
+    }

@@ -6,7 +6,8 @@ the store partitions this instance hosts, actives and standbys alike. Each loop:
 1. **sync**: compare the hosted partitions (`HostedPartitions`, re-read every loop, so an
    assignment change needs no listener) with those followed: stop reading the ones that
    went (or were closed and reopened), start tracking new ones, note role changes;
-2. **offsets**: ask the broker for the watermarks of partitions that must be assigned to the
+2. **offsets**: take the watermarks that arrived and ask, without waiting for the answer
+   (`iqstate_kafka.watermarks`), for those of partitions that must be assigned to the
    reader, of actives that need a target, and of all of them every `refresh_interval`.
    A partition is assigned at the offset committed inside its store (KIP-1035; none: from
    the earliest); a committed offset outside the watermarks means the changelog no longer
@@ -42,10 +43,10 @@ from iqstate.runtime.partitions import HostedPartitions
 from iqstate.runtime.spec import WindowStoreSpec
 from iqstate_kafka.applying import StoreCommit, fold
 from iqstate_kafka.cluster import KafkaCluster
-from iqstate_kafka.errors import BrokerUnavailableError
 from iqstate_kafka.progress import CaughtUpListener, StorePartition
 from iqstate_kafka.reader import ChangelogReader, ChangelogUnit, OffsetOutOfRange, Watermarks
 from iqstate_kafka.replicas import ReplicaOffsets
+from iqstate_kafka.watermarks import WatermarkAsker
 
 logger = logging.getLogger("iqstate_kafka.follower")
 
@@ -114,8 +115,9 @@ class Follower:
         self._max_backoff = max_backoff
         self._followed: dict[StorePartition, _Followed] = {}
         self._by_changelog: dict[TopicPartition, StorePartition] = {}
+        self._watermarks: WatermarkAsker | None = None
         self._broker_retry_at = 0.0
-        self._broker_backoff = _Backoff(refresh_interval, max_backoff)
+        self._broker_backoff = _Backoff(poll_timeout, max_backoff)
         self._listeners: list[CaughtUpListener] = []
         # Shared with other threads, under _lock:
         self._lock = threading.Lock()
@@ -138,7 +140,9 @@ class Follower:
         with self._lifecycle:
             if self._thread is not None:
                 raise RuntimeError("the follower was started already")
-            reader = self._new_reader()  # a client setting librdkafka refuses fails here
+            # A client setting librdkafka refuses fails here, not in the thread.
+            self._watermarks = WatermarkAsker(self._cluster)
+            reader = self._new_reader()
             self._thread = threading.Thread(
                 target=self._run, args=(partitions, reader), name="iqstate-follower", daemon=True
             )
@@ -287,29 +291,41 @@ class Follower:
     # -- 2. offsets from the broker ------------------------------------------------------------
 
     def _ask_offsets(self, reader: ChangelogReader) -> None:
+        """Take the watermarks that arrived, then ask for those now due."""
+        assert self._watermarks is not None
+        answers = self._watermarks.answers()
+        failed: list[str] = []
+        for changelog, answer in answers.items():
+            key = self._by_changelog.get(changelog)
+            if key is None:
+                continue  # no longer hosted
+            if isinstance(answer, str):
+                failed.append(f"{changelog}: {answer}")
+                continue
+            followed = self._followed[key]
+            followed.refresh_at = time.monotonic() + self._refresh_interval
+            if not followed.assigned and time.monotonic() >= followed.retry_at:
+                self._assign(reader, key, followed, answer)
+            with self._lock:
+                self._offsets[key].saw(answer)
         now = time.monotonic()
+        if failed:
+            delay = self._broker_backoff.next()
+            logger.warning("%s; asking again in %.1f s", "; ".join(failed[:3]), delay)
+            self._broker_retry_at = now + delay
+        elif answers:
+            self._broker_backoff.reset()
         if now < self._broker_retry_at:
             return
+        due = []
         for key, followed in self._followed.items():
-            if now < followed.retry_at:
-                continue
             with self._lock:
                 needs_target = self._offsets[key].active and self._offsets[key].target is None
-            if followed.assigned and not needs_target and now < followed.refresh_at:
-                continue
-            try:
-                watermarks = reader.watermarks(followed.changelog)
-            except BrokerUnavailableError as exc:
-                delay = self._broker_backoff.next()
-                logger.warning("%s; asking again in %.1f s", exc, delay)
-                self._broker_retry_at = time.monotonic() + delay
-                return
-            self._broker_backoff.reset()
-            followed.refresh_at = now + self._refresh_interval
-            if not followed.assigned:
-                self._assign(reader, key, followed, watermarks)
-            with self._lock:
-                self._offsets[key].saw(watermarks)
+            if now >= followed.retry_at and (
+                not followed.assigned or needs_target or now >= followed.refresh_at
+            ):
+                due.append(followed.changelog)
+        self._watermarks.ask(due)
 
     def _assign(
         self,

@@ -1,0 +1,90 @@
+"""`WatermarkAsker`: the earliest and end offsets of changelog partitions, asked without
+blocking the follower.
+
+The follower needs them to assign a partition (is the committed offset still in the log?),
+to capture an active's target, and for lags. Asking through the follower's own consumer
+(`ChangelogReader.watermarks`) is slow: the request queues behind the consumer's
+long-polling fetch on the same connection, up to `fetch.wait.max.ms` (500 ms) per partition
+at the tail (measured), so a refresh of a dozen partitions would stall the follower for
+seconds. This asks through an admin client of its own, all due partitions in one
+`ListOffsets` request per kind (earliest, latest), and hands the answers back when they have
+arrived; a broker that does not answer costs the follower nothing but the wait for answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import Future
+
+from confluent_kafka import KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from iqstate.position import TopicPartition
+from iqstate_kafka.cluster import KafkaCluster
+from iqstate_kafka.reader import Watermarks
+
+_EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+_LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+
+Answer = Watermarks | str
+"""A partition's watermarks, or why the broker gave none."""
+
+
+class WatermarkAsker:
+    """Asks for the watermarks of many partitions at once; one request in flight at a time."""
+
+    def __init__(self, cluster: KafkaCluster) -> None:
+        self._cluster = cluster
+        self._admin = AdminClient(cluster.client_settings())
+        self._earliest: dict[KafkaTopicPartition, Future[object]] = {}
+        self._latest: dict[KafkaTopicPartition, Future[object]] = {}
+
+    @property
+    def busy(self) -> bool:
+        """True while a request is in flight (its answers not taken yet)."""
+        return bool(self._earliest)
+
+    def ask(self, partitions: Iterable[TopicPartition]) -> None:
+        """Ask for the watermarks of `partitions` (nothing if a request is in flight)."""
+        if self.busy:
+            return
+        wanted = [KafkaTopicPartition(tp.topic, tp.partition) for tp in partitions]
+        if not wanted:
+            return
+        timeout = self._cluster.timeout
+        self._earliest = self._admin.list_offsets(
+            {tp: _EARLIEST for tp in wanted}, request_timeout=timeout
+        )
+        self._latest = self._admin.list_offsets(
+            {tp: _LATEST for tp in wanted}, request_timeout=timeout
+        )
+
+    def answers(self) -> dict[TopicPartition, Answer]:
+        """The answers of the request in flight once all have arrived (then it is done),
+        else nothing."""
+        futures = [*self._earliest.values(), *self._latest.values()]
+        if not futures or not all(future.done() for future in futures):
+            return {}
+        answers = {
+            TopicPartition(kafka_tp.topic, kafka_tp.partition): self._answer(
+                self._earliest[kafka_tp], self._latest[kafka_tp]
+            )
+            for kafka_tp in self._earliest
+        }
+        self._earliest, self._latest = {}, {}
+        return answers
+
+    def _answer(self, earliest: Future[object], latest: Future[object]) -> Answer:
+        try:
+            return Watermarks(_offset(earliest), _offset(latest))
+        except KafkaException as exc:
+            reason = exc.args[0].str()
+        except Exception as exc:  # whatever else the client raises: an answer, not a crash
+            reason = repr(exc)
+        return f"Kafka at {self._cluster.bootstrap_servers} gave no offsets: {reason}"
+
+
+def _offset(future: Future[object]) -> int:
+    offset = future.result().offset  # type: ignore[attr-defined]
+    return int(offset)
