@@ -1,0 +1,644 @@
+"""Membership through Kafka: who is live, and what each live member reports (SPEC 9).
+
+Every member of an application heartbeats on the compacted topic `<application_id>-members`
+(one partition, created when missing, checked like the changelogs) and reads all of it, so
+every member sees every other member's reports in the same order.
+
+**Records.** Key = the member id (unique per process incarnation). Value = a versioned JSON
+document (never pickle): `{"v": 1, "host", "port", "stores": {name: partitions}, "actives":
+[[store, partition]...], "restoring": [[store, partition]...], "lags": [[store, partition,
+lag]...]}`. Readers ignore fields they do not know, so a later version may add some; a
+document of another version or shape is logged and skipped. A clean close writes a tombstone
+(null value), so the others see the departure at once; compaction then forgets the member.
+
+**Liveness.** A member is live while its last heartbeat was *received* within
+`liveness_timeout`, measured on this process's monotonic clock, never the sender's. That clock
+only counts *observed* time: time during which this member's own heartbeats come back from
+the topic (allowing two heartbeat intervals for one to come back). When they stop coming back,
+this member cannot tell a dead member from an unreachable broker, so it keeps its last view
+instead of declaring everyone dead; once its own heartbeats come back, every member that was
+live before gets a fresh `liveness_timeout` to be heard from again. So a broker restart
+changes nobody's view, and a member that died meanwhile is dropped `liveness_timeout` after
+the topic flows again. A member whose own heartbeats do not get through while others' do is
+the odd one out: it keeps its view, the others drop it.
+
+**Joining.** A new member reads the topic from the beginning, writes its first heartbeat and
+waits (at most the cluster's `timeout`) until it reads it back. The topic stamps records with
+the broker's clock (`message.timestamp.type=LogAppendTime`), so the age of every earlier
+heartbeat is known on one clock, the broker's, relative to the new member's own: those older
+than `liveness_timeout` count as dead, the others as received that long ago. Entries of
+another incarnation with this member's host (a process that died and was restarted) are
+tombstoned, since that host is this process now.
+
+**Compaction.** The topic is created with `segment.ms` of ten minutes, so heartbeats older
+than that are compacted away and joining reads little; a dead member's last heartbeat stays
+(one record per crashed incarnation) until its host joins again.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+)
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
+
+from iqstate.runtime.metadata import HostInfo
+from iqstate_kafka.assignor import Member, StorePartition
+from iqstate_kafka.cluster import KafkaCluster
+from iqstate_kafka.errors import BrokerUnavailableError, ClusterError
+
+logger = logging.getLogger("iqstate_kafka.membership")
+
+DOCUMENT_VERSION = 1
+TOPIC_SETTINGS: Mapping[str, str] = {"segment.ms": "600000"}
+"""Settings of a created members topic that `KafkaCluster.topic_config` may override."""
+OWNED_TOPIC_SETTINGS: Mapping[str, str] = {
+    "cleanup.policy": "compact",
+    "message.timestamp.type": "LogAppendTime",
+}
+"""Settings of the members topic that membership depends on: created so, checked at start."""
+CLIENT_DEFAULTS: Mapping[str, Any] = {"reconnect.backoff.max.ms": 1000}
+"""Client settings `client_config` may override: reconnect to a restarted broker quickly."""
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_POLL = 0.05
+
+
+class MembersTopicError(ClusterError):
+    """The members topic could not be created, or is configured so membership cannot work."""
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """What one member reports: what the assignor needs (`member`), which of its actives are
+    still restoring, and the stores it declares."""
+
+    member: Member
+    restoring: frozenset[StorePartition] = frozenset()
+    stores: Mapping[str, int] = field(default_factory=dict)
+
+
+def members_topic(application_id: str) -> str:
+    topic = f"{application_id}-members"
+    if not _TOPIC_NAME.fullmatch(topic):
+        raise ValueError(
+            f"members topic {topic!r} (application id {application_id!r}) is not a valid Kafka "
+            "topic name: at most 249 of [A-Za-z0-9._-]"
+        )
+    return topic
+
+
+def encode(heartbeat: Heartbeat) -> bytes:
+    member = heartbeat.member
+    document = {
+        "v": DOCUMENT_VERSION,
+        "host": member.host.host,
+        "port": member.host.port,
+        "stores": dict(sorted(heartbeat.stores.items())),
+        "actives": sorted([store, number] for store, number in member.actives),
+        "restoring": sorted([store, number] for store, number in heartbeat.restoring),
+        "lags": sorted([store, number, lag] for (store, number), lag in member.lags.items()),
+    }
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def decode(member_id: str, value: bytes) -> Heartbeat:
+    """The heartbeat in `value`; `ValueError` saying what is wrong with it."""
+    try:
+        document = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise ValueError("not a JSON object")
+    if document.get("v") != DOCUMENT_VERSION:
+        raise ValueError(f"version {document.get('v')!r}, this member reads {DOCUMENT_VERSION}")
+    host, port = document.get("host"), document.get("port")
+    if not isinstance(host, str) or not isinstance(port, int) or isinstance(port, bool):
+        raise ValueError("host must be a string and port an int")
+    stores = document.get("stores")
+    if not isinstance(stores, dict) or not all(_is_int(count) for count in stores.values()):
+        raise ValueError("stores must map names to partition counts")
+    lags = {}
+    for entry in _list(document, "lags"):
+        if not (isinstance(entry, list) and len(entry) == 3 and _is_int(entry[2])):
+            raise ValueError(f"lags entry {entry!r} is not [store, partition, lag]")
+        lags[_partition(entry[:2])] = entry[2]
+    return Heartbeat(
+        Member(
+            member_id,
+            HostInfo(host, port),
+            lags,
+            frozenset(_partition(entry) for entry in _list(document, "actives")),
+        ),
+        frozenset(_partition(entry) for entry in _list(document, "restoring")),
+        stores,
+    )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _list(document: Mapping[str, object], name: str) -> list[object]:
+    value = document.get(name)
+    if not isinstance(value, list):
+        raise ValueError(f"{name} must be a list")
+    return value
+
+
+def _partition(entry: object) -> StorePartition:
+    if not (
+        isinstance(entry, list)
+        and len(entry) == 2
+        and isinstance(entry[0], str)
+        and _is_int(entry[1])
+    ):
+        raise ValueError(f"{entry!r} is not [store, partition]")
+    return entry[0], entry[1]
+
+
+def ensure_members_topic(cluster: KafkaCluster, application_id: str) -> str:
+    """Create the members topic when missing, check it when present; return its name.
+
+    `BrokerUnavailableError` if the cluster does not answer within `cluster.timeout`,
+    `MembersTopicError` naming what is wrong with the topic.
+    """
+    topic = members_topic(application_id)
+    admin = AdminClient(cluster.client_settings(CLIENT_DEFAULTS))
+    metadata = _metadata(admin, cluster)
+    if topic not in metadata.topics:
+        _create(admin, cluster, topic)
+        metadata = _visible(admin, cluster, topic)
+    problems = []
+    partitions = len(metadata.topics[topic].partitions)
+    if partitions != 1:
+        problems.append(f"has {partitions} partitions, expected 1")
+    for name, expected in _settings(admin, cluster, topic, OWNED_TOPIC_SETTINGS).items():
+        if expected != OWNED_TOPIC_SETTINGS[name]:
+            problems.append(f"has {name}={expected!r}, expected {OWNED_TOPIC_SETTINGS[name]!r}")
+    if problems:
+        raise MembersTopicError(
+            f"members topic {topic!r} {' and '.join(problems)}: membership needs one ordered, "
+            "compacted log stamped with the broker's clock; delete the topic (iqstate creates "
+            "it again) or fix its settings"
+        )
+    return topic
+
+
+def _metadata(admin: AdminClient, cluster: KafkaCluster) -> ClusterMetadata:
+    try:
+        return admin.list_topics(timeout=cluster.timeout)
+    except KafkaException as exc:
+        raise _unavailable(cluster, exc) from exc
+
+
+def _unavailable(cluster: KafkaCluster, cause: object) -> BrokerUnavailableError:
+    return BrokerUnavailableError(
+        f"Kafka at {cluster.bootstrap_servers} did not answer within {cluster.timeout:g} s "
+        f"({cause}); check bootstrap_servers, that the brokers run, and the security settings "
+        "in client_config"
+    )
+
+
+def _create(admin: AdminClient, cluster: KafkaCluster, topic: str) -> None:
+    config = {**TOPIC_SETTINGS, **cluster.topic_config, **OWNED_TOPIC_SETTINGS}
+    new = NewTopic(topic, 1, cluster.replication_factor, config=config)
+    future = admin.create_topics(
+        [new], operation_timeout=cluster.timeout, request_timeout=cluster.timeout
+    )[topic]
+    try:
+        future.result(timeout=cluster.timeout)
+    except concurrent.futures.TimeoutError as exc:
+        raise _unavailable(cluster, "creating the members topic timed out") from exc
+    except KafkaException as exc:
+        error: KafkaError = exc.args[0]
+        if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return  # another member created it meanwhile
+        if error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
+            raise _unavailable(cluster, error.str()) from exc
+        raise MembersTopicError(
+            f"could not create members topic {topic!r} (1 partition, replication factor "
+            f"{cluster.replication_factor}): {error.str()}"
+        ) from exc
+
+
+def _visible(admin: AdminClient, cluster: KafkaCluster, topic: str) -> ClusterMetadata:
+    """Metadata once it shows the created topic: a broker learns of it a moment later."""
+    deadline = time.monotonic() + cluster.timeout
+    while True:
+        metadata = _metadata(admin, cluster)
+        if topic in metadata.topics and metadata.topics[topic].error is None:
+            return metadata
+        if time.monotonic() >= deadline:
+            raise _unavailable(cluster, f"the created topic {topic} did not appear")
+        time.sleep(0.05)
+
+
+def _settings(
+    admin: AdminClient, cluster: KafkaCluster, topic: str, names: Mapping[str, str]
+) -> dict[str, str]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    future = admin.describe_configs([resource], request_timeout=cluster.timeout)[resource]
+    try:
+        entries = future.result(timeout=cluster.timeout)
+    except concurrent.futures.TimeoutError as exc:
+        raise _unavailable(cluster, "describing the members topic timed out") from exc
+    except KafkaException as exc:
+        raise MembersTopicError(
+            f"could not read the configuration of members topic {topic!r}: {exc.args[0].str()}"
+        ) from exc
+    return {name: entries[name].value for name in names}
+
+
+class ObservedClock:
+    """Seconds during which this member saw the members topic flow: the clock liveness is
+    measured on. It runs while this member's own heartbeats come back, and for `blind_after`
+    seconds after the last one did; then it stops until the next one comes back."""
+
+    def __init__(self, blind_after: float, now: float) -> None:
+        self._blind_after = blind_after
+        self._echo = now
+        self._observed = 0.0
+
+    def read(self, now: float) -> float:
+        return self._observed + min(now - self._echo, self._blind_after)
+
+    def blind(self, now: float) -> bool:
+        return now - self._echo > self._blind_after
+
+    def echo(self, now: float) -> bool:
+        """Record an own heartbeat read back at `now`; True if the clock had stopped."""
+        stopped = self.blind(now)
+        self._observed = self.read(now)
+        self._echo = now
+        return stopped
+
+
+@dataclass
+class _Entry:
+    heartbeat: Heartbeat
+    received: float
+    """When it was received, on the observed clock."""
+
+
+Report = Callable[[], Heartbeat]
+ChangeListener = Callable[[Mapping[str, Heartbeat]], None]
+
+
+class Membership:
+    """This member's heartbeats and its view of the live members, kept by a background thread.
+
+    `report()` is called on that thread for every heartbeat (it must be quick and must not
+    call back into this object); `on_change(live)` is called on it whenever the live members or
+    what they report change, with every live member's latest heartbeat by member id.
+    """
+
+    def __init__(
+        self,
+        cluster: KafkaCluster,
+        application_id: str,
+        member_id: str,
+        report: Report,
+        on_change: ChangeListener,
+        *,
+        heartbeat_interval: float,
+        liveness_timeout: float,
+    ) -> None:
+        if not heartbeat_interval > 0:
+            raise ValueError(f"heartbeat_interval must be > 0 seconds, got {heartbeat_interval!r}")
+        if not liveness_timeout >= 3 * heartbeat_interval:
+            raise ValueError(
+                f"liveness_timeout ({liveness_timeout!r} s) must be at least three heartbeat "
+                f"intervals ({heartbeat_interval!r} s): one late heartbeat must not make a "
+                "member look dead"
+            )
+        self._cluster = cluster
+        self._application_id = application_id
+        self._member_id = member_id
+        self._report = report
+        self._on_change = on_change
+        self._interval = heartbeat_interval
+        self._timeout = liveness_timeout
+        self._topic = members_topic(application_id)
+        self._lock = threading.Lock()
+        self._live: dict[str, Heartbeat] = {}
+        # Only the thread that joins, then the background thread, touch what follows.
+        self._entries: dict[str, _Entry] = {}
+        self._clock = ObservedClock(2 * heartbeat_interval, time.monotonic())
+        self._host: HostInfo | None = None
+        self._warned: set[str] = set()
+        self._blind_warned = False
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self._stop = threading.Event()
+        self._beat = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def member_id(self) -> str:
+        return self._member_id
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    def start(self) -> None:
+        """Create or check the topic, join (read the topic up to this member's first
+        heartbeat) and start heartbeating. `BrokerUnavailableError` if the cluster does not
+        answer within its `timeout`; `MembersTopicError` for a topic that does not fit."""
+        ensure_members_topic(self._cluster, self._application_id)
+        consumer = self._consumer = Consumer(
+            self._cluster.client_settings(
+                {**CLIENT_DEFAULTS, "group.id": f"iqstate-members-{self._application_id}"},
+                **{
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "auto.offset.reset": "earliest",
+                },
+            )
+        )
+        producer = self._producer = self._new_producer()
+        try:
+            consumer.assign([KafkaTopicPartition(self._topic, 0, OFFSET_BEGINNING)])
+            self._join()
+        except BaseException:
+            producer.purge()
+            producer.flush(0)
+            consumer.close()
+            raise
+        self._thread = threading.Thread(
+            target=self._run, name=f"iqstate-members-{self._member_id}", daemon=True
+        )
+        self._thread.start()
+
+    def live(self) -> dict[str, Heartbeat]:
+        """Every live member's latest heartbeat (this member's included), by member id."""
+        with self._lock:
+            return dict(self._live)
+
+    def beat_now(self) -> None:
+        """Send a heartbeat now rather than at the next interval (the report changed)."""
+        self._beat.set()
+
+    def close(self) -> None:
+        """Write this member's tombstone (the others drop it at once) and stop (idempotent)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    # -- joining -----------------------------------------------------------------------------
+
+    def _join(self) -> None:
+        """Heartbeat, read the topic up to that heartbeat, and settle the earlier ones' ages."""
+        first = self._report()
+        self._host = first.member.host
+        self._send(self._member_id, encode(first))
+        deadline = time.monotonic() + self._cluster.timeout
+        backlog: dict[str, tuple[Heartbeat | None, int]] = {}
+        while (remaining := deadline - time.monotonic()) > 0:
+            messages = self._consume(min(remaining, _POLL))
+            for index, message in enumerate(messages):
+                parsed = self._parse(message)
+                if parsed is None:
+                    continue
+                member_id, heartbeat = parsed
+                kind, stamp = message.timestamp()
+                if member_id != self._member_id or heartbeat is None:
+                    backlog[member_id] = (heartbeat, stamp)
+                    continue
+                if kind != TIMESTAMP_LOG_APPEND_TIME:
+                    raise MembersTopicError(
+                        f"records of members topic {self._topic!r} carry their producers' "
+                        "clocks: it needs message.timestamp.type=LogAppendTime"
+                    )
+                self._settle(backlog, heartbeat, stamp)
+                self._receive(messages[index + 1 :])
+                return
+        raise _unavailable(
+            self._cluster, f"this member's first heartbeat on {self._topic} did not come back"
+        )
+
+    def _settle(
+        self, backlog: Mapping[str, tuple[Heartbeat | None, int]], own: Heartbeat, stamp: int
+    ) -> None:
+        """Count the heartbeats read before this member's first one as received as long ago
+        as the broker stamped them before it (dead if longer than the liveness timeout)."""
+        now = time.monotonic()
+        self._clock.echo(now)
+        observed = self._clock.read(now)
+        self._entries = {self._member_id: _Entry(own, observed)}
+        for member_id, (heartbeat, sent) in sorted(backlog.items()):
+            if heartbeat is None:
+                continue
+            if heartbeat.member.host == own.member.host:
+                logger.info(
+                    "members topic: member %s was an earlier process of this host (%s); "
+                    "removing it",
+                    member_id,
+                    own.member.host,
+                )
+                self._send(member_id, None)
+                continue
+            age = (stamp - sent) / 1000
+            if age <= self._timeout:
+                self._entries[member_id] = _Entry(heartbeat, observed - age)
+        self._publish()
+
+    # -- the background thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        next_beat = time.monotonic() + self._interval
+        while not self._stop.is_set():
+            try:
+                now = time.monotonic()
+                if self._beat.is_set() or now >= next_beat:
+                    self._beat.clear()
+                    next_beat = now + self._interval
+                    self._send(self._member_id, encode(self._report()))
+                self._receive(self._consume(max(0.0, min(_POLL, next_beat - now))))
+                self._expire()
+                if self._publish():
+                    self._on_change(self.live())
+            except Exception:
+                logger.exception("members topic: heartbeat loop failed; carrying on")
+                self._stop.wait(_POLL)
+        self._leave()
+
+    def _receive(self, messages: list[Message]) -> None:
+        now = time.monotonic()
+        for message in messages:
+            parsed = self._parse(message)
+            if parsed is None:
+                continue
+            member_id, heartbeat = parsed
+            if member_id == self._member_id:
+                if heartbeat is None:
+                    logger.warning(
+                        "members topic: another process removed this member (%s): do two "
+                        "processes use application_server %s?",
+                        member_id,
+                        self._host,
+                    )
+                    continue
+                self._echoed(now)
+            if heartbeat is None:
+                if self._entries.pop(member_id, None) is not None:
+                    logger.info("members topic: member %s left", member_id)
+                continue
+            if member_id != self._member_id:
+                self._met(member_id, heartbeat)
+            self._entries[member_id] = _Entry(heartbeat, self._clock.read(now))
+
+    def _met(self, member_id: str, heartbeat: Heartbeat) -> None:
+        """Log another member's arrival, and a second process claiming this member's host."""
+        host = heartbeat.member.host
+        if member_id not in self._entries:
+            logger.info("members topic: member %s (%s) joined", member_id, host)
+        if host == self._host and member_id not in self._warned:
+            self._warned.add(member_id)
+            logger.warning(
+                "members topic: member %s uses this member's application_server %s; only one "
+                "of them is assigned partitions",
+                member_id,
+                host,
+            )
+
+    def _echoed(self, now: float) -> None:
+        """This member's own heartbeat came back: the clock runs; after a stop, every member
+        still counted live gets a fresh liveness timeout to be heard from."""
+        if not self._clock.echo(now):
+            return
+        observed = self._clock.read(now)
+        for entry in self._entries.values():
+            entry.received = max(entry.received, observed)
+        self._blind_warned = False
+        logger.info(
+            "members topic: this member's heartbeats come back again; %d members get %g s to be "
+            "heard from",
+            len(self._entries),
+            self._timeout,
+        )
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        if self._clock.blind(now) and not self._blind_warned:
+            self._blind_warned = True
+            logger.warning(
+                "members topic: this member's heartbeats have not come back for %g s (is the "
+                "broker reachable?); keeping the last view of %d members until they do",
+                2 * self._interval,
+                len(self._entries),
+            )
+        observed = self._clock.read(now)
+        for member_id, entry in list(self._entries.items()):
+            silent = observed - entry.received
+            if member_id != self._member_id and silent > self._timeout:
+                del self._entries[member_id]
+                logger.warning(
+                    "members topic: member %s (%s) not heard from for %.1f s; dropped",
+                    member_id,
+                    entry.heartbeat.member.host,
+                    silent,
+                )
+
+    def _publish(self) -> bool:
+        """Make the entries the live view; True if that changed it."""
+        live = {member_id: entry.heartbeat for member_id, entry in self._entries.items()}
+        with self._lock:
+            changed = live != self._live
+            self._live = live
+        return changed
+
+    def _leave(self) -> None:
+        assert self._producer is not None and self._consumer is not None
+        self._send(self._member_id, None)
+        if self._producer.flush(self._cluster.timeout):
+            logger.warning(
+                "members topic: this member's departure was not delivered within %g s; the "
+                "others drop it after the liveness timeout instead",
+                self._cluster.timeout,
+            )
+        self._consumer.close()
+
+    # -- clients -----------------------------------------------------------------------------
+
+    def _new_producer(self) -> Producer:
+        return Producer(
+            self._cluster.client_settings(
+                {**CLIENT_DEFAULTS, "linger.ms": 0},
+                **{
+                    "max.in.flight.requests.per.connection": 1,
+                    # One request in flight keeps records in order (a retried heartbeat never
+                    # lands after this member's tombstone); a duplicate is harmless, so the
+                    # idempotent producer (a producer id from the broker first) is not needed.
+                    "enable.idempotence": False,
+                    "acks": "all",
+                    "message.timeout.ms": max(1, int(self._timeout * 1000)),
+                    "on_delivery": _delivered,
+                    "error_cb": _client_error,
+                },
+            )
+        )
+
+    def _send(self, member_id: str, value: bytes | None) -> None:
+        assert self._producer is not None
+        try:
+            self._producer.produce(self._topic, key=member_id.encode(), value=value, partition=0)
+        except (BufferError, KafkaException) as exc:
+            logger.warning("members topic: could not send for member %s: %s", member_id, exc)
+
+    def _consume(self, timeout: float) -> list[Message]:
+        assert self._producer is not None and self._consumer is not None
+        self._producer.poll(0)
+        messages: list[Message] = self._consumer.consume(1000, timeout)
+        return messages
+
+    def _parse(self, message: Message) -> tuple[str, Heartbeat | None] | None:
+        """`(member id, heartbeat or None for a tombstone)`, or None for a record to skip."""
+        error = message.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                logger.warning("members topic: %s", error.str())
+            return None
+        key, value = message.key(), message.value()
+        try:
+            if key is None:
+                raise ValueError("no key")
+            member_id = key.decode()
+            return member_id, None if value is None else decode(member_id, value)
+        except ValueError as exc:  # UnicodeDecodeError included
+            logger.error(
+                "members topic %s offset %s: record does not decode (%s); skipped",
+                self._topic,
+                message.offset(),
+                exc,
+            )
+            return None
+
+
+def _client_error(error: KafkaError) -> None:
+    """Client-wide errors (a broker down, for instance): librdkafka retries by itself, and
+    what membership makes of an outage is logged by the heartbeat loop."""
+    logger.debug("members topic: %s", error.str())
+
+
+def _delivered(error: KafkaError | None, message: Message) -> None:
+    if error is not None:
+        logger.debug("members topic: a record was not delivered: %s", error.str())
