@@ -294,13 +294,13 @@ class Follower:
         """Take the watermarks that arrived, then ask for those now due."""
         assert self._watermarks is not None
         answers = self._watermarks.answers()
-        failed: list[str] = []
+        failed: dict[str, list[TopicPartition]] = {}
         for changelog, answer in answers.items():
             key = self._by_changelog.get(changelog)
             if key is None:
                 continue  # no longer hosted
             if isinstance(answer, str):
-                failed.append(f"{changelog}: {answer}")
+                failed.setdefault(answer, []).append(changelog)
                 continue
             followed = self._followed[key]
             followed.refresh_at = time.monotonic() + self._refresh_interval
@@ -311,7 +311,15 @@ class Follower:
         now = time.monotonic()
         if failed:
             delay = self._broker_backoff.next()
-            logger.warning("%s; asking again in %.1f s", "; ".join(failed[:3]), delay)
+            logger.warning(
+                "Kafka at %s gave no offsets for %s; asking again in %.1f s",
+                self._cluster.bootstrap_servers,
+                "; ".join(
+                    f"{', '.join(map(str, changelogs))} ({reason})"
+                    for reason, changelogs in failed.items()
+                ),
+                delay,
+            )
             self._broker_retry_at = now + delay
         elif answers:
             self._broker_backoff.reset()

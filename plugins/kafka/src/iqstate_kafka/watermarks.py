@@ -28,7 +28,7 @@ _EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
 _LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
 Answer = Watermarks | str
-"""A partition's watermarks, or why the broker gave none."""
+"""A partition's watermarks, or why the cluster gave none."""
 
 
 class WatermarkAsker:
@@ -75,14 +75,15 @@ class WatermarkAsker:
         self._earliest, self._latest = {}, {}
         return answers
 
-    def _answer(self, earliest: Future[object], latest: Future[object]) -> Answer:
+    @staticmethod
+    def _answer(earliest: Future[object], latest: Future[object]) -> Answer:
         try:
             return Watermarks(_offset(earliest), _offset(latest))
         except KafkaException as exc:
-            reason = exc.args[0].str()
+            reason = str(exc.args[0].str())
         except Exception as exc:  # whatever else the client raises: an answer, not a crash
             reason = repr(exc)
-        return f"Kafka at {self._cluster.bootstrap_servers} gave no offsets: {reason}"
+        return reason
 
 
 def _offset(future: Future[object]) -> int:
