@@ -1,0 +1,316 @@
+"""`KafkaAssignment`: the assignment provider of distributed mode (SPEC 9).
+
+Membership travels through the members topic (`iqstate_kafka.membership`); every instance
+runs the same pure assignor (`iqstate_kafka.assignor`) on the live members' heartbeats, so
+all compute the same roles without a coordinator. Each heartbeat carries this instance's lag
+per hosted replica (from the follower's `ReplicaProgress`), the partitions it serves as active
+and which of those still restore.
+
+**Restoring.** The assignor hands out `ACTIVE` and `STANDBY`; here an active is reported
+`ACTIVE_RESTORING` from the moment it becomes active until the follower says it has caught up
+to the end offset seen then (`ReplicaProgress.caught_up`, announced through `on_caught_up`),
+then `ACTIVE` for as long as it stays active. Other instances' actives show as restoring in
+`cluster()` until their heartbeats say they run.
+
+**Before the follower attaches** (`attach_progress`), this instance reports no lags, so every
+replica it may hold counts as not caught up: the assignor treats it like a new instance. That
+errs on the safe side (an instance never wins an active by claiming warmth it has not shown)
+and lasts only until the follower attaches, right after `start()`.
+
+**Threads.** Membership's thread heartbeats and reads the topic; changes (and caught-up
+replicas) wake this provider's own thread, which recomputes the assignment, keeps `cluster()`
+fresh, and tells the listeners when this instance's assignment changed. Listeners run on that
+thread without any lock of this provider held: they install partitions, which may take a
+while, and never delay a heartbeat. `close()` does not wait for a listener that is running
+(it may be waiting for the application that is closing); that call finds the application
+closed and returns, and the thread ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Mapping
+
+from iqstate.runtime.assignment import (
+    ACTIVE,
+    ACTIVE_RESTORING,
+    STANDBY,
+    Assignment,
+    AssignmentListener,
+    AssignmentProvider,
+    PartitionRole,
+)
+from iqstate.runtime.metadata import HostInfo
+from iqstate_kafka.assignor import Member, StorePartition, assign
+from iqstate_kafka.cluster import KafkaCluster
+from iqstate_kafka.membership import Heartbeat, Membership
+from iqstate_kafka.progress import ReplicaProgress
+from iqstate_kafka.topics import ensure_changelog_topics
+
+logger = logging.getLogger("iqstate_kafka.assignment")
+
+
+class KafkaAssignment(AssignmentProvider):
+    """Roles for this instance and discovery for the whole cluster, through Kafka.
+
+    `heartbeat_interval`: seconds between heartbeats. `liveness_timeout`: seconds without a
+    heartbeat after which an instance counts as dead and its partitions move (at least three
+    intervals). `acceptable_recovery_lag`: offsets a replica may lag and still count as
+    caught up, i.e. be made active without restoring first (Kafka Streams' default, 10,000).
+    """
+
+    def __init__(
+        self,
+        cluster: KafkaCluster,
+        application_id: str,
+        num_standby_replicas: int,
+        *,
+        heartbeat_interval: float = 0.5,
+        liveness_timeout: float = 3.0,
+        acceptable_recovery_lag: int = 10_000,
+    ) -> None:
+        super().__init__()
+        if isinstance(num_standby_replicas, bool) or num_standby_replicas < 0:
+            raise ValueError(f"num_standby_replicas must be >= 0, got {num_standby_replicas!r}")
+        if isinstance(acceptable_recovery_lag, bool) or acceptable_recovery_lag < 0:
+            raise ValueError(
+                f"acceptable_recovery_lag must be >= 0 offsets, got {acceptable_recovery_lag!r}"
+            )
+        self._kafka = cluster
+        self._application_id = application_id
+        self._standbys = num_standby_replicas
+        self._interval = heartbeat_interval
+        self._timeout = liveness_timeout
+        self._acceptable = acceptable_recovery_lag
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._dirty = False
+        self._closed = False
+        self._calling = False
+        self._listening = False
+        self._host: HostInfo | None = None
+        self._stores: dict[str, int] = {}
+        self._member_id = ""
+        self._membership: Membership | None = None
+        self._progress: ReplicaProgress | None = None
+        self._mine = Assignment.empty()
+        self._announced = Assignment.empty()
+        self._cluster: dict[HostInfo, Assignment] = {}
+        self._warned: set[str] = set()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def member_id(self) -> str:
+        """This process's id in the members topic (empty before `start`)."""
+        return self._member_id
+
+    def start(self, this_host: HostInfo, stores: Mapping[str, int]) -> None:
+        """Check or create the changelog and members topics, join, compute the first
+        assignment. `BrokerUnavailableError` if Kafka does not answer within the cluster's
+        `timeout`; `ChangelogTopicError` / `MembersTopicError` for topics that do not fit."""
+        if self._membership is not None:
+            raise RuntimeError("KafkaAssignment.start() was called already")
+        ensure_changelog_topics(self._kafka, self._application_id, stores)
+        self._host = this_host
+        self._stores = dict(stores)
+        self._member_id = f"{this_host}/{uuid.uuid4().hex}"
+        membership = Membership(
+            self._kafka,
+            self._application_id,
+            self._member_id,
+            self._report,
+            lambda _: self._stale(),
+            heartbeat_interval=self._interval,
+            liveness_timeout=self._timeout,
+        )
+        membership.start()
+        self._membership = membership
+        mine, cluster = self._compute(membership.live(), Assignment.empty(), None)
+        with self._lock:
+            self._mine = self._announced = mine
+            self._cluster = cluster
+        membership.beat_now()
+        self._thread = threading.Thread(
+            target=self._run, name=f"iqstate-assignment-{this_host}", daemon=True
+        )
+        self._thread.start()
+
+    def attach_progress(self, progress: ReplicaProgress) -> None:
+        """The follower's view of the replicas hosted here: from now on heartbeats carry
+        their lags, `end_offset` answers, and actives run once they have caught up."""
+        progress.on_caught_up(lambda _: self._stale())
+        with self._lock:
+            self._progress = progress
+            self._dirty = True
+            self._wake.notify()
+        if self._membership is not None:
+            self._membership.beat_now()
+
+    def assignment(self) -> Assignment:
+        with self._lock:
+            return self._mine
+
+    def cluster(self) -> Mapping[HostInfo, Assignment]:
+        with self._lock:
+            return dict(self._cluster)
+
+    def end_offset(self, store: str, partition: int) -> int | None:
+        with self._lock:
+            progress = self._progress
+        return None if progress is None else progress.end_offset(store, partition)
+
+    def add_listener(self, listener: AssignmentListener) -> None:
+        """Also announces a change that came while nobody listened yet."""
+        super().add_listener(listener)
+        with self._lock:
+            self._listening = True
+        self._stale()
+
+    def close(self) -> None:
+        """Leave the cluster (a tombstone: the others take over at once) and stop."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._wake.notify()
+            calling = self._calling
+        if self._membership is not None:
+            self._membership.close()
+        if self._thread is not None and not calling:
+            self._thread.join()
+        super().close()
+
+    # -- the provider's thread -----------------------------------------------------------------
+
+    def _stale(self) -> None:
+        """Something the assignment depends on changed: wake the provider's thread."""
+        with self._lock:
+            self._dirty = True
+            self._wake.notify()
+
+    def _run(self) -> None:
+        assert self._membership is not None
+        while True:
+            with self._lock:
+                while not self._dirty and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                self._dirty = False
+                previous, progress = self._mine, self._progress
+            try:
+                mine, cluster = self._compute(self._membership.live(), previous, progress)
+            except Exception:
+                logger.exception("computing the assignment failed; keeping the last one")
+                continue
+            with self._lock:
+                if self._closed:
+                    return
+                self._mine, self._cluster = mine, cluster
+                announce = mine != self._announced and self._listening
+                if announce:
+                    self._announced = mine
+                    self._calling = True
+            if not announce:
+                continue
+            self._membership.beat_now()
+            try:
+                self._announce(mine)
+            except Exception:
+                logger.exception("an assignment listener failed")
+            finally:
+                with self._lock:
+                    self._calling = False
+
+    def _compute(
+        self,
+        live: Mapping[str, Heartbeat],
+        previous: Assignment,
+        progress: ReplicaProgress | None,
+    ) -> tuple[Assignment, dict[HostInfo, Assignment]]:
+        """This instance's assignment (with restoring actives) and the whole cluster's."""
+        assert self._host is not None
+        self._check_stores(live)
+        computed = assign(
+            (heartbeat.member for heartbeat in live.values()),
+            self._stores,
+            self._standbys,
+            self._acceptable,
+        )
+        mine = self._restoring(computed.get(self._host, Assignment.empty()), previous, progress)
+        running = {
+            heartbeat.member.host: heartbeat.member.actives - heartbeat.restoring
+            for heartbeat in live.values()
+        }
+        cluster = {
+            host: mine if host == self._host else _as_reported(assignment, running.get(host))
+            for host, assignment in computed.items()
+        }
+        return mine, cluster
+
+    @staticmethod
+    def _restoring(
+        computed: Assignment, previous: Assignment, progress: ReplicaProgress | None
+    ) -> Assignment:
+        """An active restores from becoming active until the follower says it caught up."""
+        roles: dict[str, dict[int, PartitionRole]] = {}
+        for store, partition, role in computed.items():
+            if not role.is_active:
+                roles.setdefault(store, {})[partition] = STANDBY
+                continue
+            before = previous.role(store, partition)
+            running = before is not None and (
+                before.is_running_active
+                or (
+                    before.is_active
+                    and progress is not None
+                    and progress.caught_up(store, partition)
+                )
+            )
+            roles.setdefault(store, {})[partition] = ACTIVE if running else ACTIVE_RESTORING
+        return Assignment(roles)
+
+    def _check_stores(self, live: Mapping[str, Heartbeat]) -> None:
+        for member_id, heartbeat in live.items():
+            if heartbeat.stores != self._stores and member_id not in self._warned:
+                self._warned.add(member_id)
+                logger.warning(
+                    "member %s (%s) declares stores %s, this instance %s: instances of one "
+                    "application must declare the same stores, or they compute different "
+                    "assignments",
+                    member_id,
+                    heartbeat.member.host,
+                    dict(heartbeat.stores),
+                    self._stores,
+                )
+
+    def _report(self) -> Heartbeat:
+        """This instance's heartbeat: lags, actives and restoring actives (membership thread)."""
+        assert self._host is not None
+        with self._lock:
+            mine, progress = self._mine, self._progress
+        lags = {} if progress is None else dict(progress.lags())
+        actives = frozenset((s, p) for s, p, role in mine.items() if role.is_active)
+        restoring = frozenset((s, p) for s, p, role in mine.items() if role.restoring)
+        return Heartbeat(
+            Member(self._member_id, self._host, lags, actives), restoring, self._stores
+        )
+
+
+def _as_reported(assignment: Assignment, running: frozenset[StorePartition] | None) -> Assignment:
+    """Another instance's assignment: an active restores until its heartbeats say it runs."""
+    return Assignment(
+        {
+            store: {
+                partition: (
+                    ACTIVE_RESTORING
+                    if role.is_active and (store, partition) not in (running or frozenset())
+                    else role
+                )
+                for partition, role in roles.items()
+            }
+            for store, roles in assignment.roles.items()
+        }
+    )
