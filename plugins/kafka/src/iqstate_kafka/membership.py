@@ -430,6 +430,7 @@ class Membership:
                     )
                 self._settle(backlog, heartbeat, stamp)
                 self._receive(messages[index + 1 :])
+                self._publish()
                 return
         raise _unavailable(
             self._cluster, f"this member's first heartbeat on {self._topic} did not come back"
@@ -459,7 +460,6 @@ class Membership:
             age = (stamp - sent) / 1000
             if age <= self._timeout:
                 self._entries[member_id] = _Entry(heartbeat, observed - age)
-        self._publish()
 
     # -- the background thread ---------------------------------------------------------------
 
@@ -472,9 +472,10 @@ class Membership:
                     self._beat.clear()
                     next_beat = now + self._interval
                     self._send(self._member_id, encode(self._report()))
-                self._receive(self._consume(max(0.0, min(_POLL, next_beat - now))))
-                self._expire()
-                if self._publish():
+                messages = self._consume(max(0.0, min(_POLL, next_beat - now)))
+                self._receive(messages)
+                expired = self._expire()
+                if (messages or expired) and self._publish():
                     self._on_change(self.live())
             except Exception:
                 logger.exception("members topic: heartbeat loop failed; carrying on")
@@ -536,7 +537,8 @@ class Membership:
             self._timeout,
         )
 
-    def _expire(self) -> None:
+    def _expire(self) -> bool:
+        """Drop the members not heard from for the liveness timeout; True if any was."""
         now = time.monotonic()
         if self._clock.blind(now) and not self._blind_warned:
             self._blind_warned = True
@@ -547,16 +549,19 @@ class Membership:
                 len(self._entries),
             )
         observed = self._clock.read(now)
+        expired = False
         for member_id, entry in list(self._entries.items()):
             silent = observed - entry.received
             if member_id != self._member_id and silent > self._timeout:
                 del self._entries[member_id]
+                expired = True
                 logger.warning(
                     "members topic: member %s (%s) not heard from for %.1f s; dropped",
                     member_id,
                     entry.heartbeat.member.host,
                     silent,
                 )
+        return expired
 
     def _publish(self) -> bool:
         """Make the entries the live view; True if that changed it."""
