@@ -108,9 +108,9 @@ class Instances:
             acceptable_recovery_lag=100,
         )
         self.started.append(provider)
-        provider.start(host(port), stores)
-        if progress is not None:
+        if progress is not None:  # before start, as KafkaCluster.connect attaches the follower
             provider.attach_progress(progress)
+        provider.start(host(port), stores)
         return provider
 
     def child(self, port: int, partitions: int) -> subprocess.Popen[str]:
@@ -190,7 +190,8 @@ def test_instances_share_the_partitions_with_standbys_elsewhere(instances: Insta
 
 def test_an_active_restores_until_the_follower_says_it_caught_up(instances: Instances) -> None:
     progress = Progress()
-    provider = instances.start(7001, {"s": 2}, progress=progress)
+    provider = instances.start(7001, {"s": 2})
+    provider.attach_progress(progress)  # after start works as well as before
     announced: list[Assignment] = []
     provider.add_listener(announced.append)
     assert provider.assignment() == Assignment({"s": {0: ACTIVE_RESTORING, 1: ACTIVE_RESTORING}})

@@ -12,10 +12,10 @@ to the end offset seen then (`ReplicaProgress.caught_up`, announced through `on_
 then `ACTIVE` for as long as it stays active. Other instances' actives show as restoring in
 `cluster()` until their heartbeats say they run.
 
-**Before the follower attaches** (`attach_progress`), this instance reports no lags, so every
-replica it may hold counts as not caught up: the assignor treats it like a new instance. That
-errs on the safe side (an instance never wins an active by claiming warmth it has not shown)
-and lasts only until the follower attaches, right after `start()`.
+**Before the follower attaches** (`attach_progress`, before or after `start`), this instance
+reports no lags, so every replica it may hold counts as not caught up: the assignor treats it
+like a new instance. That errs on the safe side (an instance never wins an active by claiming
+warmth it has not shown) and lasts until the follower reports its first lags.
 
 **Threads.** Membership's thread heartbeats and reads the topic; changes (and caught-up
 replicas) wake this provider's own thread, which recomputes the assignment, keeps `cluster()`
@@ -127,7 +127,9 @@ class KafkaAssignment(AssignmentProvider):
         )
         membership.start()
         self._membership = membership
-        mine, cluster = self._compute(membership.live(), Assignment.empty(), None)
+        with self._lock:
+            progress = self._progress
+        mine, cluster = self._compute(membership.live(), Assignment.empty(), progress)
         with self._lock:
             self._mine = self._announced = mine
             self._cluster = cluster
