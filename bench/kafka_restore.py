@@ -10,7 +10,8 @@ follower, against a raw floor measured in the same run.
   from `start()` until every partition has committed the end of its changelog, i.e. opening
   the stores, reading, decoding, folding units, applying and committing data, offsets,
   position and fence per store commit.
-* floor: raw confluent-kafka consuming the same partitions with `consume(10_000, 1.0)` (asking
+* floor: raw confluent-kafka consuming the same partitions, with the follower's consumer
+  settings (`iqstate_kafka.follower.CONSUMER_DEFAULTS`), with `consume(10_000, 1.0)` (asking
   no more than remain), skipping the markers, and writing each call's records into one
   rocksdict `WriteBatch` per partition, one database per partition, through the WAL without
   fsync (as the stores commit). No decoding, no positions, no offsets kept.
@@ -47,6 +48,7 @@ from iqstate_kafka import (
     LocalBroker,
     ensure_changelog_topics,
 )
+from iqstate_kafka.follower import CONSUMER_DEFAULTS
 from iqstate_kafka.format import MARKER_KEY
 from rocksdict import Options, Rdict, WriteBatch
 from timing import calibration_line
@@ -134,7 +136,9 @@ def restore_floor(cluster: KafkaCluster, application_id: str, partitions: int, t
     state = Path(tempfile.mkdtemp(prefix="bench-floor-"))
     topic = f"{application_id}-{STORE}-changelog"
     consumer = Consumer(
-        cluster.client_settings(**{"group.id": "bench-floor", "enable.auto.commit": False})
+        cluster.client_settings(
+            CONSUMER_DEFAULTS, **{"group.id": "bench-floor", "enable.auto.commit": False}
+        )
     )
     try:
         start = time.perf_counter()
