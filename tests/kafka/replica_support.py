@@ -105,6 +105,25 @@ class StaticKafkaCluster:
         return assignment
 
 
+@dataclass
+class RecordingCluster:
+    """A `KafkaCluster` (the production path: Kafka assignment, writer, follower) that keeps
+    the connections it made, so tests can read their followers' counters."""
+
+    kafka: KafkaCluster
+    connections: list[KafkaConnection] = field(default_factory=list)
+
+    def connect(self, member: ClusterMember) -> KafkaConnection:
+        connection = self.kafka.connect(member)
+        self.connections.append(connection)
+        return connection
+
+    @property
+    def follower(self) -> Follower:
+        """The follower of the latest connection (the running application's)."""
+        return self.connections[-1].follower
+
+
 def declare_stores(app: Application) -> Application:
     """A RocksDB key-value store (3 partitions) and window store (2), int64 values."""
     app.key_value_store(KEY_VALUE, STORES[KEY_VALUE], engine="rocksdb", value_serde="int64")

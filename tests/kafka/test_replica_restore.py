@@ -13,21 +13,20 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 from iqstate_kafka import BatchWriter, Follower, KafkaCluster, ensure_changelog_topics
-from replica_support import StaticKafkaCluster, eventually, only_result
+from replica_support import RecordingCluster, eventually, only_result
 
 from iqstate import Application, KeyQuery, Position, StateQueryRequest, TopicPartition
-from iqstate.runtime import ACTIVE, Assignment, HostInfo, LagInfo
+from iqstate.runtime import ACTIVE, LagInfo
 
 STORE = "counts"
 PARTITIONS = 4
-HOST = HostInfo("replica.test", 7001)
-LAYOUT = {HOST: Assignment({STORE: dict.fromkeys(range(PARTITIONS), ACTIVE)})}
 
 Ends = dict[TopicPartition, int]
 
 
 class Instance:
-    """One application instance of id `application_id` over `state_dir`, restartable."""
+    """One application instance of id `application_id` over `state_dir`, restartable; the
+    only instance, so the active of every partition."""
 
     def __init__(self, cluster: KafkaCluster, application_id: str, state_dir: Path) -> None:
         self.cluster = cluster
@@ -36,9 +35,12 @@ class Instance:
         self.app = self._make()
 
     def _make(self) -> Application:
-        self.static = StaticKafkaCluster(self.cluster, LAYOUT)
+        self.recording = RecordingCluster(self.cluster)
         app = Application(
-            self.application_id, self.state_dir, application_server=str(HOST), cluster=self.static
+            self.application_id,
+            self.state_dir,
+            application_server="replica.test:7001",
+            cluster=self.recording,
         )
         app.key_value_store(STORE, PARTITIONS, engine="rocksdb", value_serde="int64")
         return app
@@ -46,13 +48,17 @@ class Instance:
     @contextmanager
     def running(self) -> Iterator[Follower]:
         """Start a fresh application on the state directory; yield its follower once every
-        partition caught up."""
+        partition caught up and runs as the active."""
         self.app = self._make()
         with self.app:
-            follower = self.static.follower
+            follower = self.recording.follower
+            running = {STORE: dict.fromkeys(range(PARTITIONS), ACTIVE)}
             eventually(
-                lambda: all(follower.caught_up(STORE, p) for p in range(PARTITIONS)),
-                "every partition caught up",
+                lambda: (
+                    all(follower.caught_up(STORE, p) for p in range(PARTITIONS))
+                    and self.app.roles() == running
+                ),
+                "every partition caught up and RUNNING",
                 within=120.0,
             )
             yield follower

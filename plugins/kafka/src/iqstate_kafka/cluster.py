@@ -14,7 +14,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from iqstate.runtime.cluster import ClusterMember
+    from iqstate_kafka.connection import KafkaConnection
 
 CLIENT_LOGGER = logging.getLogger("iqstate_kafka.client")
 """Where librdkafka's own log lines go (instead of stderr) unless `client_config` names one."""
@@ -50,6 +54,14 @@ class KafkaCluster:
     librdkafka settings for every client (e.g. `security.protocol`, `sasl.*`, `ssl.*`).
     `topic_config`: extra settings of created changelog topics (e.g. `min.insync.replicas`).
     `timeout`: seconds a request to the cluster may take before it counts as unreachable.
+    `heartbeat_interval`: seconds between an instance's heartbeats on the members topic.
+    `liveness_timeout`: seconds without a heartbeat after which an instance counts as dead
+    and its partitions move (at least three heartbeat intervals).
+    `acceptable_recovery_lag`: offsets a replica may lag behind its changelog and still count
+    as caught up, so it can become active without restoring first (Kafka Streams' default).
+
+    `Application(..., cluster=KafkaCluster(...))` runs in distributed mode: it calls
+    `connect` for its `KafkaConnection`.
     """
 
     bootstrap_servers: str
@@ -58,20 +70,26 @@ class KafkaCluster:
     client_config: Mapping[str, Any] = field(default_factory=dict, hash=False)
     topic_config: Mapping[str, str] = field(default_factory=dict, hash=False)
     timeout: float = 5.0
+    heartbeat_interval: float = 0.5
+    liveness_timeout: float = 3.0
+    acceptable_recovery_lag: int = 10_000
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bootstrap_servers", _servers(self.bootstrap_servers))
         rf = self.replication_factor
         if isinstance(rf, bool) or not isinstance(rf, int) or rf < 1:
             raise ValueError(f"replication_factor must be an int >= 1, got {rf!r}")
-        timeout = self.timeout
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not math.isfinite(timeout)
-            or timeout <= 0
-        ):
-            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        for name in ("timeout", "heartbeat_interval", "liveness_timeout"):
+            _check_seconds(name, getattr(self, name))
+        if self.liveness_timeout < 3 * self.heartbeat_interval:
+            raise ValueError(
+                f"liveness_timeout ({self.liveness_timeout!r} s) must be at least three "
+                f"heartbeat intervals ({self.heartbeat_interval!r} s): one late heartbeat must "
+                "not make an instance count as dead"
+            )
+        lag = self.acceptable_recovery_lag
+        if isinstance(lag, bool) or not isinstance(lag, int) or lag < 0:
+            raise ValueError(f"acceptable_recovery_lag must be an int >= 0 offsets, got {lag!r}")
         object.__setattr__(
             self, "client_config", _settings("client_config", self.client_config, OWNED_SETTINGS)
         )
@@ -93,6 +111,36 @@ class KafkaCluster:
         settings.update(self.client_config)
         settings.update(owned)
         return settings
+
+    def connect(self, member: ClusterMember) -> KafkaConnection:
+        """`member`'s link to this cluster (core's `Cluster`): the Kafka assignment provider,
+        a batch writer and a follower attached to the provider as the replicas' progress.
+        No I/O yet: the provider's `start` checks the topics and joins."""
+        from iqstate_kafka.assignment import KafkaAssignment
+        from iqstate_kafka.connection import KafkaConnection
+        from iqstate_kafka.follower import Follower
+
+        assignment = KafkaAssignment(
+            self,
+            member.application_id,
+            member.num_standby_replicas,
+            heartbeat_interval=self.heartbeat_interval,
+            liveness_timeout=self.liveness_timeout,
+            acceptable_recovery_lag=self.acceptable_recovery_lag,
+        )
+        follower = Follower(self)
+        assignment.attach_progress(follower)
+        return KafkaConnection(self, member, assignment, follower)
+
+
+def _check_seconds(name: str, value: object) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
 
 
 def _servers(value: object) -> str:
