@@ -22,7 +22,7 @@ from iqstate.persistent import Commit, Pair, PersistentKeyValueStore, StoredStat
 from iqstate.persistent_window import PersistentWindowStore
 from iqstate.position import TopicPartition
 from iqstate.runtime.lock import DirectoryLock
-from iqstate.store_handlers import key_value_handlers, window_handlers
+from iqstate.sealing import FORMAT, seal, unseal
 from iqstate_sqlite.database import (
     CLOSED,
     OFFSET_PREFIX,
@@ -35,7 +35,6 @@ from iqstate_sqlite.database import (
     sqlite_error,
 )
 from iqstate_sqlite.options import SQLiteSettings, check_config
-from iqstate_sqlite.sealing import FORMAT, seal, unseal
 
 FORMAT_NAME = "format"
 
@@ -295,8 +294,5 @@ def iqstate_register_engines(register: Any) -> None:
 
 @hookimpl
 def iqstate_register_query_handlers(register: Any) -> None:
-    for query_type, handler in key_value_handlers().items():
-        register(query_type, SQLiteKeyValueStore.kind, handler)
-    for query_type, handler in window_handlers().items():
-        register(query_type, SQLiteWindowStore.kind, handler)
+    # The built-in queries come through the store interfaces; only its own query here.
     register(StorageStatsQuery, SQLiteKeyValueStore.kind, answer_storage_stats)

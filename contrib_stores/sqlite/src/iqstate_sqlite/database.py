@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from iqstate.errors import CorruptStateError
-from iqstate_sqlite.sealing import FORMAT, seal
+from iqstate.sealing import FORMAT, seal
 
 DATABASE_FILE = "store.db"
 STAGING_SUFFIX = ".new-"

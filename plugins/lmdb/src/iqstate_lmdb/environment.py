@@ -24,7 +24,7 @@ import lmdb
 
 from iqstate.errors import CorruptStateError
 from iqstate.persistent import CLOSED, STATUS_KEY
-from iqstate_lmdb.sealing import FORMAT, FORMAT_KEY, seal
+from iqstate.sealing import FORMAT, FORMAT_KEY, seal
 
 DATA_DB, OFFSETS_DB = b"data", b"offsets"
 DATA_FILE = "data.mdb"

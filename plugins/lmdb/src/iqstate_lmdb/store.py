@@ -36,6 +36,7 @@ from iqstate.persistent import (
 )
 from iqstate.persistent_window import PersistentWindowStore
 from iqstate.runtime.lock import DirectoryLock
+from iqstate.sealing import FORMAT, FORMAT_KEY, RESIDUE, seal, unseal
 from iqstate_lmdb.environment import (
     DATA_DB,
     OFFSETS_DB,
@@ -45,7 +46,6 @@ from iqstate_lmdb.environment import (
     open_environment,
 )
 from iqstate_lmdb.options import LMDBSettings
-from iqstate_lmdb.sealing import FORMAT, FORMAT_KEY, RESIDUE, seal, unseal
 
 T = TypeVar("T")
 

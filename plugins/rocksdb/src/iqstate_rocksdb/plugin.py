@@ -6,7 +6,6 @@ from typing import Any
 
 from iqstate.engine import Engine
 from iqstate.hookspecs import hookimpl
-from iqstate.store_handlers import key_value_handlers, window_handlers
 from iqstate_rocksdb.options import check_config
 from iqstate_rocksdb.store import RocksDBKeyValueStore, RocksDBWindowStore
 
@@ -23,11 +22,3 @@ ROCKSDB_ENGINE = Engine(
 @hookimpl
 def iqstate_register_engines(register: Any) -> None:
     register(ROCKSDB_ENGINE)
-
-
-@hookimpl
-def iqstate_register_query_handlers(register: Any) -> None:
-    for query_type, handler in key_value_handlers().items():
-        register(query_type, RocksDBKeyValueStore.kind, handler)
-    for query_type, handler in window_handlers().items():
-        register(query_type, RocksDBWindowStore.kind, handler)

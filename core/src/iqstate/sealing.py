@@ -1,5 +1,5 @@
-"""A checksum on every stored value: SQLite keeps no checksums of its pages, and damage would
-otherwise be served as a successful answer.
+"""A checksum on every stored value, for engines whose storage keeps none of its own (LMDB,
+SQLite): a damaged page would otherwise be served as a successful answer.
 
 Each value is stored followed by the CRC-32 of its key and value (4 bytes, little-endian),
 so damage to either is found when the record is read. With the CRC appended that way, the
