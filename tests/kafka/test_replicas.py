@@ -6,6 +6,7 @@ stores behave as on one machine; records that do not decode are skipped and coun
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -196,3 +197,34 @@ def test_records_that_do_not_decode_are_skipped_counted_and_logged(
         f"changelog record at {undecodable.topic} partition 0 offset 1",
         f"changelog record at {short_window_key.topic} partition 1 offset 0",
     }
+
+
+def test_closing_does_not_wait_for_a_caught_up_listener(
+    cluster: KafkaCluster, tmp_path: Path, unique_name: Callable[[str], str]
+) -> None:
+    """A listener may wait for the application that is closing (an assignment provider
+    re-installing roles): close returns anyway, and the follower ends once the listener does."""
+    entered, release = threading.Event(), threading.Event()
+
+    def blocking(key: tuple[str, int]) -> None:
+        entered.set()
+        release.wait(60)
+
+    static = StaticKafkaCluster(cluster, {HOST_A: Assignment({KEY_VALUE: {0: ACTIVE}})})
+    static.caught_up.append(blocking)
+    app = declare_stores(
+        Application(unique_name("app"), tmp_path, application_server=str(HOST_A), cluster=static)
+    )
+    app.start()
+    eventually(entered.is_set, "the listener called")
+    closer = threading.Thread(target=app.close)
+    closer.start()
+    closer.join(30)
+    try:
+        assert not closer.is_alive(), "close() waited for the blocked listener"
+    finally:
+        release.set()
+    eventually(
+        lambda: not any(thread.name == "iqstate-follower" for thread in threading.enumerate()),
+        "the follower's thread ended after the listener returned",
+    )
