@@ -369,6 +369,8 @@ class Follower:
             )
             hosted.rebuild()
             committed = None
+            with self._lock:
+                self._offsets[key].rebuilt()
         reader.assign(
             followed.changelog, committed if committed is not None else watermarks.earliest
         )
@@ -471,7 +473,7 @@ class Follower:
         followed.hosted.rebuild()
         followed.assigned = False  # the reader dropped it; the next loop assigns it again
         with self._lock:
-            self._offsets[key].committed_to(None)
+            self._offsets[key].rebuilt()
 
     def _count_skipped(self, reader: ChangelogReader) -> None:
         counts = dict(self._skipped_before)

@@ -30,7 +30,7 @@ class ReplicaOffsets:
     """The end offset seen when the replica became active (`None`: not active, or not
     seen yet)."""
     reached: bool = False
-    """The active replica reached its target (announced once per activation)."""
+    """The active replica reached its target (announced once per activation or rebuild)."""
 
     @property
     def next_offset(self) -> int | None:
@@ -67,13 +67,19 @@ class ReplicaOffsets:
             self.target = watermarks.end
 
     def committed_to(self, offset: int | None) -> None:
-        """The replica committed `offset` (`None`: it was rebuilt and holds nothing)."""
+        """The replica committed `offset` (`None`: nothing yet)."""
         self.committed = offset
         if offset is not None and (self.end is None or offset > self.end):
             self.end = offset
 
+    def rebuilt(self) -> None:
+        """The replica was emptied to be rebuilt: an active waits for a new target."""
+        self.committed = None
+        self.target = None
+        self.reached = False
+
     def reaches_target(self) -> bool:
-        """True exactly once per activation: when the active replica reaches its target."""
+        """True once per activation (or rebuild): when the active replica reaches its target."""
         position = self.next_offset
         if self.reached or self.target is None or position is None or position < self.target:
             return False
