@@ -1,0 +1,258 @@
+"""Three serving instances on a real broker: roles, standbys, bounds, failover, rejoin.
+
+Instance A runs in the test process (it also writes the batches, through `begin_batch`);
+B and C are `iqstate serve --cluster ...` processes. Everything a user checks goes through
+the HTTP API and the routing `RemoteQueryClient`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from iqstate_http import RemoteQueryClient, start_background
+from iqstate_kafka import KafkaCluster
+
+from iqstate import (
+    Application,
+    FailureReason,
+    KeyQuery,
+    Position,
+    RangeQuery,
+    StateQueryRequest,
+)
+
+PARTITIONS = 8
+STORE = f"counts:key_value:{PARTITIONS},engine=rocksdb,value_serde=int64"
+KEYS = [f"word-{i}" for i in range(64)]
+ACCEPTABLE_LAG = 10_000
+"""Readers accept standbys this far behind: they answer when an active cannot (KIP-535)."""
+FAILOVER_TIMEOUT = 30.0  # generous for a loaded 2-core machine; the bench measures the time
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class Instance:
+    """A serving instance in its own process, started with `iqstate serve --cluster`."""
+
+    def __init__(self, bootstrap: str, app_id: str, state_dir: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._command = [
+            sys.executable, "-m", "iqstate.cli", "serve",
+            "--cluster", bootstrap, "--app-id", app_id,
+            "--application-server", f"127.0.0.1:{self.port}",
+            "--state-dir", str(state_dir), "--standbys", "1", "--store", STORE,
+        ]  # fmt: skip
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            self._command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    def kill(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def roles(url: str) -> list[dict[str, Any]]:
+    """An instance's hosted partitions and their roles; empty while it does not answer."""
+    try:
+        return list(httpx.get(url + "/v1/partitions", timeout=2).json())
+    except (httpx.HTTPError, ValueError):
+        return []
+
+
+def layout(urls: list[str]) -> dict[int, dict[str, list[str]]]:
+    """Per partition, which instances hold it in which role (RUNNING, RESTORING, STANDBY)."""
+    found: dict[int, dict[str, list[str]]] = {p: {} for p in range(PARTITIONS)}
+    for url in urls:
+        for entry in roles(url):
+            found[entry["partition"]].setdefault(entry["role"], []).append(url)
+    return found
+
+
+def settled(urls: list[str]) -> bool:
+    """Every partition has one RUNNING active and one standby on another instance."""
+    for holders in layout(urls).values():
+        running, standbys = holders.get("RUNNING", []), holders.get("STANDBY", [])
+        if len(running) != 1 or len(standbys) != 1 or running == standbys:
+            return False
+    return True
+
+
+def every_partition_served(urls: list[str]) -> bool:
+    return all(holders.get("RUNNING") for holders in layout(urls).values())
+
+
+@pytest.fixture
+def instance_a(
+    kafka_broker: Any, unique_name: Callable[[str], str], tmp_path: Path
+) -> Iterator[tuple[Application, str]]:
+    app_id = unique_name("failover")
+    port = free_port()
+    app = Application(
+        app_id,
+        tmp_path / "a",
+        application_server=f"127.0.0.1:{port}",
+        num_standby_replicas=1,
+        cluster=KafkaCluster(kafka_broker.bootstrap_servers),
+    )
+    app.key_value_store("counts", PARTITIONS, engine="rocksdb", value_serde="int64")
+    app.start()
+    server = start_background(app, port=port)
+    yield app, f"http://127.0.0.1:{port}"
+    server.stop()
+    app.close()
+
+
+@pytest.mark.iqstate_slow
+def test_three_instances_fail_over_and_rejoin(
+    kafka_broker: Any, instance_a: tuple[Application, str], tmp_path: Path
+) -> None:
+    app, url_a = instance_a
+    others = [
+        Instance(kafka_broker.bootstrap_servers, app.application_id, tmp_path / name)
+        for name in ("b", "c")
+    ]
+    urls = [url_a, *(other.url for other in others)]
+    try:
+        for other in others:
+            other.start()
+        wait_for("three instances with one RUNNING active and one standby per partition",
+                 lambda: settled(urls), timeout=120)  # fmt: skip
+
+        for batch_id in range(1, 6):
+            with app.begin_batch(position={"events": {0: batch_id}}, batch_id=batch_id) as batch:
+                batch.put_all("counts", [(key, batch_id) for key in KEYS])
+        last = Position.from_map({"events": {0: 5}})
+
+        # Each partition's standby reaches the batch's position bound.
+        for partition, holders in layout(urls).items():
+            standby = holders["STANDBY"][0]
+            wait_for(
+                f"partition {partition}'s standby to reach the bound",
+                lambda partition=partition, standby=standby: _answers_at(standby, partition, last),
+            )
+            refused = _post_query(standby, partition, last, require_active=True)
+            assert refused.get("failure") == FailureReason.NOT_ACTIVE.name, refused
+
+        # Metadata on every instance agrees with where partitions really are.
+        for url in urls:
+            metadata = httpx.get(url + "/v1/metadata", timeout=5).json()
+            for instance in metadata:
+                host = f"http://{instance['host']}:{instance['port']}"
+                for partition in instance["active"].get("counts", []):
+                    answer = _post_query(host, partition, last, require_active=True)
+                    assert answer["ok"], (url, host, partition, answer)
+
+        client = RemoteQueryClient(url_a)
+        session = client.session()
+        positions: list[Position] = []
+
+        def read_everything() -> None:
+            request = StateQueryRequest.in_store("counts").with_query(RangeQuery.with_no_bounds())
+            result = session.query(request, acceptable_lag=ACCEPTABLE_LAG)
+            for partition, answer in result.partition_results.items():
+                if answer.is_failure:
+                    assert answer.failure_reason in (
+                        FailureReason.NOT_PRESENT,
+                        FailureReason.NOT_ACTIVE,
+                    ), (partition, answer)
+                else:
+                    with answer.result as pairs:
+                        assert {value for _, value in pairs} <= {5}
+            positions.append(result.position)
+
+        read_everything()
+        killed = others[1]
+        killed.kill()
+        survivors = urls[:2]
+        deadline = time.monotonic() + FAILOVER_TIMEOUT
+        while not every_partition_served(survivors):
+            read_everything()  # answered by standbys or failed per partition, never raises
+            assert time.monotonic() < deadline, f"no failover within {FAILOVER_TIMEOUT} s"
+        read_everything()
+        assert all(later.dominates(earlier) for earlier, later in itertools.pairwise(positions)), (
+            "a monotonic session never reads backwards"
+        )
+
+        # Restart it: it warms up and rejoins without any partition going unserved: every
+        # read through the routing client is answered for every partition meanwhile.
+        killed.start()
+        rejoined = time.monotonic() + 120
+        while not (settled(urls) and any(r["role"] == "RUNNING" for r in roles(killed.url))):
+            request = StateQueryRequest.in_store("counts").with_query(RangeQuery.with_no_bounds())
+            answers = session.query(request, acceptable_lag=ACCEPTABLE_LAG).partition_results
+            unserved = sorted(
+                (p, answer.failure_reason.name, answer.failure_message[:160])
+                for p, answer in answers.items()
+                if answer.is_failure
+            )
+            assert len(answers) == PARTITIONS and not unserved, f"unserved: {unserved}"
+            assert time.monotonic() < rejoined, "the restarted instance did not rejoin"
+            time.sleep(0.2)
+        for key in KEYS[:8]:
+            found = client.query(
+                StateQueryRequest.in_store("counts").with_query(KeyQuery.with_key(key))
+            ).only_partition_result()
+            assert found is not None and found.result == 5
+        client.close()
+    finally:
+        for other in others:
+            other.stop()
+
+
+def _post_query(
+    url: str, partition: int, bound: Position, require_active: bool = False
+) -> dict[str, Any]:
+    body = {
+        "store": "counts",
+        "query": {"type": "range"},
+        "partitions": [partition],
+        "bound": bound.to_map(),
+        "require_active": require_active,
+    }
+    answer = httpx.post(url + "/v1/query", json=body, timeout=5).json()
+    result: dict[str, Any] = answer["partitions"][str(partition)]
+    return result
+
+
+def _answers_at(url: str, partition: int, bound: Position) -> bool:
+    try:
+        return bool(_post_query(url, partition, bound)["ok"])
+    except (httpx.HTTPError, KeyError, ValueError):
+        return False
