@@ -96,13 +96,17 @@ def instance(cluster: KafkaCluster, tmp_path: Path, unique_name: Callable[[str],
     return Instance(cluster, application_id, tmp_path / "state")
 
 
-def assert_at_end(instance: Instance, ends: Ends, rebuilt: bool = False) -> None:
-    """Every partition committed the end of its changelog (`ends`, from the writer)."""
+def _at_end(instance: Instance, ends: Ends, rebuilt: bool = False) -> bool:
     topic = f"{instance.application_id}-{STORE}-changelog"
-    assert instance.lags() == {
+    return instance.lags() == {
         p: LagInfo(ends[TopicPartition(topic, p)], ends[TopicPartition(topic, p)], rebuilt)
         for p in range(PARTITIONS)
     }
+
+
+def assert_at_end(instance: Instance, ends: Ends, rebuilt: bool = False) -> None:
+    """Every partition committed the end of its changelog (`ends`, from the writer)."""
+    assert _at_end(instance, ends, rebuilt), instance.lags()
 
 
 def test_a_restarted_replica_applies_exactly_what_was_written_while_it_was_down(
@@ -201,4 +205,4 @@ def test_a_changelog_recreated_while_following_means_a_rebuild(instance: Instanc
         assert instance.value("old-5") is None
         eventually(lambda: all(lag.rebuilt for lag in instance.lags().values()), "rebuilt")
         assert follower.applied_records == 101
-        assert_at_end(instance, ends, rebuilt=True)
+        eventually(lambda: _at_end(instance, ends, rebuilt=True), "every partition at the end")
