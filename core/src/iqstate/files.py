@@ -1,10 +1,15 @@
-"""Replacing a small file so that a crash or power loss leaves the old or the new content."""
+"""Files and directories that a crash or power loss leaves whole: the old or the new
+content of a small file, and a store's directory that exists only once complete."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+
+STAGING_SUFFIX = ".new-"
 
 
 def replace_atomically(path: Path, text: str) -> None:
@@ -20,8 +25,29 @@ def replace_atomically(path: Path, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    directory = os.open(path.parent, os.O_RDONLY)
+    fsync_directory(path.parent)
+
+
+def create_directory_whole(path: Path, build: Callable[[Path], None]) -> None:
+    """Create the directory `path` with `build(staging)` in a staging directory beside it,
+    then rename it into place and fsync the parent: an existing `path` is always complete,
+    so an engine can open it without the right to create a new, empty store.
+
+    Staging directories left by a creation a crash interrupted are removed first: they
+    were never renamed into place, so they never held committed data."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in path.parent.glob(path.name + STAGING_SUFFIX + "*"):
+        shutil.rmtree(leftover)
+    staging = Path(tempfile.mkdtemp(prefix=path.name + STAGING_SUFFIX, dir=path.parent))
+    build(staging)
+    staging.rename(path)
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make the entries of `directory` (a rename into it) survive power loss."""
+    handle = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(directory)
+        os.fsync(handle)
     finally:
-        os.close(directory)
+        os.close(handle)

@@ -44,6 +44,12 @@ class UncleanShutdownError(IqstateError):
 
 
 STATUS_KEY = b"status"
+UNTRUSTED_REMEDY = (
+    "Its committed data cannot be trusted as it is. Restore the directory from a backup; "
+    "a store with a changelog is rebuilt from it at the next start; otherwise move the "
+    "directory away and replay the pipeline's batches into the empty partition"
+)
+"""What an engine's `CorruptStateError` tells the operator to do with a damaged store."""
 POSITION_KEY = b"position"
 OPEN, CLOSED = b"\x01", b"\x00"
 """Reserved keys and status values of an offsets key space laid out as Kafka's RocksDB

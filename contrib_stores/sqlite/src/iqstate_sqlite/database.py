@@ -8,29 +8,22 @@ complete database, opened without the right to create one: a deleted or emptied
 
 from __future__ import annotations
 
-import os
-import shutil
 import sqlite3
-import tempfile
 from pathlib import Path
 
 from iqstate.errors import CorruptStateError
+from iqstate.files import create_directory_whole
+from iqstate.persistent import UNTRUSTED_REMEDY
 from iqstate.sealing import FORMAT, seal
 
 DATABASE_FILE = "store.db"
-STAGING_SUFFIX = ".new-"
 STATUS, POSITION, OFFSET_PREFIX = "status", "position", "offset:"
 OPEN, CLOSED = b"\x01", b"\x00"
-REMEDY = (
-    "Its committed data cannot be trusted as it is. Restore the directory from a backup; "
-    "a store with a changelog is rebuilt from it at the next start; otherwise move the "
-    "directory away and replay the pipeline's batches into the empty partition"
-)
 
 
 def damaged(path: Path, what: str) -> CorruptStateError:
     """The error for a database iqstate must not trust: `what` says why."""
-    return CorruptStateError(f"SQLite store {path} {what}. {REMEDY}")
+    return CorruptStateError(f"SQLite store {path} {what}. {UNTRUSTED_REMEDY}")
 
 
 def sqlite_error(path: Path, error: sqlite3.Error) -> CorruptStateError:
@@ -40,12 +33,11 @@ def sqlite_error(path: Path, error: sqlite3.Error) -> CorruptStateError:
 
 def create_database(path: Path) -> None:
     """Create the database in `path` unless the directory exists (then it is kept)."""
-    if path.exists():
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for leftover in path.parent.glob(path.name + STAGING_SUFFIX + "*"):
-        shutil.rmtree(leftover)  # a creation interrupted before its rename: never committed
-    staging = Path(tempfile.mkdtemp(prefix=path.name + STAGING_SUFFIX, dir=path.parent))
+    if not path.exists():
+        create_directory_whole(path, _build)
+
+
+def _build(staging: Path) -> None:
     db = sqlite3.connect(staging / DATABASE_FILE, isolation_level=None)
     try:
         db.execute("PRAGMA journal_mode=WAL")
@@ -56,12 +48,6 @@ def create_database(path: Path) -> None:
         db.execute("INSERT INTO meta VALUES (?, ?)", ("format", FORMAT))
     finally:
         db.close()
-    staging.rename(path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def open_database(path: Path, *, sync: bool) -> sqlite3.Connection:

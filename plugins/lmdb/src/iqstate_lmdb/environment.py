@@ -14,31 +14,23 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import lmdb
 
 from iqstate.errors import CorruptStateError
-from iqstate.persistent import CLOSED, STATUS_KEY
+from iqstate.files import create_directory_whole
+from iqstate.persistent import CLOSED, STATUS_KEY, UNTRUSTED_REMEDY
 from iqstate.sealing import FORMAT, FORMAT_KEY, seal
 
 DATA_DB, OFFSETS_DB = b"data", b"offsets"
 DATA_FILE = "data.mdb"
-STAGING_SUFFIX = ".new-"
-REMEDY = (
-    "Its committed data cannot be trusted as it is. Restore the directory from a backup; "
-    "a store with a changelog is rebuilt from it at the next start; otherwise move the "
-    "directory away and replay the pipeline's batches into the empty partition"
-)
 
 
 def damaged(path: Path, what: str) -> CorruptStateError:
     """The error for an environment iqstate must not trust: `what` says why."""
-    return CorruptStateError(f"LMDB environment {path} {what}. {REMEDY}")
+    return CorruptStateError(f"LMDB environment {path} {what}. {UNTRUSTED_REMEDY}")
 
 
 def lmdb_error(path: Path, error: lmdb.Error) -> CorruptStateError:
@@ -94,22 +86,16 @@ def _open(path: Path, *, map_size: int, max_readers: int, sync: bool) -> Any:
 
 def _create(path: Path, *, map_size: int, max_readers: int) -> None:
     """Build a new environment beside `path` and rename it into place once complete."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for leftover in path.parent.glob(path.name + STAGING_SUFFIX + "*"):
-        shutil.rmtree(leftover)  # a creation interrupted before its rename: never committed
-    staging = Path(tempfile.mkdtemp(prefix=path.name + STAGING_SUFFIX, dir=path.parent))
-    env = _open(staging, map_size=map_size, max_readers=max_readers, sync=True)
-    try:
-        env.open_db(DATA_DB)
-        offsets = env.open_db(OFFSETS_DB)
-        with env.begin(write=True) as txn:
-            txn.put(STATUS_KEY, seal(STATUS_KEY, CLOSED), db=offsets)
-            txn.put(FORMAT_KEY, FORMAT, db=offsets)
-    finally:
-        env.close()
-    staging.rename(path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+
+    def build(staging: Path) -> None:
+        env = _open(staging, map_size=map_size, max_readers=max_readers, sync=True)
+        try:
+            env.open_db(DATA_DB)
+            offsets = env.open_db(OFFSETS_DB)
+            with env.begin(write=True) as txn:
+                txn.put(STATUS_KEY, seal(STATUS_KEY, CLOSED), db=offsets)
+                txn.put(FORMAT_KEY, FORMAT, db=offsets)
+        finally:
+            env.close()
+
+    create_directory_whole(path, build)

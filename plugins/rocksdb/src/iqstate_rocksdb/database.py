@@ -13,20 +13,17 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from rocksdict import AccessType, Rdict, ReadOptions, WriteBatch
 
+from iqstate.files import create_directory_whole
 from iqstate.persistent import CLOSED, STATUS_KEY
 from iqstate_rocksdb.errors import damaged, database_error
 from iqstate_rocksdb.options import RocksDBSettings, write_options
 
 OFFSETS_CF = "offsets"
-STAGING_SUFFIX = ".new-"
 
 Pair = tuple[bytes, bytes]
 
@@ -113,22 +110,17 @@ def _open(path: Path, settings: RocksDBSettings, *, create: bool, **access: Any)
 
 def _create(path: Path, settings: RocksDBSettings) -> None:
     """Build a new database beside `path` and rename it into place once complete."""
-    for leftover in path.parent.glob(path.name + STAGING_SUFFIX + "*"):
-        shutil.rmtree(leftover)  # a creation interrupted before its rename: never committed
-    staging = Path(tempfile.mkdtemp(prefix=path.name + STAGING_SUFFIX, dir=path.parent))
-    db = _open(staging, settings, create=True)
-    try:
-        mark = WriteBatch(raw_mode=True)
-        mark.put(STATUS_KEY, CLOSED, db.get_column_family_handle(OFFSETS_CF))
-        db.write(mark, write_options(sync=True))
-    finally:
-        db.close()
-    staging.rename(path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+
+    def build(staging: Path) -> None:
+        db = _open(staging, settings, create=True)
+        try:
+            mark = WriteBatch(raw_mode=True)
+            mark.put(STATUS_KEY, CLOSED, db.get_column_family_handle(OFFSETS_CF))
+            db.write(mark, write_options(sync=True))
+        finally:
+            db.close()
+
+    create_directory_whole(path, build)
 
 
 def _inspect(path: Path, settings: RocksDBSettings) -> None:

@@ -10,12 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from iqstate.errors import CorruptStateError, IqstateError, StateDirectoryLockedError
-
-REMEDY = (
-    "Its committed data cannot be trusted as it is. Restore the directory from a backup; "
-    "a store with a changelog is rebuilt from it at the next start; otherwise move the "
-    "directory away and replay the pipeline's batches into the empty partition"
-)
+from iqstate.persistent import UNTRUSTED_REMEDY
 
 
 def database_error(path: Path, error: Exception) -> IqstateError:
@@ -26,9 +21,11 @@ def database_error(path: Path, error: Exception) -> IqstateError:
             f"RocksDB database {path} is locked by another process or open handle: {message}"
         )
     detail = " ".join(message.split()).rstrip(".")
-    return CorruptStateError(f"RocksDB database {path} cannot be read: {detail}. {REMEDY}")
+    return CorruptStateError(
+        f"RocksDB database {path} cannot be read: {detail}. {UNTRUSTED_REMEDY}"
+    )
 
 
 def damaged(path: Path, what: str) -> CorruptStateError:
     """A database RocksDB opens but iqstate must not trust: `what` says why."""
-    return CorruptStateError(f"RocksDB database {path} {what}. {REMEDY}")
+    return CorruptStateError(f"RocksDB database {path} {what}. {UNTRUSTED_REMEDY}")
