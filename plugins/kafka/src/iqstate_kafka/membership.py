@@ -57,12 +57,13 @@ from confluent_kafka import (
     Producer,
 )
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from iqstate.runtime.metadata import HostInfo
 from iqstate_kafka.assignor import Member, StorePartition
 from iqstate_kafka.cluster import KafkaCluster
-from iqstate_kafka.errors import BrokerUnavailableError, ClusterError
+from iqstate_kafka.errors import ClusterError
+from iqstate_kafka.topics import await_topics, cluster_metadata, unavailable
 
 logger = logging.getLogger("iqstate_kafka.membership")
 
@@ -182,10 +183,10 @@ def ensure_members_topic(cluster: KafkaCluster, application_id: str) -> str:
     """
     topic = members_topic(application_id)
     admin = AdminClient(cluster.client_settings(CLIENT_DEFAULTS))
-    metadata = _metadata(admin, cluster)
+    metadata = cluster_metadata(admin, cluster)
     if topic not in metadata.topics:
         _create(admin, cluster, topic)
-        metadata = _visible(admin, cluster, topic)
+        metadata = await_topics(admin, cluster, [topic])
     problems = []
     partitions = len(metadata.topics[topic].partitions)
     if partitions != 1:
@@ -202,21 +203,6 @@ def ensure_members_topic(cluster: KafkaCluster, application_id: str) -> str:
     return topic
 
 
-def _metadata(admin: AdminClient, cluster: KafkaCluster) -> ClusterMetadata:
-    try:
-        return admin.list_topics(timeout=cluster.timeout)
-    except KafkaException as exc:
-        raise _unavailable(cluster, exc) from exc
-
-
-def _unavailable(cluster: KafkaCluster, cause: object) -> BrokerUnavailableError:
-    return BrokerUnavailableError(
-        f"Kafka at {cluster.bootstrap_servers} did not answer within {cluster.timeout:g} s "
-        f"({cause}); check bootstrap_servers, that the brokers run, and the security settings "
-        "in client_config"
-    )
-
-
 def _create(admin: AdminClient, cluster: KafkaCluster, topic: str) -> None:
     config = {**TOPIC_SETTINGS, **cluster.topic_config, **OWNED_TOPIC_SETTINGS}
     new = NewTopic(topic, 1, cluster.replication_factor, config=config)
@@ -226,29 +212,17 @@ def _create(admin: AdminClient, cluster: KafkaCluster, topic: str) -> None:
     try:
         future.result(timeout=cluster.timeout)
     except concurrent.futures.TimeoutError as exc:
-        raise _unavailable(cluster, "creating the members topic timed out") from exc
+        raise unavailable(cluster, "creating the members topic timed out") from exc
     except KafkaException as exc:
         error: KafkaError = exc.args[0]
         if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return  # another member created it meanwhile
         if error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
-            raise _unavailable(cluster, error.str()) from exc
+            raise unavailable(cluster, error.str()) from exc
         raise MembersTopicError(
             f"could not create members topic {topic!r} (1 partition, replication factor "
             f"{cluster.replication_factor}): {error.str()}"
         ) from exc
-
-
-def _visible(admin: AdminClient, cluster: KafkaCluster, topic: str) -> ClusterMetadata:
-    """Metadata once it shows the created topic: a broker learns of it a moment later."""
-    deadline = time.monotonic() + cluster.timeout
-    while True:
-        metadata = _metadata(admin, cluster)
-        if topic in metadata.topics and metadata.topics[topic].error is None:
-            return metadata
-        if time.monotonic() >= deadline:
-            raise _unavailable(cluster, f"the created topic {topic} did not appear")
-        time.sleep(0.05)
 
 
 def _settings(
@@ -259,7 +233,7 @@ def _settings(
     try:
         entries = future.result(timeout=cluster.timeout)
     except concurrent.futures.TimeoutError as exc:
-        raise _unavailable(cluster, "describing the members topic timed out") from exc
+        raise unavailable(cluster, "describing the members topic timed out") from exc
     except KafkaException as exc:
         raise MembersTopicError(
             f"could not read the configuration of members topic {topic!r}: {exc.args[0].str()}"
@@ -432,7 +406,7 @@ class Membership:
                 self._receive(messages[index + 1 :])
                 self._publish()
                 return
-        raise _unavailable(
+        raise unavailable(
             self._cluster, f"this member's first heartbeat on {self._topic} did not come back"
         )
 

@@ -56,11 +56,11 @@ def ensure_changelog_topics(
     """
     topics = changelog_topics(application_id, stores)
     admin = AdminClient(cluster.client_settings())
-    existing = _metadata(admin, cluster)
+    existing = cluster_metadata(admin, cluster)
     missing = [store for store, topic in topics.items() if topic not in existing.topics]
     if missing:
         _create(admin, cluster, {topics[store]: stores[store] for store in missing})
-        existing = _created(admin, cluster, [topics[store] for store in missing])
+        existing = await_topics(admin, cluster, [topics[store] for store in missing])
     problems = []
     for store, topic in topics.items():
         found = existing.topics[topic]
@@ -84,28 +84,30 @@ def ensure_changelog_topics(
     return topics
 
 
-def _metadata(admin: AdminClient, cluster: KafkaCluster) -> ClusterMetadata:
+def cluster_metadata(admin: AdminClient, cluster: KafkaCluster) -> ClusterMetadata:
+    """The cluster's topic metadata; `BrokerUnavailableError` when it does not answer."""
     try:
         return admin.list_topics(timeout=cluster.timeout)
     except KafkaException as exc:
-        raise _unavailable(cluster, exc) from exc
+        raise unavailable(cluster, exc) from exc
 
 
-def _created(admin: AdminClient, cluster: KafkaCluster, topics: list[str]) -> ClusterMetadata:
+def await_topics(admin: AdminClient, cluster: KafkaCluster, topics: list[str]) -> ClusterMetadata:
     """Metadata once it shows every created topic: a broker learns of them a moment later."""
     deadline = time.monotonic() + cluster.timeout
     while True:
-        metadata = _metadata(admin, cluster)
+        metadata = cluster_metadata(admin, cluster)
         if all(
             topic in metadata.topics and metadata.topics[topic].error is None for topic in topics
         ):
             return metadata
         if time.monotonic() >= deadline:
-            raise _unavailable(cluster, f"created topics did not appear: {', '.join(topics)}")
+            raise unavailable(cluster, f"created topics did not appear: {', '.join(topics)}")
         time.sleep(0.05)
 
 
-def _unavailable(cluster: KafkaCluster, cause: object) -> BrokerUnavailableError:
+def unavailable(cluster: KafkaCluster, cause: object) -> BrokerUnavailableError:
+    """The error for a cluster that did not answer, with what to check."""
     return BrokerUnavailableError(
         f"Kafka at {cluster.bootstrap_servers} did not answer within {cluster.timeout:g} s "
         f"({cause}); check bootstrap_servers, that the brokers run, and the security settings "
@@ -127,13 +129,13 @@ def _create(admin: AdminClient, cluster: KafkaCluster, topics: Mapping[str, int]
         try:
             future.result(timeout=cluster.timeout)
         except concurrent.futures.TimeoutError as exc:
-            raise _unavailable(cluster, "creating topics timed out") from exc
+            raise unavailable(cluster, "creating topics timed out") from exc
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue  # another instance created it meanwhile; it is checked like any other
             if error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
-                raise _unavailable(cluster, error.str()) from exc
+                raise unavailable(cluster, error.str()) from exc
             problems.append(
                 f"could not create changelog topic {topic!r} ({topics[topic]} partitions, "
                 f"replication factor {cluster.replication_factor}): {error.str()}"
@@ -152,7 +154,7 @@ def _cleanup_policies(
         try:
             entries = future.result(timeout=cluster.timeout)
         except concurrent.futures.TimeoutError as exc:
-            raise _unavailable(cluster, "describing topics timed out") from exc
+            raise unavailable(cluster, "describing topics timed out") from exc
         except KafkaException as exc:
             raise ChangelogTopicError(
                 f"could not read the configuration of changelog topic {resource.name!r}: "
