@@ -114,6 +114,17 @@ def settled(urls: list[str]) -> bool:
     return True
 
 
+def stable(urls: list[str], seconds: float = 3.0) -> bool:
+    """Settled, and the same layout throughout `seconds` (several heartbeats)."""
+    first = layout(urls)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not settled(urls) or layout(urls) != first:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def every_partition_served(urls: list[str]) -> bool:
     return all(holders.get("RUNNING") for holders in layout(urls).values())
 
@@ -154,6 +165,9 @@ def test_three_instances_fail_over_and_rejoin(
             other.start()
         wait_for("three instances with one RUNNING active and one standby per partition",
                  lambda: settled(urls), timeout=120)  # fmt: skip
+        # Warm-up replicas may still hand actives over once caught up: wait until the layout
+        # stops changing (the assignment's fixed point) before checking who answers what.
+        wait_for("the layout to stop changing", lambda: stable(urls), timeout=120)
 
         for batch_id in range(1, 6):
             with app.begin_batch(position={"events": {0: batch_id}}, batch_id=batch_id) as batch:
