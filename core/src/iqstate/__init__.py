@@ -2,7 +2,8 @@
 
 from iqstate.changelog import ChangelogRecord, ChangelogWriter, InMemoryChangelog
 from iqstate.context import StateStoreContext
-from iqstate.engine import Engine, EngineStore
+from iqstate.engine import Engine
+from iqstate.engine_store import EngineStore
 from iqstate.errors import (
     BatchGapError,
     ClosedStoreError,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from iqstate.codec import decode_offset, decode_position, parse_offset_key
 from iqstate.context import StateStoreContext
-from iqstate.engine import EngineStore, apply_offset_changes
+from iqstate.engine_store import EngineStore, apply_offset_changes
 from iqstate.errors import IqstateError
 from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import prefix_upper_bound

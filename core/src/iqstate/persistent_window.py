@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from iqstate.context import StateStoreContext
-from iqstate.engine import EngineStore, check_window_sizes
+from iqstate.engine_store import EngineStore, check_window_sizes
 from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import decode_window_key, encode_window_key
 from iqstate.persistent import PersistentKeyValueStore

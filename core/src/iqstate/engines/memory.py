@@ -13,7 +13,8 @@ from typing import Any
 from sortedcontainers import SortedDict, SortedList
 
 from iqstate.context import StateStoreContext
-from iqstate.engine import Engine, EngineStore, check_window_sizes
+from iqstate.engine import Engine
+from iqstate.engine_store import EngineStore, check_window_sizes
 from iqstate.hookspecs import hookimpl
 from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import prefix_upper_bound

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from iqstate.context import StateStoreContext
-from iqstate.engine import EngineStore
+from iqstate.engine_store import EngineStore
 from iqstate.keyspace import decode_window_key
 from iqstate.layers.caching import DEFAULT_CACHE_ENTRIES, CachingKeyValueStore
 from iqstate.layers.changelogging import ChangeLoggingKeyValueStore, ChangeLoggingWindowStore

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from iqstate.engine import apply_offset_changes
+from iqstate.engine_store import apply_offset_changes
 from iqstate.offset_files import (
     CHECKPOINT_FILE,
     POSITION_FILE,
