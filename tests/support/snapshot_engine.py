@@ -24,7 +24,7 @@ from sortedcontainers import SortedDict
 
 from iqstate import Engine, EngineStore, KeyValueIterator, KeyValueStore, Position, TopicPartition
 from iqstate.context import StateStoreContext
-from iqstate.engine import apply_offset_changes
+from iqstate.engine_store import apply_offset_changes
 from iqstate.hookspecs import hookimpl
 from iqstate.keyspace import prefix_upper_bound
 from iqstate.store_handlers import key_value_handlers
