@@ -140,6 +140,13 @@ def test_metadata_lags_health_and_503(app: Application, client: httpx.Client) ->
     where = client.get("/v1/metadata/stores/counts/keys/spark").json()
     assert where["active"] == "localhost:7070" and where["standbys"] == []
     assert client.get("/v1/lags").json()["counts"]["0"]["lag"] == 0
+    [status] = client.get("/v1/cluster").json()
+    assert (status["host"], status["port"], status["live"]) == ("localhost", 7070, True)
+    assert status["departure"] is None
+    counts = [r for r in status["replicas"] if r["store"] == "counts"]
+    assert counts == [
+        {"store": "counts", "partition": p, "role": "RUNNING", "lag": 0} for p in range(3)
+    ]
     assert client.get("/v1/health").json() == {"status": "ok", "state": "RUNNING"}
     app.close()
     assert client.get("/v1/health").status_code == 503

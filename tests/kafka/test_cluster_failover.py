@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,6 +38,8 @@ STORE = f"counts:key_value:{PARTITIONS},engine=rocksdb,value_serde=int64"
 KEYS = [f"word-{i}" for i in range(64)]
 ACCEPTABLE_LAG = 10_000
 """Readers accept standbys this far behind: they answer when an active cannot (KIP-535)."""
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 FAILOVER_TIMEOUT = 30.0  # generous for a loaded 2-core machine; the bench measures the time
 
 
@@ -184,6 +187,11 @@ def test_three_instances_fail_over_and_rejoin(
             refused = _post_query(standby, partition, last, require_active=True)
             assert refused.get("failure") == FailureReason.NOT_ACTIVE.name, refused
 
+        # Every instance sees every replica of the cluster, with the lag its host reported:
+        # none once the standbys have applied the last batch.
+        wait_for("every replica in the cluster to report lag 0",
+                 lambda: all(_all_caught_up(url, urls) for url in urls))  # fmt: skip
+
         # Metadata on every instance agrees with where partitions really are.
         for url in urls:
             metadata = httpx.get(url + "/v1/metadata", timeout=5).json()
@@ -220,6 +228,12 @@ def test_three_instances_fail_over_and_rejoin(
             read_everything()  # answered by standbys or failed per partition, never raises
             assert time.monotonic() < deadline, f"no failover within {FAILOVER_TIMEOUT} s"
         read_everything()
+        # The survivors show the killed instance as down, its replicas gone (moved).
+        wait_for("the survivors to show the killed instance as down",
+                 lambda: all(_down(url, killed.url) for url in survivors))  # fmt: skip
+        if Path(CHROMIUM).exists():
+            text = _state_browser_instances(url_a)
+            assert f"127.0.0.1:{killed.port}" in text and "down: not heard from" in text, text
         assert all(later.dominates(earlier) for earlier, later in itertools.pairwise(positions)), (
             "a monotonic session never reads backwards"
         )
@@ -239,6 +253,10 @@ def test_three_instances_fail_over_and_rejoin(
             assert len(answers) == PARTITIONS and not unserved, f"unserved: {unserved}"
             assert time.monotonic() < rejoined, "the restarted instance did not rejoin"
             time.sleep(0.2)
+        statuses = client.cluster_status()
+        assert sorted(f"http://{s['host']}:{s['port']}" for s in statuses if s["live"]) == sorted(
+            urls
+        ), statuses
         for key in KEYS[:8]:
             found = client.query(
                 StateQueryRequest.in_store("counts").with_query(KeyQuery.with_key(key))
@@ -248,6 +266,48 @@ def test_three_instances_fail_over_and_rejoin(
     finally:
         for other in others:
             other.stop()
+
+
+def _cluster(url: str) -> dict[str, dict[str, Any]]:
+    """`/v1/cluster` of one instance, by instance URL; empty while it does not answer."""
+    try:
+        statuses = httpx.get(url + "/v1/cluster", timeout=2).json()
+    except (httpx.HTTPError, ValueError):
+        return {}
+    return {f"http://{s['host']}:{s['port']}": s for s in statuses}
+
+
+def _all_caught_up(url: str, urls: list[str]) -> bool:
+    """`url` sees exactly `urls` live, every partition's two replicas, every lag 0."""
+    seen = _cluster(url)
+    if sorted(seen) != sorted(urls) or not all(s["live"] for s in seen.values()):
+        return False
+    replicas = [r for s in seen.values() for r in s["replicas"]]
+    return len(replicas) == 2 * PARTITIONS and all(r["lag"] == 0 for r in replicas)
+
+
+def _down(url: str, killed: str) -> bool:
+    status = _cluster(url).get(killed)
+    return (
+        status is not None
+        and not status["live"]
+        and status["departure"]["reason"] == "silent"
+        and status["replicas"] == []
+    )
+
+
+def _state_browser_instances(url: str) -> str:
+    """The state browser page's instances table, rendered by headless Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=BROWSER_FLAGS)
+        page = browser.new_page()
+        page.goto(url + "/")
+        page.wait_for_selector("#instances tbody tr")
+        text = page.locator("#instances").inner_text()
+        browser.close()
+    return text
 
 
 def _post_query(

@@ -258,6 +258,8 @@ def test_a_clean_close_is_seen_at_once(members: Members) -> None:
     # a liveness timeout of 60 s: only the tombstone can explain a departure seen this soon
     wait_until(lambda: set(staying.live()) == {"b"}, PATIENCE, "the departure is seen")
     assert set(reports.views[-1]) == {"b"}
+    [(host, departure)] = staying.departures().items()
+    assert host == HostInfo("127.0.0.1", 7001) and departure.reason == "left"
     leaving.close()  # idempotent
 
 
@@ -273,6 +275,8 @@ def test_a_killed_member_is_dropped_after_the_liveness_timeout(members: Members)
         "the killed member is dropped within the liveness timeout and a heartbeat",
     )
     assert set(reports.views[-1]) == {"a"}
+    departure = observer.departures()[HostInfo("127.0.0.1", 7002)]
+    assert departure.reason == "silent" and departure.seconds_ago >= LIVENESS
 
 
 def test_a_member_dead_longer_than_the_liveness_timeout_is_not_seen_when_joining(
@@ -284,6 +288,9 @@ def test_a_member_dead_longer_than_the_liveness_timeout_is_not_seen_when_joining
     time.sleep(LIVENESS + 0.5)  # let its last heartbeat grow older than the liveness timeout
     joined, _ = members.start("a", 7001)
     assert set(joined.live()) == {"a"}
+    # the broker's timestamps tell the newcomer that host went silent, and how long ago
+    departure = joined.departures()[HostInfo("127.0.0.1", 7009)]
+    assert departure.reason == "silent" and departure.seconds_ago > LIVENESS
 
 
 def test_a_restarted_host_replaces_its_earlier_process_at_once(members: Members) -> None:
@@ -296,6 +303,7 @@ def test_a_restarted_host_replaces_its_earlier_process_at_once(members: Members)
     assert set(restarted.live()) == {"a", "b-2"}
     # it tombstoned its predecessor: the observer drops b-1 long before 60 s
     wait_until(lambda: set(observer.live()) == {"a", "b-2"}, PATIENCE, "b-1 replaced by b-2")
+    assert observer.departures() == {} and restarted.departures() == {}  # b's host is back
 
 
 def test_undecodable_records_are_skipped_and_logged(

@@ -34,7 +34,13 @@ from iqstate.runtime.cluster import Cluster
 from iqstate.runtime.committer import BatchCommitter
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.iqv1 import StoreQueryParameters
-from iqstate.runtime.metadata import HostInfo, KeyQueryMetadata, LagInfo, StreamsMetadata
+from iqstate.runtime.metadata import (
+    HostInfo,
+    InstanceStatus,
+    KeyQueryMetadata,
+    LagInfo,
+    StreamsMetadata,
+)
 from iqstate.runtime.metadata_state import MetadataState
 from iqstate.runtime.names import check_name, check_positive_int
 from iqstate.runtime.partitioner import Partitioner
@@ -525,6 +531,18 @@ class Application:
             return {}
         self._check_queryable("read lags")
         return self._metadata.local_lags()
+
+    def cluster_status(self) -> list[InstanceStatus]:
+        """The cluster as this instance sees it: every live instance with the state and lag
+        of each replica it hosts, then the instances that recently left or went silent.
+
+        Lags of other instances are what they last reported (distributed mode reports them
+        with every heartbeat); a standalone application is one live instance.
+        """
+        if self._state is AppState.CREATED:
+            return []
+        self._check_queryable("read the cluster's status")
+        return self._metadata.cluster_status(self.host_info)
 
     def metrics(self) -> dict[str, dict[int, dict[str, float]]]:
         """Per store partition metrics (operation rates and latencies, commit metrics)."""

@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from iqstate.runtime.metadata import HostInfo
+from iqstate.runtime.metadata import Departure, HostInfo
 
 
 class Role(enum.Enum):
@@ -102,6 +102,16 @@ class AssignmentProvider(ABC):
     def end_offset(self, store: str, partition: int) -> int | None:
         """The end of a store partition's changelog, when the provider knows it."""
         return None
+
+    def reported_lags(self) -> Mapping[HostInfo, Mapping[tuple[str, int], int]]:
+        """The lag every other instance last reported per replica it hosts, when the
+        provider carries such reports (distributed mode); this instance's own lags come from
+        its hosted partitions instead."""
+        return {}
+
+    def departures(self) -> Mapping[HostInfo, Departure]:
+        """Instances that recently left or went silent and have not come back."""
+        return {}
 
     def add_listener(self, listener: AssignmentListener) -> None:
         """`listener(new_assignment)` runs on every rebalance of this instance."""

@@ -76,3 +76,43 @@ class LagInfo:
     @property
     def offset_lag(self) -> int:
         return max(0, self.end_offset_position - self.current_offset_position)
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    """One replica of a store partition on an instance: its state and how far it lags.
+
+    `state` is `RUNNING` or `RESTORING` (an active) or `STANDBY`. `lag` counts changelog
+    records behind the end of the changelog, as the hosting instance last reported it;
+    `None` when it has not reported one (it is starting, or the cluster does not report lags).
+    """
+
+    state: str
+    lag: int | None
+
+
+@dataclass(frozen=True)
+class Departure:
+    """How an instance left the cluster: `reason` is `"left"` (it closed cleanly) or
+    `"silent"` (not heard from for the liveness timeout: it died or cannot reach Kafka);
+    `seconds_ago`, how long ago it was last heard from."""
+
+    reason: str
+    seconds_ago: float
+
+
+@dataclass(frozen=True)
+class InstanceStatus:
+    """One instance as this one sees the cluster: live with its replicas, or recently gone.
+
+    `replicas[store][partition]` holds the replicas of a live instance (empty for one that
+    is gone; its partitions have moved). `departure` is `None` for a live instance.
+    """
+
+    host_info: HostInfo
+    replicas: dict[str, dict[int, ReplicaStatus]]
+    departure: Departure | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.departure is None

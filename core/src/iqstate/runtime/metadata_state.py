@@ -11,7 +11,14 @@ from typing import Any
 
 from iqstate.position import TopicPartition
 from iqstate.runtime.assignment import Assignment, AssignmentProvider
-from iqstate.runtime.metadata import HostInfo, KeyQueryMetadata, LagInfo, StreamsMetadata
+from iqstate.runtime.metadata import (
+    HostInfo,
+    InstanceStatus,
+    KeyQueryMetadata,
+    LagInfo,
+    ReplicaStatus,
+    StreamsMetadata,
+)
 from iqstate.runtime.partitioner import Partitioner, partition_for_bytes
 from iqstate.runtime.partitions import HostedPartitions, changelog_partition
 from iqstate.runtime.spec import StoreSpec, checked_partition
@@ -19,7 +26,7 @@ from iqstate.serdes import Serde
 
 
 class MetadataState:
-    """Answers `all_metadata`, `query_metadata_for_key` and local lags for an application."""
+    """Answers `all_metadata`, `query_metadata_for_key`, local lags and the cluster's status."""
 
     def __init__(
         self,
@@ -88,3 +95,33 @@ class MetadataState:
                     end = max(current, end or 0)
                 lags.setdefault(name, {})[partition] = LagInfo(current, end, hosted.rebuilt)
         return lags
+
+    def cluster_status(self, this_host: HostInfo) -> list[InstanceStatus]:
+        """Every live instance with its replicas' states and lags (this one's from its own
+        partitions, the others' as they last reported), then the instances recently gone."""
+        reported = self._assignment.reported_lags()
+        local = self._local_lag_numbers()
+        statuses: list[InstanceStatus] = []
+        cluster = self._assignment.cluster()
+        for host in sorted(cluster):
+            lags = local if host == this_host else reported.get(host, {})
+            replicas: dict[str, dict[int, ReplicaStatus]] = {}
+            for store, partition, role in cluster[host].items():
+                replicas.setdefault(store, {})[partition] = ReplicaStatus(
+                    role.state, lags.get((store, partition))
+                )
+            statuses.append(InstanceStatus(host, replicas))
+        departures = self._assignment.departures()
+        statuses.extend(
+            InstanceStatus(host, {}, departures[host])
+            for host in sorted(departures)
+            if host not in cluster
+        )
+        return statuses
+
+    def _local_lag_numbers(self) -> dict[tuple[str, int], int]:
+        return {
+            (store, partition): lag.offset_lag
+            for store, partitions in self.local_lags().items()
+            for partition, lag in partitions.items()
+        }

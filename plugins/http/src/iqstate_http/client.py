@@ -297,6 +297,15 @@ class RemoteQueryClient:
         _remember_instances(self._seeds, instances)
         return instances
 
+    def cluster_status(self) -> list[dict[str, Any]]:
+        """The cluster as the first seed that answers sees it (`GET /v1/cluster`): live
+        instances with each replica's role and lag, then instances that recently left or
+        went silent."""
+        response = self._from_any_seed("cluster status", "GET", "/v1/cluster", check_status=True)
+        statuses: list[dict[str, Any]] = response.json()
+        _remember_instances(self._seeds, [s for s in statuses if s["live"]])
+        return statuses
+
     def _lags(self, url: str) -> Any:
         try:
             return self._http.get(f"{url}/v1/lags").json()
@@ -379,6 +388,15 @@ class AsyncRemoteQueryClient:
         instances: list[dict[str, Any]] = response.json()
         _remember_instances(self._seeds, instances)
         return instances
+
+    async def cluster_status(self) -> list[dict[str, Any]]:
+        """The cluster as the first seed that answers sees it (`GET /v1/cluster`)."""
+        response = await self._from_any_seed(
+            "cluster status", "GET", "/v1/cluster", check_status=True
+        )
+        statuses: list[dict[str, Any]] = response.json()
+        _remember_instances(self._seeds, [s for s in statuses if s["live"]])
+        return statuses
 
     async def _lags(self, url: str) -> Any:
         try:

@@ -90,6 +90,44 @@ _LAGS = {
         },
     },
 }
+_CLUSTER = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["host", "port", "live", "departure", "replicas"],
+        "properties": {
+            "host": {"type": "string"},
+            "port": {"type": "integer"},
+            "live": {"type": "boolean"},
+            "departure": {
+                "anyOf": [
+                    {"type": "null"},
+                    {
+                        "type": "object",
+                        "required": ["reason", "seconds_ago"],
+                        "properties": {
+                            "reason": {"enum": ["left", "silent"]},
+                            "seconds_ago": {"type": "number"},
+                        },
+                    },
+                ],
+            },
+            "replicas": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["store", "partition", "role", "lag"],
+                    "properties": {
+                        "store": {"type": "string"},
+                        "partition": {"type": "integer"},
+                        "role": {"enum": ["RUNNING", "RESTORING", "STANDBY"]},
+                        "lag": {"type": ["integer", "null"]},
+                    },
+                },
+            },
+        },
+    },
+}
 _PARTITIONS = {
     "type": "array",
     "items": {
@@ -334,6 +372,9 @@ def openapi_document(
             )
         },
         "/v1/lags": {"get": ops.operation("this instance's partitions' changelog lag", _LAGS)},
+        "/v1/cluster": {"get": ops.operation(
+            "every instance as this one sees it: live ones with each replica's role and lag, "
+            "then those recently gone", _CLUSTER)},
         "/v1/partitions": {"get": ops.operation("this instance's partitions: role, position",
                                                 _PARTITIONS)},
     }  # fmt: skip

@@ -27,7 +27,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from iqstate import Application, KeyQuery, StateQueryRequest
-from iqstate.runtime.metadata import StreamsMetadata
+from iqstate.runtime.metadata import InstanceStatus, StreamsMetadata
 from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec, WindowStoreSpec
 from iqstate_http import jsonin
 from iqstate_http.codecs import (
@@ -65,6 +65,24 @@ def _metadata_json(app: Application, metadata: StreamsMetadata) -> dict[str, Any
         "port": metadata.host_info.port,
         "active": per_store(metadata.topic_partitions),
         "standby": per_store(metadata.standby_topic_partitions),
+    }
+
+
+def _status_json(status: InstanceStatus) -> dict[str, Any]:
+    """One instance of `/v1/cluster`: live with its replicas, or how it went away."""
+    departure = status.departure
+    return {
+        "host": status.host_info.host,
+        "port": status.host_info.port,
+        "live": status.live,
+        "departure": None
+        if departure is None
+        else {"reason": departure.reason, "seconds_ago": round(departure.seconds_ago, 1)},
+        "replicas": [
+            {"store": store, "partition": partition, "role": replica.state, "lag": replica.lag}
+            for store, partitions in sorted(status.replicas.items())
+            for partition, replica in sorted(partitions.items())
+        ],
     }
 
 
@@ -366,6 +384,12 @@ class QueryService:
 
         return JSONResponse(self._guard(run))
 
+    async def cluster(self, request: Request) -> Response:
+        self._check_token(request)
+        return JSONResponse(
+            self._guard(lambda: [_status_json(s) for s in self.app.cluster_status()])
+        )
+
     async def partitions(self, request: Request) -> Response:
         self._check_token(request)
         return JSONResponse(
@@ -401,6 +425,7 @@ class QueryService:
             Route("/v1/metadata/stores/{store}/keys/{key:path}", self.key_metadata),
             Route("/v1/metadata/key", self.key_metadata_json, methods=["POST"]),
             Route("/v1/lags", self.lags),
+            Route("/v1/cluster", self.cluster),
             Route("/v1/partitions", self.partitions),
             Route("/", self.page),
             Route("/openapi.json", self.openapi),

@@ -42,7 +42,7 @@ from iqstate.runtime.assignment import (
     AssignmentProvider,
     PartitionRole,
 )
-from iqstate.runtime.metadata import HostInfo
+from iqstate.runtime.metadata import Departure, HostInfo
 from iqstate_kafka.assignor import Member, StorePartition, assign
 from iqstate_kafka.cluster import KafkaCluster
 from iqstate_kafka.membership import Heartbeat, Membership
@@ -162,6 +162,19 @@ class KafkaAssignment(AssignmentProvider):
         with self._lock:
             progress = self._progress
         return None if progress is None else progress.end_offset(store, partition)
+
+    def reported_lags(self) -> Mapping[HostInfo, Mapping[StorePartition, int]]:
+        """Every live instance's lag per hosted replica, from its latest heartbeat."""
+        if self._membership is None:
+            return {}
+        return {
+            heartbeat.member.host: heartbeat.member.lags
+            for heartbeat in self._membership.live().values()
+        }
+
+    def departures(self) -> Mapping[HostInfo, Departure]:
+        """Instances that left or went silent recently (see `Membership.departures`)."""
+        return {} if self._membership is None else self._membership.departures()
 
     def add_listener(self, listener: AssignmentListener) -> None:
         """Also announces a change that came while nobody listened yet."""

@@ -59,7 +59,7 @@ from confluent_kafka import (
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from iqstate.runtime.metadata import HostInfo
+from iqstate.runtime.metadata import Departure, HostInfo
 from iqstate_kafka.assignor import Member, StorePartition
 from iqstate_kafka.cluster import KafkaCluster
 from iqstate_kafka.errors import ClusterError
@@ -78,6 +78,8 @@ OWNED_TOPIC_SETTINGS: Mapping[str, str] = {
 CLIENT_DEFAULTS: Mapping[str, Any] = {"reconnect.backoff.max.ms": 1000}
 """Client settings `client_config` may override: reconnect to a restarted broker quickly."""
 
+DEPARTURES_KEPT = 600.0
+"""Seconds a departed member's host is remembered (`Membership.departures`) unless it returns."""
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _POLL = 0.05
 
@@ -313,6 +315,8 @@ class Membership:
         self._topic = members_topic(application_id)
         self._lock = threading.Lock()
         self._live: dict[str, Heartbeat] = {}
+        self._departed: dict[HostInfo, tuple[str, float]] = {}
+        """Host -> (reason, monotonic time last heard from), under the lock."""
         # Only the thread that joins, then the background thread, touch what follows.
         self._entries: dict[str, _Entry] = {}
         self._clock = ObservedClock(2 * heartbeat_interval, time.monotonic())
@@ -366,6 +370,19 @@ class Membership:
         """Every live member's latest heartbeat (this member's included), by member id."""
         with self._lock:
             return dict(self._live)
+
+    def departures(self) -> dict[HostInfo, Departure]:
+        """The hosts of members that left or went silent in the last `DEPARTURES_KEPT`
+        seconds (those that died before this member joined included, from the topic's
+        timestamps) and are not live again."""
+        now = time.monotonic()
+        with self._lock:
+            live = {heartbeat.member.host for heartbeat in self._live.values()}
+            return {
+                host: Departure(reason, now - heard)
+                for host, (reason, heard) in sorted(self._departed.items())
+                if host not in live and now - heard <= DEPARTURES_KEPT
+            }
 
     def beat_now(self) -> None:
         """Send a heartbeat now rather than at the next interval (the report changed)."""
@@ -434,6 +451,8 @@ class Membership:
             age = (stamp - sent) / 1000
             if age <= self._timeout:
                 self._entries[member_id] = _Entry(heartbeat, observed - age)
+            else:
+                self._departs(heartbeat.member.host, "silent", now - age)
 
     # -- the background thread ---------------------------------------------------------------
 
@@ -474,11 +493,14 @@ class Membership:
                     continue
                 self._echoed(now)
             if heartbeat is None:
-                if self._entries.pop(member_id, None) is not None:
+                if (gone := self._entries.pop(member_id, None)) is not None:
                     logger.info("members topic: member %s left", member_id)
+                    self._departs(gone.heartbeat.member.host, "left", now)
                 continue
             if member_id != self._member_id:
                 self._met(member_id, heartbeat)
+                with self._lock:
+                    self._departed.pop(heartbeat.member.host, None)
             self._entries[member_id] = _Entry(heartbeat, self._clock.read(now))
 
     def _met(self, member_id: str, heartbeat: Heartbeat) -> None:
@@ -529,6 +551,7 @@ class Membership:
             if member_id != self._member_id and silent > self._timeout:
                 del self._entries[member_id]
                 expired = True
+                self._departs(entry.heartbeat.member.host, "silent", now - silent)
                 logger.warning(
                     "members topic: member %s (%s) not heard from for %.1f s; dropped",
                     member_id,
@@ -536,6 +559,10 @@ class Membership:
                     silent,
                 )
         return expired
+
+    def _departs(self, host: HostInfo, reason: str, last_heard: float) -> None:
+        with self._lock:
+            self._departed[host] = (reason, last_heard)
 
     def _publish(self) -> bool:
         """Make the entries the live view; True if that changed it."""
