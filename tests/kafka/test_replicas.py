@@ -29,7 +29,7 @@ from replica_support import (
     windows_at,
 )
 
-from iqstate import Application, Position, TopicPartition
+from iqstate import Application, Position, Serdes, TopicPartition
 from iqstate.runtime import ACTIVE, ACTIVE_RESTORING, STANDBY, Assignment, HostInfo, PartitionRole
 
 HOST_A, HOST_B = HostInfo("a.test", 7001), HostInfo("b.test", 7002)
@@ -158,6 +158,34 @@ def test_actives_are_announced_caught_up_once_they_reach_the_end_seen_at_activat
             "every partition at the batch written before the promotion",
         )
         assert len(announced) == 3, "announced once per activation"
+
+
+def test_an_active_catches_up_past_a_tail_it_cannot_apply(
+    cluster: KafkaCluster, tmp_path: Path, unique_name: Callable[[str], str]
+) -> None:
+    """A changelog that ends in an undecodable record and the data of a batch whose writer
+    died before its marker: the active has applied everything complete, so it runs."""
+    application_id = unique_name("app")
+    ensure_changelog_topics(cluster, application_id, STORES)
+    changelog = TopicPartition(f"{application_id}-{KEY_VALUE}-changelog", 0)
+    key = key_in(declare_stores(Application(application_id, tmp_path / "probe")), KEY_VALUE, 0)
+    int64 = Serdes.int64()
+    with BatchWriter(cluster, application_id) as writer:
+        entries = {(KEY_VALUE, 0): [(key.encode(), int64.serialize(1))]}
+        writer.write(entries, batch_id=1, position=None, stores={KEY_VALUE: 3})
+    unfinished = [(key.encode(), int64.serialize(2), batch_headers(2))]  # its marker never came
+    produce_raw(cluster, changelog, [(b"k", b"no header", None), *unfinished])
+    static = StaticKafkaCluster(cluster, {HOST_A: Assignment({KEY_VALUE: {0: ACTIVE_RESTORING}})})
+    announced: list[tuple[str, int]] = []
+    static.caught_up.append(announced.append)
+    app = declare_stores(
+        Application(application_id, tmp_path / "a", application_server=str(HOST_A), cluster=static)
+    )
+    with app:
+        eventually(lambda: announced == [(KEY_VALUE, 0)], "the active announced caught up")
+        assert static.follower.skipped_records() == {(KEY_VALUE, 0): 1}
+        assert value_at(app, key, Position.empty()) == (True, 1)  # batch 1, not half of batch 2
+        assert static.follower.lags()[(KEY_VALUE, 0)] == 2  # what it could not apply yet
 
 
 def test_records_that_do_not_decode_are_skipped_counted_and_logged(

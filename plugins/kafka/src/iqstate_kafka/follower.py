@@ -254,6 +254,7 @@ class Follower:
         events = reader.read(self._poll_timeout)
         self._apply(reader, events)
         self._count_skipped(reader)
+        self._note_positions(reader)
         self._announce()
 
     # -- 1. the hosted partitions ------------------------------------------------------------
@@ -482,6 +483,15 @@ class Follower:
                 counts[key] = counts.get(key, 0) + reader.skipped(followed.changelog)
         with self._lock:
             self._skipped = counts
+
+    def _note_positions(self, reader: ChangelogReader) -> None:
+        positions = {
+            key: reader.position(followed.changelog) if followed.assigned else None
+            for key, followed in self._followed.items()
+        }
+        with self._lock:
+            for key, position in positions.items():
+                self._offsets[key].read_to(position)
 
     # -- 4. caught up ----------------------------------------------------------------------------
 

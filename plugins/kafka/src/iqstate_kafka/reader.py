@@ -191,6 +191,12 @@ class ChangelogReader:
         state = self._partitions.get((partition.topic, partition.partition))
         return state.skipped if state is not None else 0
 
+    def position(self, partition: TopicPartition) -> int | None:
+        """The next offset of `partition` this reader reads (`None` if unassigned): past
+        every record it has read, including skipped ones and data held for a marker."""
+        state = self._partitions.get((partition.topic, partition.partition))
+        return state.next_offset if state is not None else None
+
     def watermarks(self, partition: TopicPartition) -> Watermarks:
         """The partition's earliest and end offsets, asked of the broker now."""
         try:

@@ -7,8 +7,12 @@ is raised by every commit beyond it, so a replica at the tail never shows a lag 
 would not.
 
 An active replica is caught up when it has reached the end offset seen when it became
-active (its *target*): the assignment keeps it `RESTORING` until then. A standby is caught
-up when it has reached the last end offset seen.
+active (its *target*): the assignment keeps it `RESTORING` until then. Reached means *read*
+up to there (`read`, the reader's position), with everything complete applied: records
+that do not decode and the data of a batch whose marker has not come (a writer that died
+mid-batch, or one still writing) cannot be applied, so waiting to commit past them would
+keep the active restoring forever. A standby is caught up when it has reached the last end
+offset seen.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ class ReplicaOffsets:
     seen yet)."""
     reached: bool = False
     """The active replica reached its target (announced once per activation or rebuild)."""
+    read: int | None = None
+    """The reader's next offset (past records read but not applicable), while assigned."""
 
     @property
     def next_offset(self) -> int | None:
@@ -75,13 +81,18 @@ class ReplicaOffsets:
     def rebuilt(self) -> None:
         """The replica was emptied to be rebuilt: an active waits for a new target."""
         self.committed = None
+        self.read = None
         self.target = None
         self.reached = False
 
+    def read_to(self, offset: int | None) -> None:
+        """The reader's position in the partition (`None`: it is not reading it now)."""
+        self.read = offset
+
     def reaches_target(self) -> bool:
         """True once per activation (or rebuild): when the active replica reaches its target."""
-        position = self.next_offset
-        if self.reached or self.target is None or position is None or position < self.target:
+        positions = [offset for offset in (self.next_offset, self.read) if offset is not None]
+        if self.reached or self.target is None or not positions or max(positions) < self.target:
             return False
         self.reached = True
         return True
