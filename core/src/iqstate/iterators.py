@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -20,9 +20,14 @@ class KeyValueIterator(Generic[K, V]):
 
     Use it as a context manager, or call `close()`; iterating past the end closes it
     too. Reading from a closed iterator raises `ValueError`.
+
+    An iterator over pairs already in memory (`of_rows`, as the engines' snapshots are)
+    is read by `for` loops and `list()` without a Python call per pair: `iter()` returns a
+    C-level chain over the same remaining pairs, so `next()` and loops stay in step, and
+    `close()` empties the pairs, so a loop reading on after it raises `ValueError` too.
     """
 
-    __slots__ = ("_closed", "_on_close", "_peeked", "_source")
+    __slots__ = ("_closed", "_on_close", "_peeked", "_rows", "_source")
 
     def __init__(
         self,
@@ -30,16 +35,28 @@ class KeyValueIterator(Generic[K, V]):
         on_close: Callable[[], None] | None = None,
     ) -> None:
         self._source: Iterator[tuple[K, V]] = iter(source)
+        self._rows: list[tuple[K, V]] | None = None
         self._on_close = on_close
         self._peeked: object = _NOTHING
         self._closed = False
 
     @classmethod
+    def of_rows(
+        cls, rows: list[tuple[K, V]], on_close: Callable[[], None] | None = None
+    ) -> KeyValueIterator[K, V]:
+        """An iterator over `rows`, which it takes over: closing it empties the list."""
+        iterator = cls(rows, on_close)
+        iterator._rows = rows
+        return iterator
+
+    @classmethod
     def empty(cls) -> KeyValueIterator[K, V]:
         return cls(())
 
-    def __iter__(self) -> KeyValueIterator[K, V]:
-        return self
+    def __iter__(self) -> Iterator[tuple[K, V]]:
+        if self._rows is None or self._closed or self._peeked is not _NOTHING:
+            return self
+        return itertools.chain(self._source, _EndOf(self))
 
     def __next__(self) -> tuple[K, V]:
         if self._closed:
@@ -82,12 +99,31 @@ class KeyValueIterator(Generic[K, V]):
             self._peeked = _NOTHING
         return KeyValueIterator(map(fn, source), self.close)
 
+    def map_rows(
+        self,
+        convert: Callable[[list[tuple[K, V]]], list[tuple[K2, V2]]],
+        fn: Callable[[tuple[K, V]], tuple[K2, V2]],
+    ) -> KeyValueIterator[K2, V2]:
+        """Like `map(fn)`, but pairs already in memory are converted by `convert` in one
+        call (bulk decoding). When `convert` raises, the pairs are mapped lazily with `fn`,
+        so the failure surfaces at the pair it concerns, as with `map`."""
+        if self._rows is None or self._closed or self._peeked is not _NOTHING:
+            return self.map(fn)
+        remaining = list(self._source)
+        try:
+            converted = convert(remaining)
+        except Exception:
+            return KeyValueIterator(map(fn, remaining), self.close)
+        return KeyValueIterator.of_rows(converted, self.close)
+
     def close(self) -> None:
         """Release what the iterator holds; safe to call more than once."""
         if self._closed:
             return
         self._closed = True
         self._peeked = _NOTHING
+        if self._rows is not None:
+            self._rows.clear()  # a loop still reading through `iter()` meets `_EndOf`
         on_close, self._on_close = self._on_close, None
         if on_close is not None:
             on_close()
@@ -106,3 +142,22 @@ class KeyValueIterator(Generic[K, V]):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class _EndOf:
+    """The end of a `KeyValueIterator`'s C-level chain: reaching it closes the iterator,
+    or, when the iterator was closed meanwhile, raises as reading a closed one does."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: KeyValueIterator[Any, Any]) -> None:
+        self._owner = owner
+
+    def __iter__(self) -> _EndOf:
+        return self
+
+    def __next__(self) -> Any:
+        if self._owner.closed:
+            raise ValueError("cannot read from a closed KeyValueIterator")
+        self._owner.close()
+        raise StopIteration

@@ -214,7 +214,7 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
         self._check_open()
         stored = self._scan(lower, upper, reverse, upper_inclusive)
         if not self._pending:
-            return KeyValueIterator(stored)
+            return KeyValueIterator.of_rows(stored)
         merged = dict(stored)
         for key, value in self._pending.items():
             if (lower is None or key >= lower) and (
@@ -224,7 +224,7 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
                     merged.pop(key, None)
                 else:
                     merged[key] = value
-        return KeyValueIterator(sorted(merged.items(), reverse=reverse))
+        return KeyValueIterator.of_rows(sorted(merged.items(), reverse=reverse))
 
     def range(self, lower: bytes | None, upper: bytes | None) -> KeyValueIterator[bytes, bytes]:
         return self._range(lower, upper, False)

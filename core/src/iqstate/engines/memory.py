@@ -74,8 +74,8 @@ class MemoryKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
     ) -> KeyValueIterator[bytes, bytes]:
         self._check_open()
         data = self._data
-        keys = data.irange(lower, upper, inclusive=(True, inclusive_upper), reverse=reverse)
-        return KeyValueIterator([(key, data[key]) for key in keys])
+        keys = list(data.irange(lower, upper, inclusive=(True, inclusive_upper), reverse=reverse))
+        return KeyValueIterator.of_rows(list(zip(keys, map(data.__getitem__, keys), strict=True)))
 
     def range(self, lower: bytes | None, upper: bytes | None) -> KeyValueIterator[bytes, bytes]:
         return self._snapshot(lower, upper, reverse=False)

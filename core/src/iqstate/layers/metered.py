@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
 from iqstate.errors import SerializationError
@@ -33,6 +34,7 @@ V = TypeVar("V")
 S = TypeVar("S", bound=StateStore)
 
 _now = time.perf_counter_ns
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 class _SerdeLayer(WrappedStore[S], Generic[S, K, V]):
@@ -158,9 +160,21 @@ class MeteredKeyValueStore(_SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyVa
         except Exception:
             return self.decode_key(pair[0]), self.decode_value(pair[1])
 
+    def _decode_pairs(self, pairs: list[tuple[bytes, bytes]]) -> list[tuple[K, V]]:
+        """Decode many pairs in one call per serde; raises on the first failure."""
+        raw_keys = list(map(_first, pairs))
+        raw_values = list(map(_second, pairs))
+        keys = self.key_serde.deserialize_many(raw_keys)
+        values = self.value_serde.deserialize_many(raw_values)
+        if keys is raw_keys and values is raw_values:  # both serdes keep the bytes as they are
+            return pairs  # type: ignore[return-value]
+        return list(zip(keys, values, strict=True))
+
     def typed(self, raw: KeyValueIterator[bytes, bytes]) -> KeyValueIterator[K, V]:
-        """A lazily deserializing view of a byte iterator from the store beneath."""
-        return raw.map(self._decode_pair)
+        """A deserializing view of a byte iterator from the store beneath: pairs already in
+        memory are decoded in bulk, others lazily; a pair that fails to decode raises
+        `SerializationError` when it is reached, as in a lazy view."""
+        return raw.map_rows(self._decode_pairs, self._decode_pair)
 
     def _bound(self, key: K | None) -> bytes | None:
         return None if key is None else self.encode_key(key)

@@ -36,6 +36,7 @@ from iqstate.persistent import (
 )
 from iqstate.persistent_window import PersistentWindowStore
 from iqstate.runtime.lock import DirectoryLock
+from iqstate.scanning import take_while_at_least, take_while_below, unseal_all
 from iqstate.sealing import FORMAT, FORMAT_KEY, RESIDUE, seal, unseal
 from iqstate_lmdb.environment import (
     DATA_DB,
@@ -222,20 +223,20 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
             pairs = self._cursor_scan(lower, upper, reverse, upper_inclusive)
         except lmdb.Error as error:
             raise lmdb_error(self._path, error) from error
-        values: list[Pair] = []
-        append = values.append
-        for key, stored in pairs:  # `unseal`, inlined: one CRC per record
-            if crc32(stored, crc32(key)) != RESIDUE or len(stored) < 4:
-                self._checked(key, stored)  # raises, naming the record
-            append((key, stored[:-4]))
+        values = unseal_all(pairs)
+        if values is None:
+            for key, value in pairs:
+                self._checked(key, value)  # raises, naming the damaged record
+            raise damaged(self._path, "holds records whose checksums fail together")
         return values
 
     def _cursor_scan(
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
     ) -> list[Pair]:
+        """The stored records in the range, read in growing chunks of C-level cursor steps,
+        each chunk cut at the far bound by a bisection."""
         with self._env.begin(db=self._data) as txn:
             cursor = txn.cursor()
-            pairs: list[Pair] = []
             if reverse:
                 if upper is None:
                     found = cursor.last()
@@ -248,21 +249,17 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                     )
                 else:
                     found = cursor.last()
-                while found:
-                    key = cursor.key()
-                    if lower is not None and key < lower:
-                        break
-                    pairs.append((key, cursor.value()))
-                    found = cursor.prev()
-                return pairs
+                if not found:
+                    return []
+                if lower is None:
+                    return list(cursor.iterprev())
+                return take_while_at_least(cursor.iterprev(), lower)[0]
             found = cursor.set_range(lower) if lower is not None else cursor.first()
-            while found:
-                key = cursor.key()
-                if upper is not None and (key > upper or (key == upper and not upper_inclusive)):
-                    break
-                pairs.append((key, cursor.value()))
-                found = cursor.next()
-            return pairs
+            if not found:
+                return []
+            if upper is None:
+                return list(cursor.iternext())
+            return take_while_below(cursor.iternext(), upper, upper_inclusive)[0]
 
     def _count(self) -> int:
         with self._env.begin(db=self._data) as txn:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rocksdict import WriteBatch
+from rocksdict import ReadOptions, WriteBatch
 
 from iqstate.codec import (
     decode_position,
@@ -22,6 +22,7 @@ from iqstate.codec import (
     offset_key,
 )
 from iqstate.context import StateStoreContext
+from iqstate.errors import CorruptStateError
 from iqstate.persistent import (
     CLOSED,
     OPEN,
@@ -34,6 +35,7 @@ from iqstate.persistent import (
 )
 from iqstate.persistent_window import PersistentWindowStore
 from iqstate.position import Position
+from iqstate.scanning import take_while_at_least
 from iqstate_rocksdb.database import OFFSETS_CF, checked_items, holds_data, open_database
 from iqstate_rocksdb.errors import damaged, database_error
 from iqstate_rocksdb.options import RocksDBSettings, write_options
@@ -106,9 +108,53 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
     def _scan(
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
     ) -> list[Pair]:
-        return checked_items(
-            self._db, self._path, lower, upper, reverse=reverse, upper_inclusive=upper_inclusive
-        )
+        # rocksdict's `items` steps the iterator in Rust, one call per record, but ends at a
+        # damaged block exactly as at the end of the range and hides the iterator's
+        # status; `_check_ended` then tells the two apart with one raw seek.
+        options = ReadOptions()
+        if upper is not None:
+            options.set_iterate_upper_bound(upper + b"\x00" if upper_inclusive else upper)
+        db = self._db
+        try:
+            if not reverse:
+                pairs = list(db.items(from_key=lower, read_opt=options))
+                self._check_ended(options, pairs, lower, reverse)
+                return pairs
+            records = db.items(backwards=True, read_opt=options)
+            if lower is None:
+                pairs = list(records)
+            else:
+                pairs, complete = take_while_at_least(records, lower)
+                if complete:
+                    return pairs
+            self._check_ended(options, pairs, lower, reverse)
+            return pairs
+        except CorruptStateError:
+            raise
+        except Exception as error:
+            raise database_error(self._path, error) from error
+
+    def _check_ended(
+        self, options: ReadOptions, pairs: list[Pair], lower: bytes | None, reverse: bool
+    ) -> None:
+        """Raise unless the range really ends after `pairs`: a raw iterator placed past the
+        last pair read must find nothing left in range and report no error."""
+        iterator = self._db.iter(options)
+        if pairs:
+            iterator.seek(pairs[-1][0])
+            if reverse:
+                iterator.prev()
+            else:
+                iterator.next()
+        elif reverse:
+            iterator.seek_to_last()
+        elif lower is None:
+            iterator.seek_to_first()
+        else:
+            iterator.seek(lower)
+        if iterator.valid() and (not reverse or lower is None or iterator.key() >= lower):
+            raise damaged(self._path, "ended a range scan before the range's end")
+        iterator.status()
 
     def _count(self) -> int:
         return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)

@@ -1,0 +1,201 @@
+"""100-key `RangeQuery` and LMDB `KeyQuery` through `app.query` against the raw engines.
+
+One store partition per engine (memory, RocksDB, LMDB), N keys of 16 bytes with 100-byte
+values, `Serdes.bytes()` both sides, so only the query path differs from the baseline.
+Baselines, in the same process and interleaved with the iqstate runs (best of each):
+
+* memory: a `SortedDict` of the same bytes, `irange` and a list of the 100 pairs;
+* RocksDB: rocksdict `items(from_key=...)`, the first 100 pairs, on a database opened
+  with iqstate's own options (the data path, not the options, is what this measures);
+* LMDB: a cursor's `set_range` and the first 100 pairs of `iternext()` in a new read
+  transaction; and, for `KeyQuery`, a `get` on a read transaction kept open.
+
+    python bench/range_path.py [--keys 300000] [--repeat 5] [--engines memory rocksdb lmdb]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import random
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sortedcontainers import SortedDict
+from timing import calibration_line, timed
+
+from iqstate import Application, KeyQuery, RangeQuery, StateQueryRequest
+
+BATCH = 10_000
+RANGES = 2_000
+LOOKUPS = 100_000
+
+
+class RawMemory:
+    def __init__(self, path: Path) -> None:
+        self.data: SortedDict = SortedDict()
+
+    def write(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        self.data.update(pairs)
+
+    def range100(self, lower: bytes, upper: bytes) -> list[tuple[bytes, bytes]]:
+        data = self.data
+        return [(key, data[key]) for key in data.irange(lower, upper)]
+
+    def close(self) -> None:
+        self.data.clear()
+
+
+class RawRocksDB:
+    def __init__(self, path: Path) -> None:
+        from iqstate_rocksdb.options import RocksDBSettings
+        from rocksdict import Options, Rdict, WriteBatch
+
+        self._batch = WriteBatch
+        self.db = Rdict(
+            str(path),
+            options=RocksDBSettings().db_options(create=True),
+            column_families={"offsets": Options(raw_mode=True)},
+        )
+
+    def write(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        batch = self._batch(raw_mode=True)
+        for key, value in pairs:
+            batch.put(key, value)
+        self.db.write(batch)
+
+    def range100(self, lower: bytes, upper: bytes) -> list[tuple[bytes, bytes]]:
+        return list(itertools.islice(self.db.items(from_key=lower), 100))
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class RawLMDB:
+    def __init__(self, path: Path) -> None:
+        import lmdb
+
+        path.mkdir(parents=True)
+        self.env = lmdb.open(str(path), map_size=4 << 30, max_dbs=2, sync=False, metasync=False)
+        self.data = self.env.open_db(b"data")
+        self.reader: Any = None
+
+    def write(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        with self.env.begin(write=True) as txn:
+            for key, value in pairs:
+                txn.put(key, value, db=self.data)
+
+    def range100(self, lower: bytes, upper: bytes) -> list[tuple[bytes, bytes]]:
+        with self.env.begin(db=self.data) as txn:
+            cursor = txn.cursor()
+            cursor.set_range(lower)
+            return list(itertools.islice(cursor.iternext(), 100))
+
+    def open_reader(self) -> Callable[[bytes], Any]:
+        """`get` on one read transaction kept open (the floor of a key lookup)."""
+        self.reader = self.env.begin(db=self.data)
+        return self.reader.get  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.abort()
+        self.env.close()
+
+
+RAW = {"memory": RawMemory, "rocksdb": RawRocksDB, "lmdb": RawLMDB}
+
+
+def bench_engine(
+    engine: str, keys: list[bytes], value: bytes, rng: random.Random, repeat: int
+) -> None:
+    root = Path(tempfile.mkdtemp(prefix=f"iqstate-range-{engine}-"))
+    try:
+        raw = RAW[engine](root / "raw")
+        app = Application("bench", root / "app")
+        config = {} if engine == "memory" else {"sync_commits": False}
+        app.key_value_store(
+            "s", 1, engine=engine, key_serde="bytes", value_serde="bytes", config=config
+        )
+        app.start()
+        for number, start in enumerate(range(0, len(keys), BATCH)):
+            pairs = [(key, value) for key in keys[start : start + BATCH]]
+            raw.write(pairs)
+            with app.begin_batch(position={"src": {0: number}}, batch_id=number) as writes:
+                writes.put_all("s", pairs)
+
+        ordered = sorted(keys)
+        positions = [rng.randrange(0, len(ordered) - 100) for _ in range(RANGES)]
+        bounds = [(ordered[i], ordered[i + 99]) for i in positions]
+        requests = [
+            StateQueryRequest.in_store("s").with_query(RangeQuery.with_range(lower, upper))
+            for lower, upper in bounds
+        ]
+        with app.query(requests[0]).partition_results[0].result as first:
+            assert list(first) == raw.range100(*bounds[0])
+
+        def raw_ranges() -> None:
+            for lower, upper in bounds:
+                raw.range100(lower, upper)
+
+        def app_ranges() -> None:
+            query = app.query
+            for request in requests:
+                with query(request).partition_results[0].result as pairs:
+                    list(pairs)
+
+        rounds = [(timed(raw_ranges), timed(app_ranges)) for _ in range(repeat)]
+        raw_s, app_s = (min(c) for c in zip(*rounds, strict=True))
+        print(f"\n{engine}: {len(keys):,} keys, best of {repeat} interleaved rounds")
+        print(
+            f"  RangeQuery (100 keys)   iqstate {app_s / RANGES * 1e6:>8.2f} us   raw "
+            f"{raw_s / RANGES * 1e6:>8.2f} us   ratio {app_s / raw_s:.2f}x"
+        )
+        if isinstance(raw, RawLMDB):
+            lookups = [rng.choice(keys) for _ in range(LOOKUPS)]
+            key_requests = [
+                StateQueryRequest.in_store("s").with_query(KeyQuery.with_key(k)) for k in lookups
+            ]
+            get = raw.open_reader()
+
+            def raw_gets() -> None:
+                for key in lookups:
+                    get(key)
+
+            def app_gets() -> None:
+                query = app.query
+                for request in key_requests:
+                    query(request).only_partition_result()
+
+            rounds = [(timed(raw_gets), timed(app_gets)) for _ in range(repeat)]
+            raw_s, app_s = (min(c) for c in zip(*rounds, strict=True))
+            print(
+                f"  KeyQuery                iqstate {app_s / LOOKUPS * 1e6:>8.2f} us   raw "
+                f"{raw_s / LOOKUPS * 1e6:>8.2f} us   ratio {app_s / raw_s:.2f}x "
+                "(raw: get on an open read transaction)"
+            )
+        app.close()
+        raw.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--keys", type=int, default=300_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--engines", nargs="*", default=["memory", "rocksdb", "lmdb"])
+    args = parser.parse_args()
+    rng = random.Random(5)
+    keys = [rng.randbytes(16) for _ in range(args.keys)]
+    value = rng.randbytes(100)
+    print(calibration_line())
+    print("the machine may be shared: compare ratios, not absolute times")
+    for engine in args.engines:
+        bench_engine(engine, keys, value, rng, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
