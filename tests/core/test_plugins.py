@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import os
@@ -14,14 +15,18 @@ from typing import Any
 import pytest
 
 from iqstate import (
+    Application,
     Engine,
     FailureReason,
     KeyQuery,
     PluginError,
+    Query,
     QueryResult,
     Serdes,
+    StateQueryRequest,
     StateStoreContext,
     UnknownEngineError,
+    WindowKeyQuery,
 )
 from iqstate.engines.memory import MemoryKeyValueStore
 from iqstate.hookspecs import hookimpl
@@ -245,3 +250,122 @@ def test_registration_hooks_go_through_pluggy_so_wrappers_and_tracing_apply() ->
     assert "iqstate_register_engines" in traced and "iqstate_register_serdes" in traced
     assert registry.engine_owners["memory"] == "memory", "registrations keep their plugin"
     assert registry.query_handlers.owner("metered.key_value", KeyQuery) == "builtins"
+
+
+class _LazyEngine:
+    """An engine named by import paths, as the RocksDB and LMDB plugins register theirs."""
+
+    @hookimpl
+    def iqstate_register_engines(self, register: Any) -> None:
+        register(
+            Engine(
+                name="lazy-memory",
+                key_value_store="iqstate.engines.memory:MemoryKeyValueStore",
+                window_store="iqstate.engines.memory:MemoryWindowStore",
+                check_config="iqstate.engines.memory:check_no_options",
+            )
+        )
+
+
+def test_an_engine_registered_by_import_path_serves_stores(tmp_path: Path) -> None:
+    registry = registry_of(load_entry_points=False, extra_plugins=[("lazy", _LazyEngine())])
+    engine = registry.engine("lazy-memory")
+    assert engine.plugin == "lazy" and engine.window_store is not None
+    app = Application("lazy", tmp_path, plugins=registry)
+    with pytest.raises(ValueError, match="the memory engine takes no options"):
+        app.key_value_store("typo", 1, engine="lazy-memory", config={"block_size": 1})
+    app.key_value_store("counts", 2, engine="lazy-memory", value_serde="int64")
+    app.window_store("clicks", 1, 10, 100, engine="lazy-memory", value_serde="int64")
+    with app:
+        with app.begin_batch() as batch:
+            batch.put_all("counts", [("a", 1), ("b", 2)])
+            batch.put("clicks", "a", 7, window_start=20)
+        request = StateQueryRequest.in_store("counts").with_query(KeyQuery.with_key("b"))
+        assert app.query(request).only_partition_result().result == 2  # type: ignore[union-attr]
+        windows = StateQueryRequest.in_store("clicks").with_query(
+            WindowKeyQuery.with_key_and_window_start_range("a", 0, 100)
+        )
+        with app.query(windows).only_partition_result().result as found:  # type: ignore[union-attr]
+            assert list(found) == [(20, 7)]
+
+
+class _MissingEngine:
+    @hookimpl
+    def iqstate_register_engines(self, register: Any) -> None:
+        register(Engine(name="ghost", key_value_store="iqstate_ghost.store:GhostStore"))
+        register(
+            Engine(
+                name="typo",
+                key_value_store="iqstate.engines.memory:MemoryKeyValueStore",
+                check_config="iqstate.engines.memory:check_options",
+            )
+        )
+
+
+def test_a_target_that_cannot_be_imported_fails_naming_plugin_engine_and_target(
+    tmp_path: Path,
+) -> None:
+    # Registering costs no import, so a broken engine does not stop the others.
+    registry = registry_of(load_entry_points=False, extra_plugins=[("ghosts", _MissingEngine())])
+    assert {"ghost", "typo", "memory"} <= set(registry.engines)
+    app = Application("ghosts", tmp_path, plugins=registry)
+    with pytest.raises(PluginError) as typo:
+        app.key_value_store("s", 1, engine="typo")
+    assert "plugin 'ghosts', engine 'typo'" in str(typo.value)
+    assert "'iqstate.engines.memory:check_options'" in str(typo.value)
+    assert "has no attribute 'check_options'" in str(typo.value)
+    app.key_value_store("s", 1, engine="ghost")
+    with pytest.raises(PluginError) as ghost:
+        app.start()
+    message = str(ghost.value)
+    assert "plugin 'ghosts', engine 'ghost'" in message
+    assert "'iqstate_ghost.store:GhostStore'" in message
+    assert "No module named 'iqstate_ghost'" in message
+
+
+def test_malformed_engine_targets_are_refused_where_the_engine_is_built() -> None:
+    with pytest.raises(PluginError, match="engine 'x', key_value_store: expected an import path"):
+        Engine(name="x", key_value_store="iqstate_x.store")
+    with pytest.raises(TypeError, match="engine 'x': window_store must be a callable"):
+        Engine(name="x", key_value_store=MemoryKeyValueStore, window_store=42)  # type: ignore[arg-type]
+
+
+def count_entries(store: Any, query: Any, bound: Any, config: Any) -> QueryResult[int]:
+    return QueryResult.for_result(store.approximate_num_entries())
+
+
+def add_no_arguments(parser: Any) -> None:
+    parser.add_argument("--times", type=int, default=1)
+
+
+def run_hello(args: Any) -> int:
+    return 40 + args.times
+
+
+class _LazyParts:
+    """A handler and a command registered by import path."""
+
+    @hookimpl
+    def iqstate_register_query_handlers(self, register: Any) -> None:
+        register(EntryCountQuery, "memory.key_value", f"{__name__}:count_entries")
+
+    @hookimpl
+    def iqstate_register_commands(self, register: Any) -> None:
+        register("hello", "says hello", f"{__name__}:add_no_arguments", f"{__name__}:run_hello")
+
+
+class EntryCountQuery(Query[int]):
+    __slots__ = ()
+
+
+def test_handlers_and_commands_registered_by_import_path() -> None:
+    registry = registry_of(load_entry_points=False, extra_plugins=[("parts", _LazyParts())])
+    store = memory_chain(registry)
+    store.put_all([("a", 1), ("b", 2)])
+    store.commit({})
+    assert store.query(EntryCountQuery()).result == 2
+    assert registry.query_handlers.owner("memory.key_value", EntryCountQuery) == "parts"
+    command = registry.commands["hello"]
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    assert command.run(parser.parse_args(["--times", "2"])) == 42

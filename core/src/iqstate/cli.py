@@ -9,12 +9,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from iqstate.errors import PluginError
+from iqstate.lazy import resolved
 from iqstate.plugins import PluginRegistry, default_registry
 from iqstate.scaffold import ScaffoldError, render
 
 
 def _engine_stores(registry: PluginRegistry, name: str) -> list[tuple[str, type]]:
-    """The store kinds and classes an engine's factories produce."""
+    """The store kinds and classes an engine's factories produce (imported now: this
+    command is where an engine registered by import path gets loaded to be described)."""
     engine = registry.engines[name]
     stores: list[tuple[str, type]] = []
     for factory, default_kind in (
@@ -22,18 +25,23 @@ def _engine_stores(registry: PluginRegistry, name: str) -> list[tuple[str, type]
         (engine.window_store, f"{name}.window"),
     ):
         if factory is not None:
-            store_class = factory if isinstance(factory, type) else object
-            stores.append((getattr(factory, "kind", default_kind), store_class))
+            target = resolved(factory)
+            store_class = target if isinstance(target, type) else object
+            stores.append((getattr(target, "kind", default_kind), store_class))
     return stores
 
 
 def describe_plugins(registry: PluginRegistry) -> dict[str, Any]:
-    """What `iqstate plugins` reports, as data."""
+    """What `iqstate plugins` reports, as data; an engine whose stores cannot be imported
+    is listed with the error instead of stopping the report."""
     handlers = registry.query_handlers
     engines = []
     for name in sorted(registry.engines):
         engine = registry.engines[name]
-        stores = _engine_stores(registry, name)
+        try:
+            stores, error = _engine_stores(registry, name), None
+        except PluginError as failure:
+            stores, error = [], str(failure)
         answers: set[str] = set()
         for kind, store_class in stores:
             answers.update(q.__name__ for q in handlers.table_for_store(store_class, kind))
@@ -45,6 +53,7 @@ def describe_plugins(registry: PluginRegistry) -> dict[str, Any]:
                 "store_kinds": [kind for kind, _ in stores],
                 "answers": sorted(answers),
                 "description": engine.description,
+                "error": error,
             }
         )
     queries = [
@@ -73,6 +82,9 @@ def _print_plugins(report: dict[str, Any]) -> None:
         print(f"  {engine['name']}  ({durability}, from plugin {engine['plugin']})")
         if engine["description"]:
             print(f"      {engine['description']}")
+        if engine["error"]:
+            print(f"      unavailable: {engine['error']}")
+            continue
         print(f"      store kinds: {', '.join(engine['store_kinds'])}")
         print(f"      answers: {', '.join(engine['answers']) or '(no query types)'}")
     print("\nQuery types (store kind <- plugin that registered the handler):")

@@ -1,31 +1,77 @@
 """What an engine plugin registers: the `Engine` record naming its store factories.
 
+The factories and `check_config` may be given as import paths (`"package.module:Class"`):
+they are imported the first time a store of the engine is declared or built, so loading
+the plugin at every application's start does not import the engine's library.
 The base class for an engine's stores is `iqstate.engine_store.EngineStore`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from iqstate.lazy import lazy
 from iqstate.store import KeyValueStore, WindowStore
 
 KeyValueStoreFactory = Callable[[str], KeyValueStore[bytes, bytes]]
 """`factory(store_name)` -> an uninitialised key-value store over bytes."""
 WindowStoreFactory = Callable[[str, int, int], WindowStore[bytes, bytes]]
 """`factory(store_name, window_size_ms, retention_ms)` -> an uninitialised window store."""
+ConfigCheck = Callable[[Mapping[str, Any], str], None]
+"""`check_config(config, store_name)` raises `ValueError` naming a bad engine option."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Engine:
-    """A storage engine as a plugin registers it with `iqstate_register_engines`."""
+    """A storage engine as a plugin registers it with `iqstate_register_engines`.
+
+    `key_value_store`, `window_store` and `check_config` are callables or import paths
+    (`"iqstate_rocksdb.store:RocksDBKeyValueStore"`), which become `iqstate.lazy.LazyObject`s
+    imported on first use; an import that fails raises `PluginError` naming the plugin, the
+    engine and the path. `check_config` runs when a store is declared, so a typo fails there
+    and not at `start()`. `plugin` is set by the registry to the plugin that registered it.
+    """
 
     name: str
     key_value_store: KeyValueStoreFactory
     window_store: WindowStoreFactory | None = None
     persistent: bool = False
     description: str = ""
-    check_config: Callable[[Mapping[str, Any], str], None] | None = None
-    """`check_config(config, store_name)` raises `ValueError` naming a bad engine option;
-    called when a store is declared, so a typo fails there and not at `start()`."""
+    check_config: ConfigCheck | None = None
+    plugin: str = dataclasses.field(default="", compare=False)
+
+    def __init__(
+        self,
+        name: str,
+        key_value_store: KeyValueStoreFactory | str,
+        window_store: WindowStoreFactory | str | None = None,
+        persistent: bool = False,
+        description: str = "",
+        check_config: ConfigCheck | str | None = None,
+        plugin: str = "",
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"Engine: name must be a non-empty string, got {name!r}")
+        owner = f"plugin {plugin!r}, engine {name!r}" if plugin else f"engine {name!r}"
+        for field, value, optional in (
+            ("key_value_store", key_value_store, False),
+            ("window_store", window_store, True),
+            ("check_config", check_config, True),
+        ):
+            if not (isinstance(value, str) or callable(value) or (optional and value is None)):
+                raise TypeError(
+                    f"{owner}: {field} must be a callable or an import path "
+                    f"'module:attribute', got {value!r}"
+                )
+            object.__setattr__(self, field, lazy(value, f"{owner}, {field}"))
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "persistent", persistent)
+        object.__setattr__(self, "description", description)
+        object.__setattr__(self, "plugin", plugin)
+
+    def registered_by(self, plugin: str) -> Engine:
+        """This engine as `plugin` registered it: its import errors then name the plugin."""
+        return self if self.plugin == plugin else dataclasses.replace(self, plugin=plugin)

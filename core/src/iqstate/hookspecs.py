@@ -8,7 +8,11 @@ says what it provides instead of returning it:
 
     @hookimpl
     def iqstate_register_engines(register):
-        register(Engine(name="mine", key_value_store=MyStore))
+        register(Engine(name="mine", key_value_store="my_plugin.store:MyStore"))
+
+Every application loads every installed plugin when it is created, so a plugin module
+must be cheap to import: name heavy objects (store classes, handlers, commands, codecs)
+by import path, `"module:attribute"`, and they are imported when first used.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 @hookspec
 def iqstate_register_engines(register: Any) -> None:
-    """Register storage engines: `register(engine: iqstate.engine.Engine)`."""
+    """Register storage engines: `register(engine: iqstate.engine.Engine)`; the engine's
+    store factories and `check_config` may be import paths, imported on first use."""
 
 
 @hookspec
@@ -34,7 +39,8 @@ def iqstate_register_query_handlers(register: Any) -> None:
 
     `handler(store, query, position_bound, config) -> QueryResult` answers `query_type`
     on stores whose `kind` is `store_kind` (for example `"memory.key_value"`,
-    `"rocksdb.key_value"` or a layer such as `"metered.key_value"`).
+    `"rocksdb.key_value"` or a layer such as `"metered.key_value"`). The handler may be
+    an import path (`"module:function"`), imported when a store first answers with it.
     """
 
 
@@ -48,7 +54,8 @@ def iqstate_register_commands(register: Any) -> None:
     """Register `iqstate` subcommands: `register(name, help, add_arguments, run)`.
 
     `add_arguments(parser)` adds the command's options to an `argparse` parser;
-    `run(args) -> int` runs it and returns the exit code.
+    `run(args) -> int` runs it and returns the exit code. Either may be an import path
+    (`"module:function"`), imported only by the `iqstate` command.
     """
 
 
@@ -59,5 +66,6 @@ def iqstate_register_query_codecs(register: Any) -> None:
     `register(name, query_type, decode, encode)`: `decode(body, key_from_json)` builds the
     query from its JSON object (`key_from_json(value)` turns a JSON key into the store's
     key type); `encode(result, to_json)` turns a successful result into JSON
-    (`to_json(value)` encodes one key or value).
+    (`to_json(value)` encodes one key or value). `decode` and `encode` may be import paths,
+    imported when the HTTP service first uses them.
     """

@@ -6,6 +6,10 @@ callers. Registration happens when a `PluginRegistry` is built (once per process
 default registry); stores copy their handler tables from it at `init`, and queries read
 only those tables.
 
+Every application loads every installed plugin, so registering must stay cheap: engine
+factories, handlers, commands and codecs may be registered as import paths
+(`"module:attribute"`, see `iqstate.lazy`), imported when first used.
+
 Environment:
 * `IQSTATE_BLOCK_PLUGINS`: comma-separated plugin names to block (entry-point names,
   or a default plugin's name such as `memory`);
@@ -28,6 +32,7 @@ from iqstate import hookspecs
 from iqstate.dispatch import QueryHandler, QueryHandlerRegistry
 from iqstate.engine import Engine
 from iqstate.errors import PluginError, UnknownEngineError
+from iqstate.lazy import lazy
 from iqstate.queries import Query
 from iqstate.serdes import Serde
 
@@ -76,7 +81,8 @@ def make_plugin_manager(
 
 @dataclass(frozen=True)
 class Command:
-    """An `iqstate` subcommand a plugin provides."""
+    """An `iqstate` subcommand a plugin provides (`add_arguments` and `run` may be
+    `LazyObject`s, registered as import paths)."""
 
     name: str
     help: str
@@ -87,7 +93,8 @@ class Command:
 
 @dataclass(frozen=True)
 class QueryCodec:
-    """How the HTTP service reads a query type from JSON and writes its results."""
+    """How the HTTP service reads a query type from JSON and writes its results
+    (`decode` and `encode` may be `LazyObject`s, registered as import paths)."""
 
     name: str
     query_type: type[Query[Any]]
@@ -125,31 +132,50 @@ class PluginRegistry:
 
     def _codec_registrar(
         self, plugin: str
-    ) -> Callable[[str, type[Query[Any]], Callable[..., Any], Callable[..., Any]], None]:
+    ) -> Callable[
+        [str, type[Query[Any]], Callable[..., Any] | str, Callable[..., Any] | str], None
+    ]:
         def register(
             name: str,
             query_type: type[Query[Any]],
-            decode: Callable[..., Any],
-            encode: Callable[..., Any],
+            decode: Callable[..., Any] | str,
+            encode: Callable[..., Any] | str,
         ) -> None:
             if name in self.query_codecs:
                 owner = self.query_codecs[name].plugin
                 raise PluginError(
                     f"plugins {owner!r} and {plugin!r} both register a query codec named {name!r}"
                 )
-            self.query_codecs[name] = QueryCodec(name, query_type, decode, encode, plugin)
+            role = f"plugin {plugin!r}, query codec {name!r}"
+            self.query_codecs[name] = QueryCodec(
+                name,
+                query_type,
+                lazy(decode, f"{role}, decode"),
+                lazy(encode, f"{role}, encode"),
+                plugin,
+            )
 
         return register
 
     def _command_registrar(
         self, plugin: str
-    ) -> Callable[[str, str, Callable[[Any], None], Callable[[Any], int]], None]:
+    ) -> Callable[[str, str, Callable[[Any], None] | str, Callable[[Any], int] | str], None]:
         def register(
-            name: str, help: str, add_arguments: Callable[[Any], None], run: Callable[[Any], int]
+            name: str,
+            help: str,
+            add_arguments: Callable[[Any], None] | str,
+            run: Callable[[Any], int] | str,
         ) -> None:
             if name in self.commands or name == "plugins":
                 raise PluginError(f"plugin {plugin!r} registers the command {name!r} a second time")
-            self.commands[name] = Command(name, help, add_arguments, run, plugin)
+            role = f"plugin {plugin!r}, command {name!r}"
+            self.commands[name] = Command(
+                name,
+                help,
+                lazy(add_arguments, f"{role}, add_arguments"),
+                lazy(run, f"{role}, run"),
+                plugin,
+            )
 
         return register
 
@@ -166,16 +192,19 @@ class PluginRegistry:
                     f"plugins {owner!r} and {plugin!r} both register an engine named "
                     f"{engine.name!r}; uninstall one or block it with {BLOCK_ENV}={plugin}"
                 )
-            self.engines[engine.name] = engine
+            self.engines[engine.name] = engine.registered_by(plugin)
             self.engine_owners[engine.name] = plugin
 
         return register
 
     def _handler_registrar(
         self, plugin: str
-    ) -> Callable[[type[Query[Any]], str, QueryHandler], None]:
-        def register(query_type: type[Query[Any]], kind: str, handler: QueryHandler) -> None:
-            self.query_handlers.register(query_type, kind, handler, plugin=plugin)
+    ) -> Callable[[type[Query[Any]], str | type, QueryHandler | str], None]:
+        def register(
+            query_type: type[Query[Any]], kind: str | type, handler: QueryHandler | str
+        ) -> None:
+            role = f"plugin {plugin!r}, handler of {getattr(query_type, '__name__', query_type)}"
+            self.query_handlers.register(query_type, kind, lazy(handler, role), plugin=plugin)
 
         return register
 

@@ -1,14 +1,23 @@
-"""iqstate's HTTP query service."""
+"""iqstate's HTTP query service.
 
-from iqstate_http.client import (
-    AsyncRemoteQueryClient,
-    AsyncRemoteSession,
-    RemoteQueryClient,
-    RemoteSession,
-)
-from iqstate_http.limits import ConnectionLimits
-from iqstate_http.server import BackgroundServer, serve, start_background
-from iqstate_http.service import QueryService
+Its entry point (`iqstate_http.plugin`) is loaded by every application at start, so the
+names below are imported, with the HTTP stack behind them, on first use.
+"""
+
+from typing import TYPE_CHECKING
+
+from iqstate.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from iqstate_http.client import (
+        AsyncRemoteQueryClient,
+        AsyncRemoteSession,
+        RemoteQueryClient,
+        RemoteSession,
+    )
+    from iqstate_http.limits import ConnectionLimits
+    from iqstate_http.server import BackgroundServer, serve, start_background
+    from iqstate_http.service import QueryService
 
 __all__ = [
     "AsyncRemoteQueryClient",
@@ -21,3 +30,18 @@ __all__ = [
     "serve",
     "start_background",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "iqstate_http.client": [
+            "AsyncRemoteQueryClient",
+            "AsyncRemoteSession",
+            "RemoteQueryClient",
+            "RemoteSession",
+        ],
+        "iqstate_http.limits": ["ConnectionLimits"],
+        "iqstate_http.server": ["BackgroundServer", "serve", "start_background"],
+        "iqstate_http.service": ["QueryService"],
+    },
+)

@@ -1,17 +1,23 @@
-"""iqstate-http as a plugin: it adds the `iqstate serve` command."""
+"""iqstate-http as a plugin: it adds the `iqstate serve` command.
+
+Loaded by every application at start, so it imports no part of the HTTP stack: the
+server is imported when `iqstate serve` runs.
+"""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iqstate import Application, IqstateError
 from iqstate.hookspecs import hookimpl
 from iqstate_http.limits import DEFAULT_MAX_BODY, ConnectionLimits
 from iqstate_http.store_options import parse_store
+
+if TYPE_CHECKING:
+    import argparse
 
 _LIMITS = {field.name: field for field in dataclasses.fields(ConnectionLimits)}
 

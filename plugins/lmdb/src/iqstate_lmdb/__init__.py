@@ -1,6 +1,18 @@
-"""iqstate's LMDB engine (`engine="lmdb"`)."""
+"""iqstate's LMDB engine (`engine="lmdb"`).
 
+`LMDBKeyValueStore` and `LMDBWindowStore` are imported (with lmdb) on first use.
+"""
+
+from typing import TYPE_CHECKING
+
+from iqstate.lazy import lazy_exports
 from iqstate_lmdb.plugin import LMDB_ENGINE
-from iqstate_lmdb.store import LMDBKeyValueStore
 
-__all__ = ["LMDB_ENGINE", "LMDBKeyValueStore"]
+if TYPE_CHECKING:
+    from iqstate_lmdb.store import LMDBKeyValueStore, LMDBWindowStore
+
+__all__ = ["LMDB_ENGINE", "LMDBKeyValueStore", "LMDBWindowStore"]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__, {"iqstate_lmdb.store": ["LMDBKeyValueStore", "LMDBWindowStore"]}
+)

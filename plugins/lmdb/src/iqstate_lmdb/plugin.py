@@ -1,4 +1,8 @@
-"""The `lmdb` engine as an iqstate plugin."""
+"""The `lmdb` engine as an iqstate plugin.
+
+Loaded by every application at start, so it imports nothing of LMDB: the stores and the
+option check are named by import path and imported when an `lmdb` store is declared.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +10,14 @@ from typing import Any
 
 from iqstate.engine import Engine
 from iqstate.hookspecs import hookimpl
-from iqstate_lmdb.options import check_config
-from iqstate_lmdb.store import LMDBKeyValueStore, LMDBWindowStore
 
 LMDB_ENGINE = Engine(
     name="lmdb",
-    key_value_store=LMDBKeyValueStore,
-    window_store=LMDBWindowStore,
+    key_value_store="iqstate_lmdb.store:LMDBKeyValueStore",
+    window_store="iqstate_lmdb.store:LMDBWindowStore",
     persistent=True,
     description="LMDB: one environment per partition, offsets in a named sub-database",
-    check_config=check_config,
+    check_config="iqstate_lmdb.options:check_config",
 )
 
 
