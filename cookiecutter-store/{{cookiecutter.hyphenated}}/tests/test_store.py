@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,3 +36,14 @@ def test_entry_count_query_through_an_application(tmp_path: Path) -> None:
             batch.put_all("words", [("a", 1), ("b", 2), ("c", 3)])
         result = app.query(StateQueryRequest.in_store("words").with_query(EntryCountQuery()))
         assert sum(r.result for r in result.partition_results.values()) == 3
+
+
+def test_loading_the_plugin_does_not_import_the_store() -> None:
+    # Every iqstate application loads every installed plugin: the store (and whatever
+    # library it needs) is imported only when a store of this engine is built.
+    check = (
+        "import sys, iqstate_{{ cookiecutter.underscored }}.plugin; "
+        "print('iqstate_{{ cookiecutter.underscored }}.store' in sys.modules)"
+    )
+    loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "False"

@@ -1,4 +1,8 @@
-"""The plugin iqstate loads through the `iqstate` entry point."""
+"""The plugin iqstate loads through the `iqstate` entry point.
+
+Every iqstate application imports this module when it is created, so it stays cheap:
+the store is named by import path and imported when a store of this engine is built.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,13 @@ from typing import Any
 from iqstate.engine import Engine
 from iqstate.hookspecs import hookimpl
 from iqstate_{{ cookiecutter.underscored }}.query import EntryCountQuery, answer_entry_count, decode, encode
-from iqstate_{{ cookiecutter.underscored }}.store import {{ cookiecutter.class_prefix }}Store
+
+KIND = "{{ cookiecutter.hyphenated }}.key_value"
+"""The kind of this engine's key-value stores (`{{ cookiecutter.class_prefix }}Store.kind`)."""
 
 ENGINE = Engine(
     name="{{ cookiecutter.hyphenated }}",
-    key_value_store={{ cookiecutter.class_prefix }}Store,
+    key_value_store="iqstate_{{ cookiecutter.underscored }}.store:{{ cookiecutter.class_prefix }}Store",
     persistent=True,
     description="{{ cookiecutter.description }}",
 )
@@ -26,7 +32,7 @@ def iqstate_register_engines(register: Any) -> None:
 def iqstate_register_query_handlers(register: Any) -> None:
     # The built-in queries are answered through the KeyValueStore interface already;
     # register only what this engine answers itself.
-    register(EntryCountQuery, {{ cookiecutter.class_prefix }}Store.kind, answer_entry_count)
+    register(EntryCountQuery, KIND, answer_entry_count)
 
 
 @hookimpl

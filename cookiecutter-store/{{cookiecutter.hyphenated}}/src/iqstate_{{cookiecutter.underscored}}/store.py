@@ -14,12 +14,13 @@ from iqstate.codec import decode_offset, decode_position, encode_offset, encode_
 from iqstate.context import StateStoreContext
 from iqstate.persistent import Commit, Pair, PersistentKeyValueStore, StoredState
 from iqstate.position import TopicPartition
+from iqstate_{{ cookiecutter.underscored }}.plugin import KIND
 
 OPEN, CLOSED = b"\x01", b"\x00"
 
 
 class {{ cookiecutter.class_prefix }}Store(PersistentKeyValueStore):
-    kind = "{{ cookiecutter.hyphenated }}.key_value"
+    kind = KIND
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
