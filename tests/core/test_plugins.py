@@ -28,6 +28,7 @@ from iqstate import (
     UnknownEngineError,
     WindowKeyQuery,
 )
+from iqstate.cli import describe_plugins
 from iqstate.engines.memory import MemoryKeyValueStore
 from iqstate.hookspecs import hookimpl
 from iqstate.layers import build_key_value_chain
@@ -308,6 +309,9 @@ def test_a_target_that_cannot_be_imported_fails_naming_plugin_engine_and_target(
     # Registering costs no import, so a broken engine does not stop the others.
     registry = registry_of(load_entry_points=False, extra_plugins=[("ghosts", _MissingEngine())])
     assert {"ghost", "typo", "memory"} <= set(registry.engines)
+    listed = {engine["name"]: engine for engine in describe_plugins(registry)["engines"]}
+    assert "No module named 'iqstate_ghost'" in listed["ghost"]["error"]
+    assert listed["memory"]["error"] is None and "KeyQuery" in listed["memory"]["answers"]
     app = Application("ghosts", tmp_path, plugins=registry)
     with pytest.raises(PluginError) as typo:
         app.key_value_store("s", 1, engine="typo")
