@@ -318,9 +318,8 @@ def test_a_target_that_cannot_be_imported_fails_naming_plugin_engine_and_target(
     assert "plugin 'ghosts', engine 'typo'" in str(typo.value)
     assert "'iqstate.engines.memory:check_options'" in str(typo.value)
     assert "has no attribute 'check_options'" in str(typo.value)
-    app.key_value_store("s", 1, engine="ghost")
     with pytest.raises(PluginError) as ghost:
-        app.start()
+        app.key_value_store("s", 1, engine="ghost")
     message = str(ghost.value)
     assert "plugin 'ghosts', engine 'ghost'" in message
     assert "'iqstate_ghost.store:GhostStore'" in message

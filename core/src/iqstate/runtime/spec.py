@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from iqstate.engine import Engine
 from iqstate.layers.chain import StoreChain, key_value_chain, window_chain
+from iqstate.lazy import resolved
 from iqstate.runtime.partitioner import Partitioner, murmur2_partitioner
 from iqstate.serdes import Serde
 
@@ -39,10 +40,19 @@ class StoreSpec(ABC):
 
     partition_of: Callable[[Any, bytes], int] = field(init=False, repr=False, compare=False)
     """`partition_of(key, key_bytes)`: the custom partitioner's choice, or murmur2's."""
+    store_factory: Callable[..., Any] = field(init=False, repr=False, compare=False)
+    """The engine's factory for this type of store, loaded when the store is declared."""
 
     def __post_init__(self) -> None:
         # Chosen once: this runs for every key of every batch and key query.
         object.__setattr__(self, "partition_of", self._choose_partition_of())
+        # An engine registered by import path is imported here, when a store of it is
+        # declared: a missing library fails at the declaration, naming plugin and engine.
+        object.__setattr__(self, "store_factory", resolved(self._engine_factory()))
+
+    @abstractmethod
+    def _engine_factory(self) -> Callable[..., Any]:
+        """The engine's factory (or the import path standing for it) for this store type."""
 
     def _choose_partition_of(self) -> Callable[[Any, bytes], int]:
         partitions, partitioner = self.partitions, self.partitioner
@@ -79,9 +89,12 @@ class KeyValueStoreSpec(StoreSpec):
     has_key_lookup: ClassVar[bool] = True
     caching: bool | int = False
 
+    def _engine_factory(self) -> Callable[..., Any]:
+        return self.engine.key_value_store
+
     def build(self) -> StoreChain[Any]:
         return key_value_chain(
-            self.engine.key_value_store(self.name),
+            self.store_factory(self.name),
             self.key_serde,
             self.value_serde,
             caching=self.caching,
@@ -107,11 +120,17 @@ class WindowStoreSpec(StoreSpec):
     window_size_ms: int = 0
     retention_ms: int = 0
 
-    def build(self) -> StoreChain[Any]:
+    def _engine_factory(self) -> Callable[..., Any]:
         factory = self.engine.window_store
-        assert factory is not None  # checked when the store was declared
+        if factory is None:
+            raise ValueError(
+                f"store {self.name!r}: engine {self.engine.name!r} has no window stores"
+            )
+        return factory
+
+    def build(self) -> StoreChain[Any]:
         return window_chain(
-            factory(self.name, self.window_size_ms, self.retention_ms),
+            self.store_factory(self.name, self.window_size_ms, self.retention_ms),
             self.key_serde,
             self.value_serde,
             logging=self.logging,
