@@ -20,7 +20,15 @@ from iqstate.runtime.iqv1 import (
     QueryableStoreTypes,
     StoreQueryParameters,
 )
-from iqstate.runtime.metadata import HostInfo, KeyQueryMetadata, LagInfo, StreamsMetadata
+from iqstate.runtime.metadata import (
+    Departure,
+    HostInfo,
+    InstanceStatus,
+    KeyQueryMetadata,
+    LagInfo,
+    ReplicaStatus,
+    StreamsMetadata,
+)
 from iqstate.runtime.partitioner import murmur2, partition_for_bytes
 
 __all__ = [
@@ -34,12 +42,15 @@ __all__ = [
     "Batch",
     "CompositeReadOnlyKeyValueStore",
     "CompositeReadOnlyWindowStore",
+    "Departure",
     "HostInfo",
+    "InstanceStatus",
     "KeyQueryMetadata",
     "LagInfo",
     "PartitionRole",
     "QueryableStoreType",
     "QueryableStoreTypes",
+    "ReplicaStatus",
     "Role",
     "StandaloneAssignment",
     "StaticAssignment",
