@@ -47,13 +47,13 @@ _OUTPUT_TAIL_LINES = 40
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>iqstate.local</groupId>
-  <artifactId>kafka-broker-classpath</artifactId>
+  <artifactId>classpath</artifactId>
   <version>1</version>
   <packaging>pom</packaging>
   <dependencies>
     <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_2.13</artifactId>
+      <groupId>{group}</groupId>
+      <artifactId>{artifact}</artifactId>
       <version>{version}</version>
     </dependency>
   </dependencies>
@@ -94,7 +94,28 @@ def kafka_classpath(version: str = KAFKA_VERSION, cache: Path | None = None) -> 
 
     Concurrent callers (several test processes) wait on a lock file; only one runs Maven.
     """
-    folder = (cache or cache_root()) / f"kafka-{version}"
+    return maven_jars(
+        "org.apache.kafka", "kafka_2.13", version, f"kafka-{version}", cache, "Apache Kafka"
+    )
+
+
+def maven_jars(
+    group: str,
+    artifact: str,
+    version: str,
+    folder_name: str,
+    cache: Path | None = None,
+    what: str | None = None,
+) -> Path:
+    """The folder of `group:artifact:version`'s jar and its runtime dependencies, fetched
+    from Maven Central with `mvn` the first time into `<cache>/<folder_name>/lib` (a
+    one-dependency `pom.xml`; a finished folder is reused without running Maven again).
+
+    Concurrent callers wait on a lock file; only one runs Maven. `LocalBrokerError`, with
+    Maven's last lines, when the artifact cannot be fetched.
+    """
+    what = what or f"{group}:{artifact}"
+    folder = (cache or cache_root()) / folder_name
     lib = folder / "lib"
     if (lib / _COMPLETE).exists():
         return lib
@@ -105,10 +126,11 @@ def kafka_classpath(version: str = KAFKA_VERSION, cache: Path | None = None) -> 
         mvn = shutil.which("mvn")
         if mvn is None:
             raise LocalBrokerError(
-                "mvn (Apache Maven) is not on PATH: it fetches Kafka's jars from Maven Central "
-                "(install it, e.g. apt-get install maven)"
+                f"mvn (Apache Maven) is not on PATH: it fetches {what}'s jars from Maven "
+                "Central (install it, e.g. apt-get install maven)"
             )
-        (folder / "pom.xml").write_text(_POM.format(version=version), encoding="utf-8")
+        pom = _POM.format(group=group, artifact=artifact, version=version)
+        (folder / "pom.xml").write_text(pom, encoding="utf-8")
         staging = folder / "lib.partial"
         shutil.rmtree(staging, ignore_errors=True)
         command = [
@@ -120,10 +142,10 @@ def kafka_classpath(version: str = KAFKA_VERSION, cache: Path | None = None) -> 
             f"-DoutputDirectory={staging}",
         ]
         done = subprocess.run(command, cwd=folder, capture_output=True, text=True, check=False)
-        if done.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
+        if done.returncode != 0 or not any(staging.glob(f"{artifact}-*.jar")):
             output = _tail((done.stdout + done.stderr).splitlines())
             raise LocalBrokerError(
-                f"could not fetch Apache Kafka {version} with Maven (exit {done.returncode}) "
+                f"could not fetch {what} {version} with Maven (exit {done.returncode}) "
                 f"in {folder}:\n{output}"
             )
         (staging / _COMPLETE).touch()

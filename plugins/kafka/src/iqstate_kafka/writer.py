@@ -31,7 +31,7 @@ applied with the next batch's marker.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -53,6 +53,27 @@ PRODUCER_DEFAULTS: Mapping[str, Any] = {"linger.ms": 5}
 """Producer settings `client_config` may override: a short linger batches records."""
 
 _SHOWN_FAILURES = 5
+
+
+def _checked_topic(
+    topics: Mapping[str, str], stores: Mapping[str, int], store: str, partition: int
+) -> str:
+    """The changelog topic of `store`, once `partition` is known to exist there."""
+    if store not in stores:
+        raise ValueError(
+            f"the batch writes to store {store!r}, which is not among the stores it "
+            f"covers ({', '.join(sorted(stores))}); nothing of the batch counts as written"
+        )
+    if (
+        isinstance(partition, bool)
+        or not isinstance(partition, int)
+        or not 0 <= partition < stores[store]
+    ):
+        raise ValueError(
+            f"the batch writes to store {store!r} partition {partition!r}, which does "
+            f"not exist (the store has {stores[store]}); nothing of the batch counts as written"
+        )
+    return topics[store]
 
 
 class BatchWriter:
@@ -94,25 +115,45 @@ class BatchWriter:
         are what a replica that applied the batch commits (`iqstate_kafka.reader`).
         """
         topics = changelog_topics(self._application_id, stores)
-        for store, partition in entries:
-            if store not in stores:
-                raise ValueError(
-                    f"the batch writes to store {store!r}, which is not among the stores it "
-                    f"covers ({', '.join(sorted(stores))}); nothing was written"
-                )
-            if not 0 <= partition < stores[store]:
-                raise ValueError(
-                    f"the batch writes to store {store!r} partition {partition}, which does "
-                    f"not exist (the store has {stores[store]}); nothing was written"
-                )
-        headers: Headers = list(batch_headers(batch_id))
+        for store, partition in entries:  # all checked before anything is sent
+            _checked_topic(topics, stores, store, partition)
         marker = marker_value(batch_id, position if position is not None else Position.empty())
+        self._send(entries.items(), batch_id, stores, marker)
+        return dict(self._ends)
+
+    def write_data(
+        self,
+        chunks: Iterable[tuple[tuple[str, int], Sequence[Entry]]],
+        *,
+        batch_id: int,
+        stores: Mapping[str, int],
+    ) -> int:
+        """Write data records of batch `batch_id` without markers; return once all are durable.
+
+        For a batch written by several processes (Spark's executors): each writes its share
+        of the data with `write_data`, and once all of them returned, one process writes the
+        markers with `write({}, ...)`. `chunks` may be a generator: each `((store,
+        partition), entries)` is produced as it comes, and one flush at the end waits for all.
+        Returns how many records were written.
+        """
+        return self._send(chunks, batch_id, stores, None)
+
+    def _send(
+        self,
+        chunks: Iterable[tuple[tuple[str, int], Sequence[Entry]]],
+        batch_id: int | None,
+        stores: Mapping[str, int],
+        marker: bytes | None,
+    ) -> int:
+        topics = changelog_topics(self._application_id, stores)
+        headers: Headers = list(batch_headers(batch_id))
+        written = 0
         with self._lock:
             self._batch_id = batch_id
             producer = self._ready_producer()
             try:
-                for (store, partition), records in entries.items():
-                    topic = topics[store]
+                for (store, partition), records in chunks:
+                    topic = _checked_topic(topics, stores, store, partition)
                     for entry in records:
                         if len(entry) == 3:
                             raw, window_start, value = entry
@@ -121,16 +162,20 @@ class BatchWriter:
                             raw, value = entry
                             key = data_key(raw)
                         self._produce(producer, topic, key, value, partition, headers)
-                for store, partitions in stores.items():
-                    for partition in range(partitions):
-                        self._produce(producer, topics[store], MARKER_KEY, marker, partition, None)
+                    written += len(records)
+                if marker is not None:
+                    for store, partitions in stores.items():
+                        for partition in range(partitions):
+                            self._produce(
+                                producer, topics[store], MARKER_KEY, marker, partition, None
+                            )
                 remaining = producer.flush(self._delivery_timeout + self._cluster.timeout)
                 if remaining or self._failed:
                     raise self._error(remaining)
             except BaseException:
                 self._discard(producer)
                 raise
-            return dict(self._ends)
+        return written
 
     def close(self) -> None:
         """Release the producer (there is never anything unsent between batches)."""

@@ -2,13 +2,16 @@
 
 Spark writes `<checkpointLocation>/offsets/<batchId>` before it runs a batch: a version
 line, a metadata line, then one line per source with that source's end offset as JSON
-(`-` for a source without one yet). A replayed batch after a crash has the same id and the
-same file, so the position iqstate derives from it is the same on every replay.
+(`-` for a source without one yet). Version `v1` writes the offset alone, in the order of
+the query's sources; `v2` (Spark 4.1+, optional) writes `<source id>:<offset>`, and the id
+names the source's components unless `source_names` does. A replayed batch after a crash
+has the same id and the same file, so the position iqstate derives from it is the same on
+every replay.
 
 How each source's offset becomes position components:
 
-* `{"topic": {"0": 41, "1": 17}}` (Kafka-style, and iqstate's own Kafka source): each
-  topic partition is a component, as it is;
+* `{"topic": {"0": 41, "1": 17}}` (Spark's Kafka source: the next offset to read per
+  partition, exclusive): each topic partition is a component, as it is;
 * the file source's `{"logOffset": 12}`: one component, partition 0, offset 12;
 * any other single integer (a JSON number, or a dict with one integer): one component,
   partition 0, offset that integer.
@@ -63,17 +66,25 @@ def batch_position(
             f"no offsets for batch {batch_id} in {path.parent}; is {checkpoint} the query's "
             "checkpointLocation?"
         ) from None
-    if len(lines) < 2 or not lines[0].startswith("v"):
+    version = lines[0][1:] if lines and lines[0].startswith("v") else ""
+    if len(lines) < 2 or not version.isdigit():
         raise CorruptStateError(f"{path} is not a Spark offsets file")
     components: dict[str, dict[int, int]] = {}
     for index, line in enumerate(lines[2:]):
+        source_id = None
+        if int(version) >= 2:
+            source_id, colon, line = line.partition(":")
+            if not colon or source_id.lstrip()[:1] in ("{", "[", '"'):
+                raise CorruptStateError(
+                    f"{path} line {index + 3}: expected '<source id>:<offset>' in a "
+                    f"v{version} offsets file, got {source_id + colon + line!r}"
+                )
         if line.strip() in ("", "-"):
             continue
-        name = (
-            source_names[index]
-            if source_names and index < len(source_names)
-            else f"spark-source-{index}"
-        )
+        if source_names and index < len(source_names):
+            name = source_names[index]
+        else:
+            name = source_id or f"spark-source-{index}"
         try:
             components.update(_components(json.loads(line), name))
         except ValueError as exc:

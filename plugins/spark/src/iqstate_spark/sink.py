@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
 import pyarrow as pa
@@ -23,9 +23,13 @@ import pyarrow as pa
 from iqstate import Application
 from iqstate.errors import IqstateError
 from iqstate_spark.offsets import batch_position
+from iqstate_spark.rows import RowColumns
+
+if TYPE_CHECKING:
+    from iqstate_spark.cluster_stores import ClusterStores
+    from iqstate_spark.distributed import ClusterSink
 
 OutputMode = Literal["append", "update", "complete"]
-_MS_PER_UNIT = {"s": 1000, "ms": 1, "us": 0.001, "ns": 0.000001}
 
 
 def checkpoint_of_running_query(batch_df: Any) -> Path:
@@ -47,12 +51,6 @@ def checkpoint_of_running_query(batch_df: Any) -> Path:
             "batch offsets from it"
         )
     return Path(parsed.path if parsed.scheme else root)
-
-
-def _window_starts_ms(column: pa.ChunkedArray) -> list[int]:
-    starts = column.combine_chunks().field("start")
-    unit = starts.type.unit
-    return [int(value * _MS_PER_UNIT[unit]) for value in starts.cast(pa.int64()).to_pylist()]
 
 
 class StoreSink:
@@ -90,43 +88,24 @@ class StoreSink:
             )
         self.app, self.store, self.key, self.value = app, store, key, value
         self.window, self.tombstone, self.output_mode = window, tombstone, output_mode
+        self.columns = RowColumns.of(store, key, value, window, tombstone)
         self.checkpoint = Path(checkpoint) if checkpoint is not None else None
         self.source_names = source_names
         self.last_batch: tuple[int, int] | None = None
         """`(batch_id, rows)` of the last micro-batch written, for progress reports."""
 
-    def _values(self, table: pa.Table) -> list[Any]:
-        if self.value is None:
-            names = [
-                c for c in table.column_names if c not in (self.key, self.window, self.tombstone)
-            ]
-            return table.select(names).to_pylist()
-        if isinstance(self.value, str):
-            return table.column(self.value).to_pylist()
-        return table.select(list(self.value)).to_pylist()
-
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         checkpoint = self.checkpoint or checkpoint_of_running_query(batch_df)
         position = batch_position(checkpoint, batch_id, self.source_names)
         table: pa.Table = batch_df.toArrow()
-        missing = [
-            c for c in (self.key, self.window, self.tombstone) if c and c not in table.column_names
-        ]
-        if missing:
-            raise IqstateError(
-                f"to_store({self.store!r}): the batch has no column(s) {missing}; it has "
-                f"{table.column_names}"
-            )
-        keys = table.column(self.key).to_pylist()
-        values = self._values(table)
-        if self.tombstone is not None:
-            deleted = table.column(self.tombstone).to_pylist()
-            values = [None if gone else value for value, gone in zip(values, deleted, strict=True)]
+        self.columns.check(table.column_names)
+        keys = self.columns.keys(table)
+        values = self.columns.values(table)
         with self.app.begin_batch(
             position=position, batch_id=batch_id, stores=[self.store]
         ) as batch:
             if self.window is not None:
-                starts = _window_starts_ms(table.column(self.window))
+                starts = self.columns.window_starts_ms(table)
                 batch.put_all_windows(self.store, zip(keys, starts, values, strict=True))
             else:
                 if self.output_mode == "complete":
@@ -148,7 +127,7 @@ class StoreSink:
 
 
 def to_store(
-    app: Application,
+    target: Application | ClusterStores,
     store: str,
     key: str,
     value: str | Sequence[str] | None = None,
@@ -158,17 +137,33 @@ def to_store(
     output_mode: OutputMode = "update",
     checkpoint: str | Path | None = None,
     source_names: Sequence[str] | None = None,
-) -> StoreSink:
-    """A `foreachBatch` function writing each micro-batch into `store` of `app`, exactly once.
+) -> StoreSink | ClusterSink:
+    """A `foreachBatch` function writing each micro-batch into `store`, exactly once.
 
+    `target` is an `Application` (embedded mode: the driver writes into its stores) or a
+    `ClusterStores` (distributed mode: Spark's executors write the store's changelog topic,
+    which the serving instances follow; see `iqstate_spark.distributed`).
     `key` names the key column; `value` the value column (a list of columns makes a dict
     value; omitted, every other column). A null value deletes the key; so does a true
     `tombstone` column. Window stores take the window start from the `window` column (a
-    struct with `start`, as `F.window` makes). `output_mode="complete"` makes the store
-    equal to each batch (keys missing from the batch are deleted). The batch's position is
-    read from the query's checkpoint (found automatically; pass `checkpoint` when the query
-    is not in this process's default session).
+    struct with `start`, as `F.window` makes). `output_mode="complete"` (embedded mode only)
+    makes the store equal to each batch (keys missing from the batch are deleted). The
+    batch's position is read from the query's checkpoint (found automatically; pass
+    `checkpoint` when the query is not in this process's default session).
     """
+    from iqstate_spark.cluster_stores import ClusterStores
+
+    if isinstance(target, ClusterStores):
+        from iqstate_spark.distributed import ClusterSink
+
+        return ClusterSink(
+            target, store, key, value, window, tombstone, output_mode, checkpoint, source_names
+        )
+    if not isinstance(target, Application):
+        raise TypeError(
+            "to_store: the target must be an iqstate Application (embedded mode) or "
+            f"iqstate_spark.ClusterStores (distributed mode), got {type(target).__name__}"
+        )
     return StoreSink(
-        app, store, key, value, window, tombstone, output_mode, checkpoint, source_names
+        target, store, key, value, window, tombstone, output_mode, checkpoint, source_names
     )

@@ -1,0 +1,127 @@
+"""`ClusterStores`: the stores of a distributed application, as a Spark pipeline writes them.
+
+A pipeline in distributed mode hosts no store: it writes the changelog topics that the
+serving instances follow. What it needs to know of each store is what decides the records:
+its name (the topic), its partitions, its serdes and its partitioner. They must be declared
+exactly as the serving instances declare them (`iqstate serve --cluster ... --store ...` or
+`Application.key_value_store`): keys default to strings and values to JSON there as here.
+
+    stores = ClusterStores(KafkaCluster("broker:9092"), "word-app")
+    stores.key_value_store("word-counts", 4)
+    df.writeStream.foreachBatch(iqstate_spark.to_store(stores, "word-counts", key="word"))
+
+A `ChangelogStore` is a small picklable value: Spark ships it to every executor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
+
+from iqstate.plugins import default_registry
+from iqstate.runtime.names import check_name, check_positive_int
+from iqstate.runtime.partitioner import Partitioner, partition_for_bytes
+from iqstate.serdes import Serde, Serdes
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from iqstate_kafka.cluster import KafkaCluster
+
+StoreKind = Literal["key_value", "window"]
+
+
+@dataclass(frozen=True)
+class ChangelogStore:
+    """One store as its writers see it: name, partitions, serdes, partitioner."""
+
+    name: str
+    partitions: int
+    store_type: StoreKind
+    key_serde: Serde[Any]
+    value_serde: Serde[Any]
+    partitioner: Partitioner | None = field(default=None, compare=False)
+
+    def partition_of(self, key: Any, key_bytes: bytes) -> int:
+        """The store partition of `key`: the custom partitioner's, or Kafka's murmur2."""
+        if self.partitions == 1:
+            return 0
+        if self.partitioner is None:
+            return partition_for_bytes(key_bytes, self.partitions)
+        chosen = self.partitioner(key, self.partitions)
+        if isinstance(chosen, bool) or not isinstance(chosen, int):
+            raise ValueError(
+                f"the partitioner of store {self.name!r} must return one partition number, "
+                f"got {chosen!r}"
+            )
+        if not 0 <= chosen < self.partitions:
+            raise ValueError(
+                f"the partitioner of store {self.name!r} returned {chosen}; the store has "
+                f"partitions 0..{self.partitions - 1}"
+            )
+        return chosen
+
+
+class ClusterStores:
+    """The stores of application `application_id` on `cluster`, declared for writing."""
+
+    def __init__(self, cluster: KafkaCluster, application_id: str) -> None:
+        self.cluster = cluster
+        self.application_id = check_name("application", application_id)
+        self._stores: dict[str, ChangelogStore] = {}
+
+    def key_value_store(
+        self,
+        name: str,
+        partitions: int,
+        key_serde: Serde[Any] | str | None = None,
+        value_serde: Serde[Any] | str | None = None,
+        partitioner: Partitioner | None = None,
+    ) -> ChangelogStore:
+        """Declare a key-value store (keys default to strings, values to JSON)."""
+        return self._declare(name, partitions, "key_value", key_serde, value_serde, partitioner)
+
+    def window_store(
+        self,
+        name: str,
+        partitions: int,
+        key_serde: Serde[Any] | str | None = None,
+        value_serde: Serde[Any] | str | None = None,
+        partitioner: Partitioner | None = None,
+    ) -> ChangelogStore:
+        """Declare a window store (its window size and retention matter to the serving
+        instances only: a writer writes each window's start)."""
+        return self._declare(name, partitions, "window", key_serde, value_serde, partitioner)
+
+    @property
+    def stores(self) -> Mapping[str, ChangelogStore]:
+        """The declared stores by name."""
+        return MappingProxyType(self._stores)
+
+    def _declare(
+        self,
+        name: str,
+        partitions: int,
+        store_type: StoreKind,
+        key_serde: Serde[Any] | str | None,
+        value_serde: Serde[Any] | str | None,
+        partitioner: Partitioner | None,
+    ) -> ChangelogStore:
+        check_name("store", name)
+        check_positive_int(f"store {name!r}: partitions", partitions)
+        if name in self._stores:
+            raise ValueError(f"store {name!r} is declared twice")
+        if partitioner is not None and not callable(partitioner):
+            raise TypeError(f"store {name!r}: partitioner must be callable(key, partitions)")
+        registry = default_registry()
+        store = ChangelogStore(
+            name,
+            partitions,
+            store_type,
+            registry.serde(key_serde or Serdes.string(), store=name),
+            registry.serde(value_serde or Serdes.json(), store=name),
+            partitioner,
+        )
+        self._stores[name] = store
+        return store

@@ -1,0 +1,110 @@
+"""What each Spark task runs in distributed mode: its rows, as changelog records, to Kafka.
+
+`PartitionWrite` is the function given to `DataFrame.mapInArrow`: Spark pickles it, ships it
+to the executors, and calls it with the Arrow record batches of one partition of the
+micro-batch. It serializes each row with the store's serdes, picks the store partition as
+the serving instances do (the store's partitioner, else Kafka's murmur2 of the serialized
+key), and produces the records with `BatchWriter.write_data` (idempotent producer,
+`acks=all`, the batch id in every record's header). It returns only once every record is
+acknowledged, with one row: how many records it wrote. A failure fails the task; Spark
+retries it (duplicates are harmless: the batch's records are applied at its markers, the
+driver writes the markers only after every task has succeeded).
+
+It carries plain values only (no `KafkaCluster`: its settings are rebuilt on the executor),
+so it pickles anywhere and relies on nothing of the driver's process or files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from iqstate_kafka.cluster import KafkaCluster
+from iqstate_kafka.writer import BatchWriter, Entry
+
+from iqstate_spark.cluster_stores import ChangelogStore
+from iqstate_spark.rows import RowColumns
+
+RESULT_SCHEMA = "records long"
+"""The one row each task returns (the schema string `mapInArrow` needs)."""
+
+
+@dataclass(frozen=True)
+class PartitionWrite:
+    """Writes the rows of one Spark partition of batch `batch_id` to `store`'s changelog."""
+
+    bootstrap_servers: str
+    client_config: dict[str, Any]
+    timeout: float
+    application_id: str
+    store: ChangelogStore
+    columns: RowColumns
+    batch_id: int
+    delivery_timeout: float = field(default=30.0)
+
+    @classmethod
+    def of(
+        cls,
+        cluster: KafkaCluster,
+        application_id: str,
+        store: ChangelogStore,
+        columns: RowColumns,
+        batch_id: int,
+    ) -> PartitionWrite:
+        return cls(
+            cluster.bootstrap_servers,
+            dict(cluster.client_config),
+            cluster.timeout,
+            application_id,
+            store,
+            columns,
+            batch_id,
+        )
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        cluster = KafkaCluster(
+            self.bootstrap_servers, client_config=self.client_config, timeout=self.timeout
+        )
+        with BatchWriter(
+            cluster, self.application_id, delivery_timeout=self.delivery_timeout
+        ) as writer:
+            written = writer.write_data(
+                self._chunks(batches),
+                batch_id=self.batch_id,
+                stores={self.store.name: self.store.partitions},
+            )
+        yield pa.RecordBatch.from_pydict({"records": pa.array([written], pa.int64())})
+
+    def _chunks(
+        self, batches: Iterator[pa.RecordBatch]
+    ) -> Iterator[tuple[tuple[str, int], list[Entry]]]:
+        """Each record batch's entries grouped by store partition, serialized."""
+        store, columns = self.store, self.columns
+        serialize_key, serialize_value = store.key_serde.serialize, store.value_serde.serialize
+        for rows in batches:
+            if rows.num_rows == 0:
+                continue
+            columns.check(rows.schema.names)
+            keys = columns.keys(rows)
+            values = columns.values(rows)
+            starts = columns.window_starts_ms(rows) if columns.window is not None else None
+            grouped: dict[int, list[Entry]] = {}
+            for index, (key, value) in enumerate(zip(keys, values, strict=True)):
+                if key is None:
+                    raise ValueError(
+                        f"to_store({store.name!r}): a row has a null key (column "
+                        f"{columns.key!r}); every row needs a key"
+                    )
+                key_bytes = serialize_key(key)
+                value_bytes = None if value is None else serialize_value(value)
+                partition = store.partition_of(key, key_bytes)
+                entry: Entry = (
+                    (key_bytes, value_bytes)
+                    if starts is None
+                    else (key_bytes, starts[index], value_bytes)
+                )
+                grouped.setdefault(partition, []).append(entry)
+            for partition, entries in grouped.items():
+                yield (store.name, partition), entries

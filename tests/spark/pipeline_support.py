@@ -1,0 +1,265 @@
+"""Helpers of the distributed pipeline tests: the Spark driver and serving instances as
+processes of their own (killed by PID), the input produced with its ground truth, and what
+a user reads back through `RemoteQueryClient`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from iqstate_http import RemoteQueryClient
+from iqstate_spark import cluster_pipeline
+
+from iqstate import (
+    FailureReason,
+    Position,
+    RangeQuery,
+    StateQueryRequest,
+    StateQueryResult,
+    WindowRangeQuery,
+)
+
+WORDS = ["spark", "kafka", "state", "query", "replica", "standby", "window", "batch", "fence"]
+MINUTE = cluster_pipeline.WINDOW_MS
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.5)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _kill_group(process: subprocess.Popen[Any]) -> None:
+    """SIGKILL `process` and what it started (its own session, so its process group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+@dataclass
+class Input:
+    """The input topic and the ground truth of everything produced into it."""
+
+    bootstrap: str
+    topic: str
+    partitions: int = 2
+    counts: Counter[str] = field(default_factory=Counter)
+    windows: Counter[tuple[str, int]] = field(default_factory=Counter)
+    ends: dict[int, int] = field(default_factory=dict)
+    produced: int = 0
+
+    def create(self) -> Input:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin.create_topics([NewTopic(self.topic, self.partitions, 1)])[self.topic].result(30)
+        return self
+
+    def produce(self, count: int) -> None:
+        """`count` more events: a word, its event time (the record timestamp) a few minutes
+        back so they span several one-minute windows."""
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
+        base = (int(time.time() * 1000) // MINUTE - 5) * MINUTE
+        failures: list[object] = []
+        for _ in range(count):
+            n = self.produced
+            word = WORDS[(n * 7 + n // 3) % len(WORDS)]
+            timestamp = base + (n * 977) % (4 * MINUTE)
+            producer.produce(
+                self.topic, word.encode(), partition=n % self.partitions, timestamp=timestamp,
+                on_delivery=lambda error, _m: failures.append(error) if error else None,
+            )  # fmt: skip
+            self.counts[word] += 1
+            self.windows[(word, timestamp // MINUTE * MINUTE)] += 1
+            self.ends[n % self.partitions] = self.ends.get(n % self.partitions, 0) + 1
+            self.produced += 1
+        assert producer.flush(30) == 0 and not failures, failures
+
+    def position(self) -> Position:
+        """What every store partition's position is once all input is consumed."""
+        return Position.from_map({self.topic: dict(self.ends)})
+
+
+class Driver:
+    """The pipeline's Spark driver (`python -m iqstate_spark.cluster_pipeline`) with its
+    executors (`local-cluster`), in a session of its own; its batch lines are collected."""
+
+    def __init__(self, bootstrap: str, app_id: str, topic: str, checkpoints: Path) -> None:
+        self.command = [
+            sys.executable, "-m", "iqstate_spark.cluster_pipeline",
+            "--bootstrap-servers", bootstrap, "--app-id", app_id, "--input-topic", topic,
+            "--checkpoints", str(checkpoints), "--max-offsets-per-trigger", "150",
+        ]  # fmt: skip
+        self.log = checkpoints.parent / "driver.log"
+        self.process: subprocess.Popen[str] | None = None
+        self.lines: list[str] = []
+
+    def start(self) -> Driver:
+        self.lines = []
+        with self.log.open("a") as log:
+            self.process = subprocess.Popen(
+                self.command, stdout=subprocess.PIPE, stderr=log, text=True,
+                start_new_session=True,
+            )  # fmt: skip
+        threading.Thread(target=self._collect, args=(self.process,), daemon=True).start()
+        return self
+
+    def _collect(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self.lines.append(line.strip())
+
+    def batches(self, store: str) -> list[tuple[int, int]]:
+        """`(batch id, records)` of each batch of `store` written since the last start."""
+        found = []
+        for line in list(self.lines):
+            parts = line.split()
+            if parts[:2] == ["batch", store]:
+                found.append((int(parts[2]), int(parts[3])))
+        return found
+
+    def executor_pids(self) -> list[int]:
+        """PIDs of the executor JVMs under the driver (Spark's CoarseGrainedExecutorBackend)."""
+        assert self.process is not None
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                command = (entry / "cmdline").read_bytes()
+                group = os.getpgid(int(entry.name))
+            except (OSError, ProcessLookupError):
+                continue
+            if b"CoarseGrainedExecutorBackend" in command and group == self.process.pid:
+                pids.append(int(entry.name))
+        return pids
+
+    def kill(self) -> None:
+        assert self.process is not None
+        _kill_group(self.process)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=60)
+            _kill_group(self.process)  # executors the driver left behind, if any
+
+    def failure(self) -> str:
+        return "\n".join(self.log.read_text().splitlines()[-30:]) if self.log.exists() else ""
+
+
+class Instance:
+    """A serving instance (`iqstate serve --cluster`) with one standby per partition."""
+
+    def __init__(self, bootstrap: str, app_id: str, state_dir: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.command = [
+            sys.executable, "-m", "iqstate.cli", "serve", "--cluster", bootstrap,
+            "--app-id", app_id, "--application-server", f"127.0.0.1:{self.port}",
+            "--state-dir", str(state_dir), "--standbys", "1",
+        ]  # fmt: skip
+        for option in cluster_pipeline.serve_store_options():
+            self.command += ["--store", option]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Instance:
+        self.process = subprocess.Popen(
+            self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        return self
+
+    def kill(self) -> None:
+        assert self.process is not None
+        _kill_group(self.process)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                _kill_group(self.process)
+
+
+ALLOWED_FAILURES = (
+    FailureReason.NOT_PRESENT,
+    FailureReason.NOT_ACTIVE,
+    FailureReason.NOT_UP_TO_BOUND,
+)
+
+
+@dataclass
+class Snapshot:
+    """What a user reads of both stores: merged contents, each partition's position, and
+    which partitions failed (and why)."""
+
+    counts: dict[str, int]
+    windows: dict[tuple[str, int], int]
+    positions: dict[tuple[str, int], Position]
+    failed: dict[tuple[str, int], FailureReason]
+
+
+def read_all(client: RemoteQueryClient) -> Snapshot:
+    """Both stores, every partition, through the routing client: answered or failed per
+    partition (only the failures a cluster in motion gives), never an exception."""
+    snapshot = Snapshot({}, {}, {}, {})
+    requests: list[tuple[str, Any]] = [
+        (cluster_pipeline.COUNTS, RangeQuery.with_no_bounds()),
+        (cluster_pipeline.WINDOWS, WindowRangeQuery.with_window_start_range(0, 2**62)),
+    ]
+    for store, query in requests:
+        result: StateQueryResult[Any] = client.query(
+            StateQueryRequest.in_store(store).with_query(query)
+        )
+        for partition, answer in result.partition_results.items():
+            if answer.is_failure:
+                assert answer.failure_reason in ALLOWED_FAILURES, (store, partition, answer)
+                snapshot.failed[(store, partition)] = answer.failure_reason
+                continue
+            snapshot.positions[(store, partition)] = answer.position
+            with answer.result as pairs:
+                for key, value in pairs:
+                    if store == cluster_pipeline.COUNTS:
+                        snapshot.counts[key] = value
+                    else:
+                        snapshot.windows[(key.key, key.start_ms)] = value
+    return snapshot
+
+
+def converged(client: RemoteQueryClient, truth: Input) -> Snapshot | None:
+    """The snapshot once every partition answers with the ground truth at the input's end."""
+    snapshot = read_all(client)
+    partitions = cluster_pipeline.COUNTS_PARTITIONS + cluster_pipeline.WINDOWS_PARTITIONS
+    done = (
+        not snapshot.failed
+        and len(snapshot.positions) == partitions
+        and snapshot.counts == dict(truth.counts)
+        and snapshot.windows == dict(truth.windows)
+        and all(p == truth.position() for p in snapshot.positions.values())
+    )
+    return snapshot if done else None

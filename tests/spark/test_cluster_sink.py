@@ -1,0 +1,180 @@
+"""The distributed sink on a real broker: each micro-batch's rows become changelog records
+(store serdes, the store's partitions, tombstones, window keys, the batch id) written by
+Spark tasks, then one marker per changelog partition with the batch id and the position."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from iqstate_kafka import KafkaCluster, LocalBroker
+from iqstate_kafka.format import BatchMarker, DataRecord, decode
+from iqstate_kafka.topics import changelog_topic
+from iqstate_spark import ClusterStores, to_store
+
+from iqstate import Application, Position, Serdes
+from iqstate.errors import IqstateError
+from iqstate.keyspace import encode_window_key
+
+Record = DataRecord | BatchMarker
+
+
+def write_offsets(checkpoint: Path, batch: int, line: str) -> None:
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    (checkpoint / "offsets" / str(batch)).write_text(f"v1\n{{}}\n{line}\n")
+
+
+def read_changelog(cluster: KafkaCluster, topic: str, partitions: int) -> dict[int, list[Record]]:
+    """Every record of `topic`, decoded, by partition (read up to the end offsets)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+        }
+    )
+    found: dict[int, list[Record]] = {}
+    try:
+        for partition in range(partitions):
+            _, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            consumer.assign([TopicPartition(topic, partition, 0)])
+            records: list[Record] = []
+            while len(records) < end:
+                for message in consumer.consume(500, timeout=1):
+                    assert message.error() is None, message.error()
+                    records.append(
+                        decode(
+                            topic,
+                            partition,
+                            message.offset(),
+                            message.key(),
+                            message.value(),
+                            message.headers(),
+                        )
+                    )
+            found[partition] = records
+    finally:
+        consumer.close()
+    return found
+
+
+@pytest.fixture
+def cluster(kafka_broker: LocalBroker) -> KafkaCluster:
+    return KafkaCluster(kafka_broker.bootstrap_servers)
+
+
+@pytest.fixture
+def reference(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """`reference(declare)`: an embedded Application declaring the same store, whose spec
+    says which partition and bytes the serving instances expect."""
+    apps: list[Application] = []
+
+    def make(declare: Callable[[Application], Any]) -> Any:
+        app = Application("reference", tmp_path / f"ref{len(apps)}")
+        apps.append(app)
+        return declare(app)
+
+    yield make
+    for app in apps:
+        app.close()
+
+
+def test_rows_become_records_of_the_store_partitions_then_markers(
+    spark: Any,
+    cluster: KafkaCluster,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+    reference: Callable[..., Any],
+) -> None:
+    app_id = unique_name("app")
+    stores = ClusterStores(cluster, app_id)
+    stores.key_value_store("counts", 3)
+    spec = reference(lambda app: app.key_value_store("counts", 3))
+    rows = [(f"word-{i}", i, i % 7 == 0) for i in range(60)] + [("gone", None, False)]
+    df = spark.createDataFrame(rows, "word string, n long, deleted boolean").repartition(3)
+    write_offsets(tmp_path, 4, '{"events":{"0":41,"1":17}}')
+    sink = to_store(stores, "counts", key="word", value="n", tombstone="deleted",
+                    checkpoint=tmp_path)  # fmt: skip
+    sink(df, 4)
+    assert sink.last_batch == (4, 61)
+
+    position = Position.from_map({"events": {0: 41, 1: 17}})
+    changelog = read_changelog(cluster, changelog_topic(app_id, "counts"), 3)
+    expected: dict[int, dict[bytes, bytes | None]] = {0: {}, 1: {}, 2: {}}
+    for word, n, deleted in rows:
+        key = spec.key_serde.serialize(word)
+        value = None if deleted or n is None else spec.value_serde.serialize(n)
+        expected[spec.partition_of(word, key)][key] = value
+    for partition, records in changelog.items():
+        *data, marker = records
+        assert isinstance(marker, BatchMarker), "each partition ends with the batch's marker"
+        assert (marker.batch_id, marker.position) == (4, position)
+        assert all(isinstance(r, DataRecord) and r.batch_id == 4 for r in data)
+        assert {r.key: r.value for r in data if isinstance(r, DataRecord)} == expected[partition]
+        assert len(data) == len(expected[partition]), "every row written exactly once"
+
+
+def test_window_rows_carry_the_window_start_in_the_key(
+    spark: Any,
+    cluster: KafkaCluster,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+    reference: Callable[..., Any],
+) -> None:
+    from pyspark.sql import functions as F
+
+    app_id = unique_name("app")
+    stores = ClusterStores(cluster, app_id)
+    stores.window_store("per-minute", 2, value_serde=Serdes.int64())
+    spec = reference(
+        lambda app: app.window_store("per-minute", 2, 60_000, 600_000, value_serde="int64")
+    )
+    events = [("a", datetime(2026, 1, 1, 0, m % 3, 5, tzinfo=UTC)) for m in range(9)]
+    events += [("b", datetime(2026, 1, 1, 0, 1, 59, tzinfo=UTC))]
+    frame = spark.createDataFrame(events, "word string, ts timestamp")
+    counts = frame.groupBy(F.window("ts", "1 minute"), "word").count()
+    write_offsets(tmp_path, 0, '{"events":{"0":10}}')
+    to_store(stores, "per-minute", key="word", value="count", checkpoint=tmp_path)(counts, 0)
+
+    base = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
+    expected = {("a", base): 3, ("a", base + 60_000): 3, ("a", base + 120_000): 3}
+    expected[("b", base + 60_000)] = 1
+    changelog = read_changelog(cluster, changelog_topic(app_id, "per-minute"), 2)
+    written = {}
+    for partition, records in changelog.items():
+        for record in records[:-1]:
+            assert isinstance(record, DataRecord)
+            written[record.key] = (partition, record.value)
+    assert written == {
+        encode_window_key(spec.key_serde.serialize(word), start): (
+            spec.partition_of(word, spec.key_serde.serialize(word)),
+            Serdes.int64().serialize(count),
+        )
+        for (word, start), count in expected.items()
+    }
+
+
+def test_bad_declarations_and_rows_are_refused_clearly(
+    spark: Any, cluster: KafkaCluster, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    stores = ClusterStores(cluster, unique_name("app"))
+    stores.key_value_store("counts", 2, partitioner=lambda key, partitions: 5)
+    with pytest.raises(ValueError, match="declared twice"):
+        stores.key_value_store("counts", 2)
+    with pytest.raises(IqstateError, match="declares no store 'nope'"):
+        to_store(stores, "nope", key="k")
+    with pytest.raises(ValueError, match="output_mode must be append or update"):
+        to_store(stores, "counts", key="k", output_mode="complete")
+    with pytest.raises(ValueError, match="key-value store; window= does not apply"):
+        to_store(stores, "counts", key="k", window="w")
+    write_offsets(tmp_path, 0, '{"events":{"0":1}}')
+    sink = to_store(stores, "counts", key="k", value="v", checkpoint=tmp_path)
+    with pytest.raises(IqstateError, match=r"no column\(s\) \['v'\]"):
+        sink(spark.createDataFrame([("x", 1)], "k string, n long"), 0)
+    with pytest.raises(Exception, match="returned 5; the store has partitions 0..1"):
+        sink(spark.createDataFrame([("x", 1)], "k string, v long"), 0)
+    assert sink.last_batch is None, "a failed batch is not reported as written"
