@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from iqstate_rocksdb import ROCKSDB_ENGINE, RocksDBKeyValueStore
+from iqstate_rocksdb.options import RocksDBSettings
+from rocksdict import Options, Rdict, WriteBatch
 
 from iqstate import (
     Application,
@@ -239,3 +241,61 @@ def test_options_are_validated_when_the_store_is_declared(tmp_path: Path) -> Non
     tuned.commit({})
     assert tuned.get(b"k") == b"v"
     tuned.close()
+
+
+def test_bad_option_values_are_refused_naming_the_option(tmp_path: Path) -> None:
+    app = Application("app", tmp_path)
+    bad = [
+        ({"cache_index_and_filter_blocks": "yes"}, "cache_index_and_filter_blocks must be true"),
+        ({"block_cache_mb": 0}, "block_cache_mb must be an int >= 1"),
+        ({"block_cache_mb": 1.5}, "block_cache_mb must be an int >= 1"),
+        ({"max_open_files": True}, "max_open_files must be an int >= 1"),
+        ({"bloom_bits_per_key": -1}, "bloom_bits_per_key must be an int >= 0"),
+    ]
+    for number, (config, message) in enumerate(bad):
+        with pytest.raises(ValueError, match=f"store 'b{number}': .*{message}"):
+            app.key_value_store(f"b{number}", 1, engine="rocksdb", config=config)
+
+
+def block_cache_events(options: Options) -> dict[str, int]:
+    """RocksDB's block cache counters (`rocksdb.block.cache.<name>`) of `options`' database."""
+    counts = {}
+    for line in (options.get_statistics() or "").splitlines():
+        name, _, count = line.partition(" COUNT : ")
+        if name.startswith("rocksdb.block.cache.") and count:
+            counts[name.removeprefix("rocksdb.block.cache.")] = int(count)
+    return counts
+
+
+@pytest.mark.parametrize("in_cache", [False, True])
+def test_gets_do_not_reread_filter_blocks_even_when_a_whole_filter_outgrows_a_cache_shard(
+    tmp_path: Path, in_cache: bool
+) -> None:
+    """The cause of 70-210 us gets (issue 13): a 64 MB cache has 64 shards of 1 MB, a
+    million keys' filter is 1.2 MB, so it was never kept and every get read it again.
+    Here a 4 MB cache (8 shards of 512 KB) against 600,000 keys (a 730 KB filter): the old
+    table options missed the filter at every one of these gets."""
+    settings = RocksDBSettings(block_cache_mb=4, cache_index_and_filter_blocks=in_cache)
+    options = settings.db_options(create=True)
+    options.enable_statistics()
+    db = Rdict(str(tmp_path / "db"), options=options, column_families={})
+    try:
+        rng = random.Random(1)
+        keys = [b"%016x" % rng.getrandbits(64) for _ in range(600_000)]
+        for start in range(0, len(keys), 50_000):
+            batch = WriteBatch(raw_mode=True)
+            for key in keys[start : start + 50_000]:
+                batch.put(key, key * 6)
+            db.write(batch)
+        db.flush()
+        db.compact_range(None, None)
+        lookups = [rng.choice(keys) for _ in range(3_000)]
+        assert all(db.get(key) == key * 6 for key in lookups)  # warm
+        before = block_cache_events(options)
+        assert all(db.get(key) == key * 6 for key in lookups)
+        after = block_cache_events(options)
+        filter_misses = after.get("filter.miss", 0) - before.get("filter.miss", 0)
+        index_misses = after.get("index.miss", 0) - before.get("index.miss", 0)
+        assert filter_misses + index_misses < len(lookups) / 20
+    finally:
+        db.close()

@@ -1,7 +1,15 @@
-"""RocksDB tuning with sane defaults, overridable per store through `config={...}`.
+"""RocksDB tuning with measured defaults, overridable per store through `config={...}`.
 
 app.key_value_store("counts", 4, engine="rocksdb",
                     config={"block_cache_mb": 256, "compression": "zstd"})
+
+The defaults were chosen with `bench/rocksdb_options.py` (RocksDB's own block cache
+statistics per get; figures in docs/engines.md). Index and filter blocks are held by the
+open table readers, outside the block cache: a whole-table bloom filter is about 1.2 MB
+per million keys, larger than a shard of the cache (rocksdict's LRU cache has 64 shards,
+so 1 MB each at 64 MB), and a block larger than its shard is never kept, so every get
+read and checked it again (130-210 us instead of 5-7). A store that wants index and
+filters bounded by the cache gets them partitioned into small blocks instead.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from rocksdict import (
+    BlockBasedIndexType,
     BlockBasedOptions,
     Cache,
     DBCompressionType,
@@ -44,7 +53,13 @@ def shared_cache(megabytes: int) -> Cache:
 class RocksDBSettings:
     """Per-store RocksDB options (the defaults suit point lookups and short ranges)."""
 
-    block_cache_mb: int = 64
+    block_cache_mb: int = 1024
+    """Block cache for data blocks: one per size for the process, shared by every store and
+    partition asking for that size (an aggregate ceiling, filled only as blocks are read)."""
+    cache_index_and_filter_blocks: bool = False
+    """`False`: index and filters are held by the open table readers (about 1.5 bytes per
+    key outside the cache, never reread). `True`: they live in the block cache, bounded by
+    it, partitioned into small blocks (the top level pinned) so that each fits a shard."""
     bloom_bits_per_key: int = 10
     compression: str = "lz4"
     write_buffer_mb: int = 16
@@ -67,6 +82,11 @@ class RocksDBSettings:
             value = getattr(settings, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"store {store!r}: rocksdb option {name} must be an int >= 1")
+        if not isinstance(settings.cache_index_and_filter_blocks, bool):
+            raise ValueError(
+                f"store {store!r}: rocksdb option cache_index_and_filter_blocks must be true or "
+                f"false, got {settings.cache_index_and_filter_blocks!r}"
+            )
         bloom = settings.bloom_bits_per_key
         if isinstance(bloom, bool) or not isinstance(bloom, int) or bloom < 0:
             raise ValueError(f"store {store!r}: bloom_bits_per_key must be an int >= 0")
@@ -105,7 +125,12 @@ class RocksDBSettings:
         table.set_block_cache(shared_cache(self.block_cache_mb))
         if self.bloom_bits_per_key:
             table.set_bloom_filter(self.bloom_bits_per_key, False)
-        table.set_cache_index_and_filter_blocks(True)
+        if self.cache_index_and_filter_blocks:
+            table.set_cache_index_and_filter_blocks(True)
+            table.set_index_type(BlockBasedIndexType.two_level_index_search())
+            table.set_partition_filters(True)
+            table.set_pin_top_level_index_and_filter(True)
+            table.set_pin_l0_filter_and_index_blocks_in_cache(True)
         options.set_block_based_table_factory(table)
         options.set_compression_type(_COMPRESSIONS[self.compression]())
         options.set_write_buffer_size(self.write_buffer_mb * 1024 * 1024)
