@@ -39,3 +39,50 @@ def test_map_is_lazy_and_closes_the_source() -> None:
     assert next(mapped) == (10, "A")
     mapped.close()
     assert source.closed and closed == [True]
+
+
+def test_loops_over_pairs_in_memory_keep_the_contract() -> None:
+    closed: list[bool] = []
+    iterator = KeyValueIterator.of_rows([(1, "a"), (2, "b"), (3, "c")], lambda: closed.append(True))
+    assert next(iterator) == (1, "a")
+    for pair in iterator:
+        assert pair == (2, "b"), "a loop continues where next() stopped"
+        break
+    assert next(iterator) == (3, "c"), "next() continues where the loop stopped"
+    assert list(iterator) == [] and iterator.closed and closed == [True]
+
+
+def test_a_loop_reading_on_after_close_raises() -> None:
+    iterator = KeyValueIterator.of_rows([(1, "a"), (2, "b"), (3, "c")])
+    seen = []
+    with pytest.raises(ValueError, match="closed"):
+        for pair in iterator:
+            seen.append(pair)
+            iterator.close()
+    assert seen == [(1, "a")]
+
+
+def test_a_peeked_pair_is_read_by_loops() -> None:
+    iterator = KeyValueIterator.of_rows([(1, "a"), (2, "b")])
+    assert iterator.peek_next_key() == 1
+    assert list(iterator) == [(1, "a"), (2, "b")] and iterator.closed
+
+
+def test_map_rows_converts_in_bulk_or_fails_at_the_pair() -> None:
+    closed: list[bool] = []
+    source = KeyValueIterator.of_rows([(1, "a"), (2, "b")], lambda: closed.append(True))
+    upper = source.map_rows(lambda pairs: [(k, v.upper()) for k, v in pairs], lambda p: p)
+    assert list(upper) == [(1, "A"), (2, "B")] and closed == [True]
+
+    def refuse(pair: tuple[int, str]) -> tuple[int, str]:
+        if pair[0] == 2:
+            raise KeyError(pair[0])
+        return pair
+
+    def refuse_all(pairs: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        return [refuse(pair) for pair in pairs]
+
+    lazy = KeyValueIterator.of_rows([(1, "a"), (2, "b")]).map_rows(refuse_all, refuse)
+    assert next(lazy) == (1, "a"), "pairs before the failing one are still read"
+    with pytest.raises(KeyError):
+        next(lazy)

@@ -72,6 +72,10 @@ class Level(enum.IntEnum):
     HIGH = 3
 
 
+class Mode(str, enum.Enum):
+    FAST = "fast"
+
+
 class Name(str):
     pass
 
@@ -123,7 +127,7 @@ def test_refusals_are_the_standard_librarys(value: Any) -> None:
 
 ACCEPTED = [
     Level.HIGH,
-    {"level": Level.HIGH},
+    {"level": Level.HIGH, "mode": Mode.FAST},
     Name("a name"),
     {Name("k"): Name("v")},
     OrderedDict([("b", 1), ("a", 2)]),

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import struct
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
-import orjson
 
 from iqstate.errors import SerializationError
 
@@ -159,11 +157,11 @@ class JsonSerde(Serde[Any]):
 
     The bytes are exactly those of the standard library's encoder with compact separators,
     `ensure_ascii=False` and `allow_nan=False`, and its errors are the errors; values read
-    back are exactly its decoder's. orjson writes them several times faster, and where its
-    output could differ the standard library's is used (`_fast_or_none`). msgspec reads
-    them twice as fast (orjson would read integers beyond 64 bits as floats); bytes it
-    refuses (NaN, 1E400, lone surrogates, malformed input) are read by the standard
-    library, which gives its answer or its error. Measured in bench/json_serde.py.
+    back are exactly its decoder's. msgspec writes and reads them several times faster:
+    its output is used only where it is certainly the standard library's
+    (`_fast_or_none`), and bytes it refuses to read (NaN, 1E400, lone surrogates,
+    malformed input) are read by the standard library, which gives its answer or its
+    error. Measured in bench/json_serde.py.
     """
 
     name = "json"
@@ -191,35 +189,40 @@ class JsonSerde(Serde[Any]):
         return list(map(_msgspec_decode, data))
 
 
-_PASSTHROUGH = (
-    orjson.OPT_PASSTHROUGH_DATACLASS
-    | orjson.OPT_PASSTHROUGH_DATETIME
-    | orjson.OPT_PASSTHROUGH_SUBCLASS
-)
-_orjson_dumps, _orjson_loads = orjson.dumps, orjson.loads
-_msgspec_decode = msgspec.json.Decoder().decode
-_SMALL_FLOAT = re.compile(rb"[0-9]e-[0-9]|0\.0000")
-"""Where orjson writes a float below 1e-4 differently (`1e-7`, `0.00001`; the standard
-library writes `1e-07`, `1e-05`); a string that happens to match only costs the slow path."""
-
-
-def _refuse_in_orjson(value: object) -> Any:
+def _refuse_in_msgspec(value: object) -> Any:
     raise TypeError(type(value).__name__)
 
 
+class _WrittenDifferently(Exception):
+    """msgspec wrote a float as the standard library would not."""
+
+
+def _float_as_the_stdlib_writes(text: str) -> float:
+    """A float read back from msgspec's output, refused unless the standard library
+    writes it the same (it writes `float.__repr__`: `1e+16` and `1e-07` where msgspec
+    writes `1e16` and `1e-7`, `1e-05` where msgspec writes `0.00001`)."""
+    value = float(text)
+    if float.__repr__(value) != text:
+        raise _WrittenDifferently(text)
+    return value
+
+
+_msgspec_encode = msgspec.json.Encoder(enc_hook=_refuse_in_msgspec).encode
+_msgspec_decode = msgspec.json.Decoder().decode
+_msgspec_read_back = msgspec.json.Decoder(float_hook=_float_as_the_stdlib_writes).decode
+
+
 def _fast_or_none(value: Any) -> bytes | None:
-    """orjson's bytes for `value` when they are certainly the standard library's, else
-    `None`. orjson refuses (through `_refuse_in_orjson`) subclasses, dataclasses, dates,
-    non-string keys and integers beyond 64 bits; reading its output back must give an
-    equal value, which rules out what it writes but the standard library refuses (NaN and
-    infinities written as null, enums, UUIDs); and tiny floats are written differently."""
+    """msgspec's bytes for `value` when they are certainly the standard library's, else
+    `None`. Reading them back must give an equal value, which rules out what msgspec
+    writes but the standard library refuses or writes differently (bytes, sets, UUIDs,
+    enums, decimals, dates, dataclasses, NaN and infinities written as null, non-string
+    keys, tuples), with every float written as the standard library writes it."""
     try:
-        out = _orjson_dumps(value, _refuse_in_orjson, _PASSTHROUGH)
-        if _orjson_loads(out) != value:
+        out = _msgspec_encode(value)
+        if _msgspec_read_back(out) != value:
             return None
     except Exception:
-        return None
-    if (b"e-" in out or b"0.0000" in out) and _SMALL_FLOAT.search(out):
         return None
     return out
 

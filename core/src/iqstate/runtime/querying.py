@@ -67,14 +67,21 @@ def query_partition(
                         return chain.query(query, bound, config)
                     return chain.key_lookup(query, key_bytes, bound, config)  # type: ignore[arg-type]
                 except Exception as exc:  # a layer failing is this partition's failure
-                    failure = QueryResult.for_failure(
-                        FailureReason.STORE_EXCEPTION,
-                        f"store {spec.name!r} partition {partition} failed to handle {query!r}: "
-                        f"{type(exc).__name__}: {exc}",
-                    )
-                    failure.position = chain.position
-                    return failure
+                    return failed(spec, hosted, partition, query, exc)
     return unanswered(spec, hosted, partition)
+
+
+def failed(
+    spec: StoreSpec, hosted: HostedPartition, partition: int, query: Query[Any], exc: Exception
+) -> QueryResult[Any]:
+    """The failed result of a partition whose chain raised `exc` (the caller holds its lock)."""
+    failure = QueryResult.for_failure(
+        FailureReason.STORE_EXCEPTION,
+        f"store {spec.name!r} partition {partition} failed to handle {query!r}: "
+        f"{type(exc).__name__}: {exc}",
+    )
+    failure.position = hosted.chain.position
+    return failure
 
 
 def unanswered(spec: StoreSpec, hosted: HostedPartition | None, partition: int) -> QueryResult[Any]:
@@ -109,29 +116,30 @@ def unanswered(spec: StoreSpec, hosted: HostedPartition | None, partition: int) 
 def execute(
     spec: StoreSpec, request: StateQueryRequest[Any], hosted: Mapping[int, HostedPartition]
 ) -> StateQueryResult[Any]:
+    query = request.query
+    if type(query) is KeyQuery and request.partition_set is None and spec.has_key_lookup:
+        # The hot path: a key lookup across the store asks only the key's partition, with
+        # the key's bytes, which partitioning needed anyway. A key the serde refuses takes
+        # the general path, where every hosted partition reports the serde's error.
+        key = query.key
+        try:
+            raw_key = spec.key_serde.serialize(key)
+        except Exception:
+            raw_key = None
+        if raw_key is not None:
+            partition = spec.partition_of(key, raw_key)
+            owner = hosted.get(partition)
+            if owner is None:
+                return StateQueryResult()
+            return StateQueryResult(
+                {partition: _key_lookup(spec, owner, partition, request, raw_key)}
+            )
     config = (
         QueryConfig.WITH_EXECUTION_INFO
         if request.is_execution_info_enabled
         else QueryConfig.DEFAULT
     )
-    query, bound, require_active = request.query, request.position_bound, request.is_require_active
-    if type(query) is KeyQuery and request.partition_set is None and spec.has_key_lookup:
-        # The hot path: a key lookup across the store asks only the key's partition, with
-        # the key's bytes, which partitioning needed anyway. A key the serde refuses takes
-        # the general path, where every hosted partition reports the serde's error.
-        located = locate_key(spec, query.key)
-        if located is not None:
-            partition, raw_key = located
-            owner = hosted.get(partition)
-            if owner is None:
-                return StateQueryResult()
-            return StateQueryResult(
-                {
-                    partition: query_partition(
-                        spec, owner, partition, query, bound, require_active, config, raw_key
-                    )
-                }
-            )
+    bound, require_active = request.position_bound, request.is_require_active
     key_bytes: bytes | None = None
     if type(query) is KeyQuery and spec.has_key_lookup:
         # Listed partitions: each asked with the key's bytes, serialized once (a key the
@@ -146,3 +154,27 @@ def execute(
             spec, hosted.get(partition), partition, query, bound, require_active, config, key_bytes
         )
     return StateQueryResult(results)
+
+
+def _key_lookup(
+    spec: StoreSpec,
+    owner: HostedPartition,
+    partition: int,
+    request: StateQueryRequest[Any],
+    raw_key: bytes,
+) -> QueryResult[Any]:
+    """`query_partition` for a key lookup of the whole store, written out (the hottest path)."""
+    query, bound = request.query, request.position_bound
+    config = (
+        QueryConfig.WITH_EXECUTION_INFO
+        if request.is_execution_info_enabled
+        else QueryConfig.DEFAULT
+    )
+    if not request.is_require_active or owner.role.is_running_active:
+        with owner.lock:
+            if not owner.closed:
+                try:
+                    return owner.chain.key_lookup(query, raw_key, bound, config)  # type: ignore[arg-type]
+                except Exception as exc:  # a layer failing is this partition's failure
+                    return failed(spec, owner, partition, query, exc)
+    return unanswered(spec, owner, partition)
