@@ -86,3 +86,20 @@ def test_map_rows_converts_in_bulk_or_fails_at_the_pair() -> None:
     assert next(lazy) == (1, "a"), "pairs before the failing one are still read"
     with pytest.raises(KeyError):
         next(lazy)
+
+
+def test_map_rows_converts_only_when_first_read() -> None:
+    calls: list[int] = []
+
+    def convert(pairs: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        calls.append(len(pairs))
+        return pairs
+
+    mapped = KeyValueIterator.of_rows([(1, "a")]).map_rows(convert, lambda pair: pair)
+    assert calls == [], (
+        "a query returning the iterator (under its partition's lock) decodes nothing"
+    )
+    assert mapped.has_next() and calls == [1]
+    unread = KeyValueIterator.of_rows([(1, "a")]).map_rows(convert, lambda pair: pair)
+    unread.close()
+    assert calls == [1], "an iterator closed unread is never decoded"

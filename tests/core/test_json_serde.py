@@ -72,7 +72,7 @@ class Level(enum.IntEnum):
     HIGH = 3
 
 
-class Mode(str, enum.Enum):
+class Mode(enum.StrEnum):
     FAST = "fast"
 
 

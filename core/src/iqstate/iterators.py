@@ -27,7 +27,7 @@ class KeyValueIterator(Generic[K, V]):
     `close()` empties the pairs, so a loop reading on after it raises `ValueError` too.
     """
 
-    __slots__ = ("_closed", "_on_close", "_peeked", "_rows", "_source")
+    __slots__ = ("_closed", "_convert", "_on_close", "_peeked", "_rows", "_source")
 
     def __init__(
         self,
@@ -36,6 +36,7 @@ class KeyValueIterator(Generic[K, V]):
     ) -> None:
         self._source: Iterator[tuple[K, V]] = iter(source)
         self._rows: list[tuple[K, V]] | None = None
+        self._convert: tuple[Callable[[list[Any]], list[Any]], Callable[[Any], Any]] | None = None
         self._on_close = on_close
         self._peeked: object = _NOTHING
         self._closed = False
@@ -54,6 +55,8 @@ class KeyValueIterator(Generic[K, V]):
         return cls(())
 
     def __iter__(self) -> Iterator[tuple[K, V]]:
+        if self._convert is not None:
+            self._apply_conversion()
         if self._rows is None or self._closed or self._peeked is not _NOTHING:
             return self
         return itertools.chain(self._source, _EndOf(self))
@@ -61,6 +64,8 @@ class KeyValueIterator(Generic[K, V]):
     def __next__(self) -> tuple[K, V]:
         if self._closed:
             raise ValueError("cannot read from a closed KeyValueIterator")
+        if self._convert is not None:
+            self._apply_conversion()
         peeked = self._peeked
         if peeked is not _NOTHING:
             self._peeked = _NOTHING
@@ -75,6 +80,8 @@ class KeyValueIterator(Generic[K, V]):
         """True iff another pair is available (reads one ahead)."""
         if self._closed:
             return False
+        if self._convert is not None:
+            self._apply_conversion()
         if self._peeked is _NOTHING:
             try:
                 self._peeked = next(self._source)
@@ -93,6 +100,8 @@ class KeyValueIterator(Generic[K, V]):
         """A lazily transformed iterator that takes over this one's pairs and its closing."""
         if self._closed:
             raise ValueError("cannot map a closed KeyValueIterator")
+        if self._convert is not None:
+            self._apply_conversion()
         source: Iterator[tuple[K, V]] = self._source
         if self._peeked is not _NOTHING:
             source = itertools.chain([self._peeked], source)  # type: ignore[list-item]
@@ -105,16 +114,33 @@ class KeyValueIterator(Generic[K, V]):
         fn: Callable[[tuple[K, V]], tuple[K2, V2]],
     ) -> KeyValueIterator[K2, V2]:
         """Like `map(fn)`, but pairs already in memory are converted by `convert` in one
-        call (bulk decoding). When `convert` raises, the pairs are mapped lazily with `fn`,
-        so the failure surfaces at the pair it concerns, as with `map`."""
+        call (bulk decoding), when the new iterator is first read: like `map`, it does no
+        work before (a query holding a lock returns at once). When `convert` raises, the
+        pairs are mapped lazily with `fn`, so the failure surfaces at the pair it
+        concerns, as with `map`."""
         if self._rows is None or self._closed or self._peeked is not _NOTHING:
             return self.map(fn)
-        remaining = list(self._source)
+        if self._convert is not None:
+            self._apply_conversion()
+        mapped: KeyValueIterator[Any, Any] = KeyValueIterator.of_rows(
+            list(self._source), self.close
+        )
+        mapped._convert = (convert, fn)
+        return mapped
+
+    def _apply_conversion(self) -> None:
+        """Convert the pairs as `map_rows` asked, on the first read."""
+        assert self._convert is not None and self._rows is not None
+        (convert, fn), self._convert = self._convert, None
+        rows = self._rows
         try:
-            converted = convert(remaining)
+            converted = convert(rows)
         except Exception:
-            return KeyValueIterator(map(fn, remaining), self.close)
-        return KeyValueIterator.of_rows(converted, self.close)
+            self._rows = None  # read pair by pair, through __next__
+            self._source = map(fn, rows)
+            return
+        self._rows = converted
+        self._source = iter(converted)
 
     def close(self) -> None:
         """Release what the iterator holds; safe to call more than once."""

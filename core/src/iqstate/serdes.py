@@ -158,10 +158,9 @@ class JsonSerde(Serde[Any]):
     The bytes are exactly those of the standard library's encoder with compact separators,
     `ensure_ascii=False` and `allow_nan=False`, and its errors are the errors; values read
     back are exactly its decoder's. msgspec writes and reads them several times faster:
-    its output is used only where it is certainly the standard library's
-    (`_fast_or_none`), and bytes it refuses to read (NaN, 1E400, lone surrogates,
-    malformed input) are read by the standard library, which gives its answer or its
-    error. Measured in bench/json_serde.py.
+    its output is used only where it is certainly the standard library's, and bytes it
+    refuses to read (NaN, 1E400, lone surrogates, malformed input) are read by the
+    standard library, which gives its answer or its error. Measured in bench/json_serde.py.
     """
 
     name = "json"
@@ -171,9 +170,17 @@ class JsonSerde(Serde[Any]):
     _decoder = json.JSONDecoder()
 
     def serialize(self, value: Any) -> bytes:
-        fast = _fast_or_none(value)
-        if fast is not None:
-            return fast
+        # msgspec's bytes when they are certainly the standard library's: reading them back
+        # must give an equal value, which rules out what msgspec writes but the standard
+        # library refuses or writes differently (bytes, sets, UUIDs, enums, decimals,
+        # dates, dataclasses, NaN and infinities written as null, non-string keys,
+        # tuples), with every float written as the standard library writes it.
+        try:
+            fast = _msgspec_encode(value)
+            if _msgspec_read_back(fast) == value:
+                return fast
+        except Exception:
+            pass  # the standard library decides: its bytes or its error
         try:
             return self._encoder.encode(value).encode("utf-8")
         except (TypeError, ValueError) as exc:
@@ -210,21 +217,6 @@ def _float_as_the_stdlib_writes(text: str) -> float:
 _msgspec_encode = msgspec.json.Encoder(enc_hook=_refuse_in_msgspec).encode
 _msgspec_decode = msgspec.json.Decoder().decode
 _msgspec_read_back = msgspec.json.Decoder(float_hook=_float_as_the_stdlib_writes).decode
-
-
-def _fast_or_none(value: Any) -> bytes | None:
-    """msgspec's bytes for `value` when they are certainly the standard library's, else
-    `None`. Reading them back must give an equal value, which rules out what msgspec
-    writes but the standard library refuses or writes differently (bytes, sets, UUIDs,
-    enums, decimals, dates, dataclasses, NaN and infinities written as null, non-string
-    keys, tuples), with every float written as the standard library writes it."""
-    try:
-        out = _msgspec_encode(value)
-        if _msgspec_read_back(out) != value:
-            return None
-    except Exception:
-        return None
-    return out
 
 
 class Serdes:

@@ -26,7 +26,7 @@ from iqstate.queries import (
     key_query_of,
 )
 from iqstate.results import FailureReason, QueryResult
-from iqstate.serdes import Serde, decoding_error, encoding_error
+from iqstate.serdes import BytesSerde, Serde, decoding_error, encoding_error
 from iqstate.store import KeyValueStore, QueryConfig, StateStore, WindowStore
 
 K = TypeVar("K")
@@ -117,6 +117,8 @@ class MeteredKeyValueStore(_SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyVa
         self._delete_sensor = sensor("delete")
         self._range_sensor = sensor("range")
         self._prefix_scan_sensor = sensor("prefix-scan")
+        self._bytes_both_sides = type(key_serde) is BytesSerde and type(value_serde) is BytesSerde
+        """Decided once: `Serdes.bytes()` decodes an engine's bytes to themselves."""
 
     def get(self, key: K) -> V | None:
         start = _now()
@@ -173,7 +175,10 @@ class MeteredKeyValueStore(_SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyVa
     def typed(self, raw: KeyValueIterator[bytes, bytes]) -> KeyValueIterator[K, V]:
         """A deserializing view of a byte iterator from the store beneath: pairs already in
         memory are decoded in bulk, others lazily; a pair that fails to decode raises
-        `SerializationError` when it is reached, as in a lazy view."""
+        `SerializationError` when it is reached, as in a lazy view. With `bytes` keys and
+        values the engine's pairs are the answer as they are."""
+        if self._bytes_both_sides:
+            return raw  # type: ignore[return-value]
         return raw.map_rows(self._decode_pairs, self._decode_pair)
 
     def _bound(self, key: K | None) -> bytes | None:
