@@ -101,3 +101,27 @@ def test_serdes_are_singletons_with_names() -> None:
     assert repr(Serdes.int64()) == "Serdes.int64()"
     assert Serdes.string().order_preserving and not Serdes.json().order_preserving
     assert struct.unpack(">Q", Serdes.int64().serialize(0))[0] == 1 << 63
+
+
+@given(st.data())
+def test_decoding_many_gives_what_decoding_each_gives(data: st.DataObject) -> None:
+    serde, values = data.draw(
+        st.sampled_from(
+            [
+                (Serdes.string(), st.text()),
+                (Serdes.bytes(), st.binary()),
+                (Serdes.int64(), int64s),
+                (Serdes.float64(), floats),
+                (Serdes.json(), st.dictionaries(st.text(), st.integers() | st.text())),
+            ]
+        ).flatmap(lambda pair: st.tuples(st.just(pair[0]), st.lists(pair[1], max_size=20)))
+    )
+    stored = [serde.serialize(value) for value in values]
+    assert serde.deserialize_many(stored) == [serde.deserialize(one) for one in stored]
+
+
+def test_decoding_many_raises_where_decoding_one_does() -> None:
+    with pytest.raises(UnicodeDecodeError):
+        Serdes.string().deserialize_many([b"fine", b"\xff"])
+    with pytest.raises(ValueError):
+        Serdes.json().deserialize_many([b"{}", b"{not json"])

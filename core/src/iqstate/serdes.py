@@ -7,7 +7,6 @@ range queries follow the natural order of its type. `string`, `bytes`, `int64` a
 
 from __future__ import annotations
 
-import itertools
 import json
 import struct
 from abc import ABC, abstractmethod
@@ -81,7 +80,7 @@ class StringSerde(Serde[str]):
         return str(data, "utf-8")
 
     def deserialize_many(self, data: list[bytes]) -> list[str]:
-        return list(map(str, data, itertools.repeat("utf-8")))
+        return list(map(bytes.decode, data))  # UTF-8; raises on anything but `bytes`
 
 
 class BytesSerde(Serde[bytes]):
