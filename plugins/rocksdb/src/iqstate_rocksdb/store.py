@@ -22,7 +22,6 @@ from iqstate.codec import (
     offset_key,
 )
 from iqstate.context import StateStoreContext
-from iqstate.errors import CorruptStateError
 from iqstate.persistent import (
     CLOSED,
     OPEN,
@@ -109,8 +108,10 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
     ) -> list[Pair]:
         # rocksdict's `items` steps the iterator in Rust, one call per record, but ends at a
-        # damaged block exactly as at the end of the range and hides the iterator's
-        # status; `_check_ended` then tells the two apart with one raw seek.
+        # damaged block exactly as at the end of the range and hides the iterator's status.
+        # `_ended` tells them apart with one raw seek; when a record is left in the range
+        # (damage, or a commit between the two reads) the range is read again with one
+        # iterator whose status is checked (`checked_items`), which raises on damage.
         options = ReadOptions()
         if upper is not None:
             options.set_iterate_upper_bound(upper + b"\x00" if upper_inclusive else upper)
@@ -118,27 +119,27 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
         try:
             if not reverse:
                 pairs = list(db.items(from_key=lower, read_opt=options))
-                self._check_ended(options, pairs, lower, reverse)
-                return pairs
-            records = db.items(backwards=True, read_opt=options)
-            if lower is None:
-                pairs = list(records)
             else:
-                pairs, complete = take_while_at_least(records, lower)
-                if complete:
-                    return pairs
-            self._check_ended(options, pairs, lower, reverse)
-            return pairs
-        except CorruptStateError:
-            raise
+                records = db.items(backwards=True, read_opt=options)
+                if lower is None:
+                    pairs = list(records)
+                else:
+                    pairs, complete = take_while_at_least(records, lower)
+                    if complete:
+                        return pairs
+            if self._ended(options, pairs, lower, reverse):
+                return pairs
         except Exception as error:
             raise database_error(self._path, error) from error
+        return checked_items(
+            db, self._path, lower, upper, reverse=reverse, upper_inclusive=upper_inclusive
+        )
 
-    def _check_ended(
+    def _ended(
         self, options: ReadOptions, pairs: list[Pair], lower: bytes | None, reverse: bool
-    ) -> None:
-        """Raise unless the range really ends after `pairs`: a raw iterator placed past the
-        last pair read must find nothing left in range and report no error."""
+    ) -> bool:
+        """Whether the range ends after `pairs`: a raw iterator placed past the last pair
+        read finds nothing left in range. Raises when the iterator reports an error."""
         iterator = self._db.iter(options)
         if pairs:
             iterator.seek(pairs[-1][0])
@@ -152,9 +153,10 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
             iterator.seek_to_first()
         else:
             iterator.seek(lower)
-        if iterator.valid() and (not reverse or lower is None or iterator.key() >= lower):
-            raise damaged(self._path, "ended a range scan before the range's end")
+        if iterator.valid():
+            return reverse and lower is not None and iterator.key() < lower
         iterator.status()
+        return True
 
     def _count(self) -> int:
         return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
