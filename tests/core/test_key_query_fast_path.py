@@ -114,3 +114,26 @@ def test_fused_and_general_paths_give_the_same_answer(
         fused = filled(closed)
         assert is_fused(fused)
         assert describe(fused.key_lookup(query, key.encode(), bound, config)) == describe(general)
+
+
+def bytes_valued(closed: bool) -> KeyValueStoreChain:
+    store = key_value_chain(MemoryKeyValueStore("s"), Serdes.string(), Serdes.bytes())
+    store.init(context())
+    store.typed.put_all([("a", b"\x00raw"), ("b", None)])
+    store.update_position(Position.from_map({"in": {0: 5}}))
+    if closed:
+        engine: Any = store.engine
+        engine.close()
+    return store
+
+
+@given(key=st.sampled_from(["a", "b", "c"]), bound=bounds, closed=st.booleans())
+def test_bytes_values_are_answered_alike_without_decoding(
+    key: str, bound: PositionBound, closed: bool
+) -> None:
+    query: KeyQuery[Any, Any] = KeyQuery.with_key(key)
+    general = bytes_valued(closed).query(query, bound, QueryConfig.DEFAULT)
+    fused = bytes_valued(closed)
+    assert is_fused(fused)
+    answer = fused.key_lookup(query, key.encode(), bound, QueryConfig.DEFAULT)
+    assert describe(answer) == describe(general)

@@ -25,7 +25,7 @@ from iqstate.metrics import StoreMetrics
 from iqstate.position import Position, PositionBound, TopicPartition
 from iqstate.queries import KeyQuery, Query
 from iqstate.results import QueryResult
-from iqstate.serdes import Serde
+from iqstate.serdes import BytesSerde, Serde
 from iqstate.store import KeyValueStore, QueryConfig, StateStore, WindowStore
 
 K = TypeVar("K")
@@ -94,7 +94,9 @@ class StoreChain(ABC, Generic[Top]):
     def init(self, context: StateStoreContext) -> None:
         self.typed.init(context)
         if self._can_fuse_key_lookup():
-            self._deserialize_value = self.typed.value_deserializer
+            # `Serdes.bytes()` decodes an engine's bytes to themselves: nothing to call.
+            identity = type(self.typed.value_serde) is BytesSerde
+            self._deserialize_value = None if identity else self.typed.value_deserializer
             self.key_lookup = self._fused_key_lookup
 
     def close(self) -> None:
@@ -145,8 +147,9 @@ class StoreChain(ABC, Generic[Top]):
             return self.typed.query(query, bound, config)
         try:
             value = engine.get(key_bytes)
-            if value is not None:
-                value = self._deserialize_value(value)
+            deserialize = self._deserialize_value
+            if value is not None and deserialize is not None:
+                value = deserialize(value)
         except Exception:
             return self.typed.query(query, bound, config)
         return QueryResult(value, position)
