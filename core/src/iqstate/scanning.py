@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from operator import add, getitem, itemgetter
+from operator import add, itemgetter
 from zlib import crc32
 
 from iqstate.sealing import RESIDUE
@@ -63,16 +63,14 @@ def take_while_at_least(records: Iterator[Pair], lower: bytes) -> tuple[list[Pai
         size = min(size * 2, LAST_CHUNK)
 
 
-_UNTAGGED = slice(None, -TAG)
-
-
 def unseal_all(pairs: list[Pair]) -> list[Pair] | None:
     """The values sealed in `pairs` (`iqstate.sealing`), or `None` when any record's
     checksum fails (then check them one by one to name it). Each record is checked as
-    `unseal` checks it, with C-level maps instead of a Python step per record."""
-    keys = list(map(_first, pairs))
-    stored = list(map(_second, pairs))
-    checks = list(map(crc32, map(add, keys, stored)))
-    if checks.count(RESIDUE) != len(checks) or min(map(len, stored), default=TAG) < TAG:
+    `unseal` checks it, the CRCs through C-level maps instead of a Python step each."""
+    checks = list(map(crc32, itertools.starmap(add, pairs)))
+    if (
+        checks.count(RESIDUE) != len(checks)
+        or min(map(len, map(_second, pairs)), default=TAG) < TAG
+    ):
         return None
-    return list(zip(keys, map(getitem, stored, itertools.repeat(_UNTAGGED)), strict=True))
+    return [(key, stored[:-TAG]) for key, stored in pairs]
