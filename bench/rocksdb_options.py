@@ -116,6 +116,7 @@ def options(variant: Variant, *, create: bool) -> Options:
     compression, partitioned = TABLES[variant.table]
     opts = Options(raw_mode=True)
     opts.create_if_missing(create)
+    opts.create_missing_column_families(create)
     opts.enable_statistics()
     table = BlockBasedOptions()
     capacity = variant.cache_mb * MB
