@@ -121,6 +121,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="port of the HTTP API (with iqstate-http); 0: any",
     )
     parser.add_argument("--quiet", action="store_true", help="print only the progress line")
+    from iqstate_spark.cluster_demo import add_arguments as add_cluster_arguments
+
+    add_cluster_arguments(parser)
 
 
 def corpus_file(index: int, lines: int, seed: int) -> str:
@@ -335,6 +338,10 @@ def start_queries(
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "cluster", False):
+        from iqstate_spark.cluster_demo import run as run_cluster
+
+        return run_cluster(args)
     directory = Path(args.dir).resolve()
     inbox, staging = directory / "inbox", directory / "staging"
     for folder in (inbox, staging):
