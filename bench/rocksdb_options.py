@@ -66,8 +66,8 @@ TABLES: dict[str, tuple[str, bool]] = {
 
 VARIANTS = [
     Variant("iqstate-0.1", note="iqstate's defaults before issue 13: 64 MB cache, 64 shards"),
-    Variant("quix", cache_mb=128, cache_index_and_filter_blocks=False, max_open_files=-1,
-            note="Quix Streams 3.x: 128 MB cache, index and filters outside it"),
+    Variant("readers-128", cache_mb=128, cache_index_and_filter_blocks=False,
+            max_open_files=-1, note="index and filters held by the readers, 128 MB cache"),
     Variant("table-readers", cache_index_and_filter_blocks=False, max_open_files=-1,
             note="index and filters held by the open table readers, 64 MB cache for data"),
     Variant("cache-128", cache_mb=128, note="index and filters in a 128 MB cache"),
@@ -133,7 +133,7 @@ def options(variant: Variant, *, create: bool) -> Options:
     table = BlockBasedOptions()
     capacity = variant.cache_mb * MB
     table.set_block_cache(
-        Cache.new_hyper_clock_cache(capacity, 4096) if variant.hyper_clock else Cache(capacity)
+        Cache.new_hyper_clock_cache(capacity, 0) if variant.hyper_clock else Cache(capacity)
     )
     table.set_bloom_filter(10, False)
     table.set_cache_index_and_filter_blocks(variant.cache_index_and_filter_blocks)
