@@ -273,9 +273,9 @@ def test_gets_do_not_reread_filter_blocks_even_when_a_whole_filter_outgrows_a_ca
 ) -> None:
     """The cause of 70-210 us gets (issue 13): a 64 MB LRU cache has 64 shards of 1 MB, a
     million keys' filter is 1.2 MB, so it was never kept and every get read it again.
-    Here a 4 MB cache against 600,000 keys (a 730 KB filter, larger than a shard of a 4 MB
+    Here an 8 MB cache against 600,000 keys (a 730 KB filter, larger than a shard of an 8 MB
     LRU cache): the old table options missed the filter at every one of these gets."""
-    settings = RocksDBSettings(block_cache_mb=4, cache_index_and_filter_blocks=in_cache)
+    settings = RocksDBSettings(block_cache_mb=8, cache_index_and_filter_blocks=in_cache)
     options = settings.db_options(create=True)
     options.enable_statistics()
     db = Rdict(str(tmp_path / "db"), options=options, column_families={})
