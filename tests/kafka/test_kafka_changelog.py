@@ -286,3 +286,33 @@ def test_bad_batches_are_refused_and_leave_nothing_behind(
     (unit,) = units_by_partition(read_events(reader, 1))[partition]
     assert unit.entries(None) == [(b"k", b"v")]
     assert unit.next_offset == 2
+
+
+def test_data_from_several_writers_is_one_unit_once_the_markers_follow(
+    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogReader
+) -> None:
+    """Spark's way: each task writes its share of a batch with `write_data` (no markers),
+    and once all are durable one writer adds the markers: the reader gets one unit per
+    partition with every task's records, nothing before the markers."""
+    stores = {"counts": 3}
+    tasks = [
+        [(("counts", 0), [(b"a", b"1")]), (("counts", 2), [(b"b", b"2")])],
+        iter([(("counts", 0), [(b"c", b"3"), (b"a", None)])]),  # a generator is fine too
+    ]
+    for chunks in tasks:
+        with BatchWriter(cluster, changelogs.application_id) as writer:
+            written = writer.write_data(chunks, batch_id=5, stores=stores)
+        assert written == 2
+    partition = changelogs.partition("counts", 0)
+    reader.assign(partition, None)
+    assert read_events(reader, 1, within=2) == [], "no unit before the markers"
+    with BatchWriter(cluster, changelogs.application_id) as writer:
+        writer.write({}, batch_id=5, position=SOURCE, stores=stores)
+    (unit,) = units_by_partition(read_events(reader, 1))[partition]
+    assert unit.marker is not None and unit.marker.batch_id == 5
+    assert unit.entries(None) == [(b"a", b"1"), (b"c", b"3"), (b"a", None)]
+    with (
+        BatchWriter(cluster, changelogs.application_id) as writer,
+        pytest.raises(ValueError, match="partition 3, which does not exist"),
+    ):
+        writer.write_data([(("counts", 3), [(b"x", b"1")])], batch_id=6, stores=stores)

@@ -68,7 +68,7 @@ class PartitionWrite:
             self.bootstrap_servers, client_config=self.client_config, timeout=self.timeout
         )
         with BatchWriter(
-            cluster, self.application_id, delivery_timeout=self.delivery_timeout
+            cluster, self.application_id, delivery_timeout=self.delivery_timeout, data_only=True
         ) as writer:
             written = writer.write_data(
                 self._chunks(batches),
