@@ -1,6 +1,6 @@
 """Distributed mode's Spark sink against Spark's plain Kafka sink, and end-to-end freshness.
 
-Run: `.venv/bin/python bench/spark_distributed.py [--rows 200000] [--repeats 3]`.
+Run: `.venv/bin/python bench/spark_distributed.py [--rows 1000000] [--repeats 3]`.
 
 All on one machine, in one run: a real Kafka broker (`LocalBroker`) and Spark with two
 executor processes (`local-cluster[2,1,768]`).
@@ -14,7 +14,8 @@ executor processes (`local-cluster[2,1,768]`).
    - `iqstate-via-spark-sink`: the alternative design: the same records (store serdes,
      store partition, batch-id header) made by a Python `mapInArrow` pass, then written by
      Spark's Kafka sink (`partition` and `headers` columns), then the driver's markers.
-   Variants alternate, `--repeats` rounds; the ratio to the floor is per round.
+   Variants alternate, one warm-up round then `--repeats` rounds; the ratio to the floor
+   is per round, and of the medians.
 2. **Freshness**: the distributed word-count pipeline (`--trigger` seconds per micro-batch) with
    two serving instances (`iqstate serve --cluster`, one standby each): a probe word is
    produced into the input topic and its count polled on the instance hosting its
@@ -110,7 +111,7 @@ def throughput(spark: Any, bootstrap: str, rows: int, repeats: int, work: Path) 
     frame.count()
     cluster = KafkaCluster(bootstrap)
     times: dict[str, list[float]] = {"floor": [], "iqstate": [], "iqstate-via-spark-sink": []}
-    for round_ in range(repeats):
+    for round_ in range(-1, repeats):  # round -1 warms the executors' Python workers up
         for variant in times:
             app_id = f"bench-{variant}-{round_}-{time.time_ns()}"
             stores = ClusterStores(cluster, app_id)
@@ -143,6 +144,10 @@ def throughput(spark: Any, bootstrap: str, rows: int, repeats: int, work: Path) 
                         stores={STORE: PARTITIONS},
                     )  # fmt: skip
             times[variant].append(time.perf_counter() - started)
+        if round_ < 0:
+            for measured in times.values():
+                measured.clear()
+            continue
         floor = times["floor"][-1]
         print(
             f"round {round_}: "
@@ -253,7 +258,7 @@ def wait_standby(ports: list[int], partition: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--probes", type=int, default=30)
     parser.add_argument("--trigger", type=float, default=0.5)

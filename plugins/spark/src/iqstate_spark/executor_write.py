@@ -24,6 +24,7 @@ import pyarrow as pa
 from iqstate_kafka.cluster import KafkaCluster
 from iqstate_kafka.writer import BatchWriter, Entry
 
+from iqstate.runtime.partitioner import murmur2_partitioner
 from iqstate_spark.cluster_stores import ChangelogStore
 from iqstate_spark.rows import RowColumns
 
@@ -83,28 +84,36 @@ class PartitionWrite:
         """Each record batch's entries grouped by store partition, serialized."""
         store, columns = self.store, self.columns
         serialize_key, serialize_value = store.key_serde.serialize, store.value_serde.serialize
+        partition_of = (
+            murmur2_partitioner(store.partitions)
+            if store.partitioner is None and store.partitions > 1
+            else store.partition_of
+        )
         for rows in batches:
             if rows.num_rows == 0:
                 continue
             columns.check(rows.schema.names)
             keys = columns.keys(rows)
-            values = columns.values(rows)
-            starts = columns.window_starts_ms(rows) if columns.window is not None else None
-            grouped: dict[int, list[Entry]] = {}
-            for index, (key, value) in enumerate(zip(keys, values, strict=True)):
-                if key is None:
-                    raise ValueError(
-                        f"to_store({store.name!r}): a row has a null key (column "
-                        f"{columns.key!r}); every row needs a key"
-                    )
-                key_bytes = serialize_key(key)
-                value_bytes = None if value is None else serialize_value(value)
-                partition = store.partition_of(key, key_bytes)
-                entry: Entry = (
-                    (key_bytes, value_bytes)
-                    if starts is None
-                    else (key_bytes, starts[index], value_bytes)
+            if None in keys:
+                raise ValueError(
+                    f"to_store({store.name!r}): a row has a null key (column "
+                    f"{columns.key!r}); every row needs a key"
                 )
-                grouped.setdefault(partition, []).append(entry)
+            values = columns.values(rows)
+            grouped: dict[int, list[Entry]] = {p: [] for p in range(store.partitions)}
+            if columns.window is None:
+                for key, value in zip(keys, values, strict=True):
+                    key_bytes = serialize_key(key)
+                    grouped[partition_of(key, key_bytes)].append(
+                        (key_bytes, None if value is None else serialize_value(value))
+                    )
+            else:
+                starts = columns.window_starts_ms(rows)
+                for key, start, value in zip(keys, starts, values, strict=True):
+                    key_bytes = serialize_key(key)
+                    grouped[partition_of(key, key_bytes)].append(
+                        (key_bytes, start, None if value is None else serialize_value(value))
+                    )
             for partition, entries in grouped.items():
-                yield (store.name, partition), entries
+                if entries:
+                    yield (store.name, partition), entries
