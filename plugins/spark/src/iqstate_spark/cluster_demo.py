@@ -110,6 +110,33 @@ def _freshness(port: int) -> str:
     return f"lag {sum(int(entry['lag']) for entry in replicas)}/{len(replicas)}"
 
 
+def _report(
+    args: argparse.Namespace,
+    signals: Any,
+    producer: Producer,
+    queries: list[Any],
+    sinks: list[Any],
+    instances: list[tuple[int, Any]],
+) -> None:
+    """Print a line per word-count batch until Ctrl-C or `--duration`."""
+    started, shown = time.monotonic(), None
+    while not signals.requested.is_set():
+        if args.duration and time.monotonic() - started >= args.duration:
+            return
+        for query in queries:
+            if query.exception() is not None:
+                raise RuntimeError(f"streaming query failed: {query.exception()}")
+        if sinks[0].last_batch is not None and sinks[0].last_batch != shown:
+            shown = sinks[0].last_batch
+            fresh = " | ".join(f"i{i} {_freshness(port)}" for i, (port, _) in enumerate(instances))
+            print(
+                f"batch {shown[0]:>4} | {shown[1]:>4} counts written | produced "
+                f"{producer.produced:>7,} | {fresh}",
+                flush=True,
+            )
+        signals.requested.wait(0.2)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the distributed demo until Ctrl-C (or `--duration` seconds)."""
     from iqstate_kafka.cluster import KafkaCluster
@@ -129,63 +156,49 @@ def run(args: argparse.Namespace) -> int:
     app_id, topic = "iqstate-demo", "iqstate-demo-words"
     instances: list[tuple[int, Any]] = []
     producer = Producer(bootstrap, topic, args.rate)
-    spark = queries = sinks = None
-    with StopSignals() as signals:
-        try:
-            _create_topic(bootstrap, topic)
-            producer.start()
-            for index in range(3):
-                port = _free_port() if index or args.http_port == 0 else args.http_port
-                state = directory / f"instance-{index}"
-                instances.append((port, _start_instance(bootstrap, app_id, state, port)))
-                print(f"instance {index}: http://127.0.0.1:{port}/  (state browser and API)")
-            print(f"Kafka at {bootstrap}; input topic {topic}; starting Spark...", flush=True)
-            spark = cluster_session("iqstate-demo-cluster", executors=2)
+    spark: Any = None
+    queries: list[Any] = []
+    sinks: list[Any] = []
+    try:
+        _create_topic(bootstrap, topic)
+        producer.start()
+        for index in range(3):
+            port = _free_port() if index or args.http_port == 0 else args.http_port
+            state = directory / f"instance-{index}"
+            instances.append((port, _start_instance(bootstrap, app_id, state, port)))
+            print(f"instance {index}: http://127.0.0.1:{port}/  (state browser and API)")
+        print(f"Kafka at {bootstrap}; input topic {topic}; starting Spark...", flush=True)
+        spark = cluster_session("iqstate-demo-cluster", executors=2)
+        # After Spark: PySpark installs its own Ctrl-C handler (cancel every job) with it.
+        with StopSignals() as signals:
             stores = cluster_pipeline.declare(KafkaCluster(bootstrap), app_id)
             queries, sinks = cluster_pipeline.start(
                 spark, stores, topic, directory / "checkpoints", trigger_seconds=1.0
             )
-            started, shown = time.monotonic(), None
-            while not signals.requested.is_set():
-                if args.duration and time.monotonic() - started >= args.duration:
-                    break
-                for query in queries:
-                    if query.exception() is not None:
-                        raise RuntimeError(f"streaming query failed: {query.exception()}")
-                if sinks[0].last_batch is not None and sinks[0].last_batch != shown:
-                    shown = sinks[0].last_batch
-                    fresh = " | ".join(
-                        f"i{i} {_freshness(port)}" for i, (port, _) in enumerate(instances)
-                    )
-                    print(
-                        f"batch {shown[0]:>4} | {shown[1]:>4} counts written | produced "
-                        f"{producer.produced:>7,} | {fresh}",
-                        flush=True,
-                    )
-                signals.requested.wait(0.2)
+            _report(args, signals, producer, queries, sinks, instances)
             print("\nstopping: input, then Spark, then the instances", flush=True)
             producer.stopped.set()
             producer.join()
             for query in queries:
                 query.processAllAvailable()
-        except KeyboardInterrupt:
-            print("\ninterrupted again; stopping now", flush=True)
-        finally:
-            producer.stopped.set()
-            for query in queries or []:
-                query.stop()
-            for sink in sinks or []:
-                sink.close()
-            if spark is not None:
-                spark.stop()
-            for _, process in instances:
-                process.terminate()
-            for _, process in instances:
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-            if broker is not None:
-                broker.stop()
+    except KeyboardInterrupt:
+        print("\ninterrupted again; stopping now", flush=True)
+    finally:
+        producer.stopped.set()
+        for query in queries:
+            query.stop()
+        for sink in sinks:
+            sink.close()
+        if spark is not None:
+            spark.stop()
+        for _, process in instances:
+            process.terminate()
+        for _, process in instances:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        if broker is not None:
+            broker.stop()
     print(f"done: {producer.produced:,} words produced; state in {directory}")
     return 0

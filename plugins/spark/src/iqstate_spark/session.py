@@ -58,6 +58,7 @@ def cluster_session(
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
         .config("spark.executorEnv.SPARK_LOCAL_IP", "127.0.0.1")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.python.daemon.module", "iqstate_spark.worker_daemon")
     )
     if kafka:
         from iqstate_spark.connector import kafka_connector_jars
