@@ -7,8 +7,8 @@ Realistic data (`bench/values.py`): 16-character keys with distinct JSON values 
 engine used directly on the same bytes:
 
 * RocksDB's raw side is the best configuration `bench/rocksdb_options.py` found, the
-  physical floor (`FLOOR` there: index and filters held by the table readers, a block
-  cache larger than the data), not iqstate's options; LMDB's gets run on an open read
+  physical floor (`FLOOR` there: uncompressed tables read through mmap, index and filters
+  held by the table readers), not iqstate's options; LMDB's gets run on an open read
   transaction; the memory engine's raw side is a `SortedDict` of the same bytes;
 * Quix Streams' state store on the same data and the same lookups, in its own virtual
   environment and process (`bench/quix_worker.py`; its dependencies clash with ours),
