@@ -90,6 +90,11 @@ class ClusterSink:
         """`(batch_id, records)` of the last micro-batch written, for progress reports."""
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
+        if str(batch_df.sparkSession.conf.get("spark.speculation", "false")).lower() == "true":
+            raise IqstateError(
+                "to_store in distributed mode needs spark.speculation off: a speculative copy "
+                "of a task still writing after the batch's markers would change the next batch"
+            )
         checkpoint = self.checkpoint or checkpoint_of_running_query(batch_df)
         position = batch_position(checkpoint, batch_id, self.source_names)
         self.columns.check(batch_df.columns)
