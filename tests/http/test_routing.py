@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,17 +19,12 @@ from pathlib import Path
 import pytest
 from iqstate_http import AsyncRemoteQueryClient, RemoteQueryClient
 from support.keys import key_in as support_key_in
+from support.network import free_port
 
 from iqstate import FailureReason, KeyQuery, Position, RangeQuery, StateQueryRequest
 from iqstate.runtime import partition_for_bytes
 
 INSTANCE = Path(__file__).parent / "instance.py"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def key_in(partition: int, partitions: int = 4) -> str:

@@ -11,7 +11,6 @@ import itertools
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import httpx
 import pytest
 from iqstate_http import RemoteQueryClient, start_background
 from iqstate_kafka import KafkaCluster
+from support.network import free_port
 
 from iqstate import (
     Application,
@@ -41,12 +41,6 @@ ACCEPTABLE_LAG = 10_000
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 FAILOVER_TIMEOUT = 30.0  # generous for a loaded 2-core machine; the bench measures the time
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from iqstate_http import RemoteQueryClient
 from iqstate_spark import cluster_pipeline
+from support.network import free_port
 
 from iqstate import (
     FailureReason,
@@ -35,12 +35,6 @@ from iqstate import (
 
 WORDS = ["spark", "kafka", "state", "query", "replica", "standby", "window", "batch", "fence"]
 MINUTE = cluster_pipeline.WINDOW_MS
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 120.0) -> Any:
