@@ -9,11 +9,13 @@ executor processes (`local-cluster[2,1,768]`).
    Spark partitions, cached), written to a fresh 4-partition topic by
    - `floor`: Spark's own Kafka sink writing the same rows, no iqstate (key = the word's
      UTF-8 bytes, value = the count as text);
-   - `iqstate`: `to_store(ClusterStores(...), ...)`, the distributed sink (a producer in
-     each task via `mapInArrow`, then the driver's markers);
-   - `iqstate-via-spark-sink`: the alternative design: the same records (store serdes,
-     store partition, batch-id header) made by a Python `mapInArrow` pass, then written by
-     Spark's Kafka sink (`partition` and `headers` columns), then the driver's markers.
+   - `iqstate`: `to_store(ClusterStores(...), ...)`, the distributed sink as it chooses
+     (here Spark's Kafka sink with the records made by Spark's expressions,
+     `iqstate_spark.spark_records`), then the driver's markers;
+   - `iqstate-python-producer`: the same sink held to its other write path (a producer in
+     each task via `mapInArrow`, the store's serdes in the executors' Python workers), which
+     stores whose records Spark cannot make take (window stores, custom partitioners,
+     plugin serdes, JSON of strings, floats or objects).
    Variants alternate, one warm-up round then `--repeats` rounds; the ratio to the floor
    is per round, and of the medians.
 2. **Freshness**: the distributed word-count pipeline (`--trigger` seconds per micro-batch) with
@@ -31,59 +33,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pyarrow as pa
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from iqstate_kafka.cluster import KafkaCluster
-from iqstate_kafka.format import BATCH_HEADER, batch_headers, data_key
 from iqstate_kafka.local_broker import LocalBroker
 from iqstate_kafka.topics import changelog_topic
-from iqstate_kafka.writer import BatchWriter
-from iqstate_spark import ClusterStores, to_store
-from iqstate_spark.cluster_stores import ChangelogStore
+from iqstate_spark import ClusterStores
+from iqstate_spark.distributed import ClusterSink
 from iqstate_spark.session import cluster_session
-
-from iqstate import Position
 
 STORE = "bench"
 PARTITIONS = 4
-
-
-class SparkSinkRecords:
-    """The `iqstate-via-spark-sink` variant's Python pass: rows -> Kafka sink columns."""
-
-    SCHEMA = (
-        "key binary, value binary, partition int, headers array<struct<key: string, value: binary>>"
-    )
-
-    def __init__(self, store: ChangelogStore, batch_id: int) -> None:
-        self.store, self.batch_id = store, batch_id
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        header = batch_headers(self.batch_id)[0][1]
-        header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-        for rows in batches:
-            keys, values, partitions = [], [], []
-            for word, n in zip(
-                rows.column("word").to_pylist(), rows.column("n").to_pylist(), strict=True
-            ):
-                key = self.store.key_serde.serialize(word)
-                keys.append(data_key(key))
-                values.append(self.store.value_serde.serialize(n))
-                partitions.append(self.store.partition_of(word, key))
-            headers = pa.array(
-                [[{"key": BATCH_HEADER, "value": header}]] * len(keys), type=header_type
-            )
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-                 pa.array(partitions, pa.int32()), headers],
-                names=["key", "value", "partition", "headers"],
-            )  # fmt: skip
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
@@ -110,12 +74,12 @@ def throughput(spark: Any, bootstrap: str, rows: int, repeats: int, work: Path) 
     )
     frame.count()
     cluster = KafkaCluster(bootstrap)
-    times: dict[str, list[float]] = {"floor": [], "iqstate": [], "iqstate-via-spark-sink": []}
+    times: dict[str, list[float]] = {"floor": [], "iqstate": [], "iqstate-python-producer": []}
     for round_ in range(-1, repeats):  # round -1 warms the executors' Python workers up
         for variant in times:
             app_id = f"bench-{variant}-{round_}-{time.time_ns()}"
             stores = ClusterStores(cluster, app_id)
-            store = stores.key_value_store(STORE, PARTITIONS)
+            stores.key_value_store(STORE, PARTITIONS)
             topic = changelog_topic(app_id, STORE)
             checkpoint = work / app_id
             write_offsets(checkpoint, 0)
@@ -127,22 +91,17 @@ def throughput(spark: Any, bootstrap: str, rows: int, repeats: int, work: Path) 
                 ).write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option(
                     "topic", topic
                 ).save()
-            elif variant == "iqstate":
-                sink = to_store(stores, STORE, key="word", value="n", checkpoint=checkpoint)
+            else:
+                path = "auto" if variant == "iqstate" else "python-producer"
+                sink = ClusterSink(
+                    stores, STORE, "word", "n", None, None, "update", checkpoint, None,
+                    write_path=path,
+                )  # fmt: skip
                 started = time.perf_counter()
                 sink(frame, 0)
                 sink.close()
-            else:
-                to_store(stores, STORE, key="word", value="n", checkpoint=checkpoint).close()
-                started = time.perf_counter()
-                frame.mapInArrow(SparkSinkRecords(store, 0), SparkSinkRecords.SCHEMA).write.format(
-                    "kafka"
-                ).option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
-                with BatchWriter(cluster, app_id) as markers:
-                    markers.write(
-                        {}, batch_id=0, position=Position.from_map({"input": {0: 1}}),
-                        stores={STORE: PARTITIONS},
-                    )  # fmt: skip
+                if round_ < 0:
+                    print(f"{variant}: written by {sink.write_path}", flush=True)
             times[variant].append(time.perf_counter() - started)
         if round_ < 0:
             for measured in times.values():

@@ -1,4 +1,5 @@
-"""One local Spark session for the Spark tests (starting one takes seconds)."""
+"""One local Spark session for the Spark tests (starting one takes seconds), with Spark's
+Kafka connector (the distributed sink's JVM write path needs it)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,6 @@ import pytest
 def spark() -> Iterator[Any]:
     from iqstate_spark.session import local_session
 
-    session = local_session("iqstate-tests")
+    session = local_session("iqstate-tests", kafka=True)
     yield session
     session.stop()

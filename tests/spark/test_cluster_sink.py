@@ -10,56 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from cluster_support import read_changelog, write_offsets
 from iqstate_kafka import KafkaCluster, LocalBroker
-from iqstate_kafka.format import BatchMarker, DataRecord, decode
+from iqstate_kafka.format import BatchMarker, DataRecord
 from iqstate_kafka.topics import changelog_topic
 from iqstate_spark import ClusterStores, to_store
 
 from iqstate import Application, Position, Serdes
 from iqstate.errors import IqstateError
 from iqstate.keyspace import encode_window_key
-
-Record = DataRecord | BatchMarker
-
-
-def write_offsets(checkpoint: Path, batch: int, line: str) -> None:
-    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
-    (checkpoint / "offsets" / str(batch)).write_text(f"v1\n{{}}\n{line}\n")
-
-
-def read_changelog(cluster: KafkaCluster, topic: str, partitions: int) -> dict[int, list[Record]]:
-    """Every record of `topic`, decoded, by partition (read up to the end offsets)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": cluster.bootstrap_servers,
-            "group.id": "unused",
-            "enable.auto.commit": False,
-        }
-    )
-    found: dict[int, list[Record]] = {}
-    try:
-        for partition in range(partitions):
-            _, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            consumer.assign([TopicPartition(topic, partition, 0)])
-            records: list[Record] = []
-            while len(records) < end:
-                for message in consumer.consume(500, timeout=1):
-                    assert message.error() is None, message.error()
-                    records.append(
-                        decode(
-                            topic,
-                            partition,
-                            message.offset(),
-                            message.key(),
-                            message.value(),
-                            message.headers(),
-                        )
-                    )
-            found[partition] = records
-    finally:
-        consumer.close()
-    return found
 
 
 @pytest.fixture

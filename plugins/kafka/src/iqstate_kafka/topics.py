@@ -13,14 +13,20 @@ import re
 import time
 from collections.abc import Mapping
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    ClusterMetadata,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+)
 
 from iqstate.layers.changelogging import changelog_topic
 from iqstate_kafka.cluster import KafkaCluster
 from iqstate_kafka.errors import BrokerUnavailableError, ChangelogTopicError
 
-__all__ = ["changelog_topic", "changelog_topics", "ensure_changelog_topics"]
+__all__ = ["changelog_topic", "changelog_topics", "end_offsets", "ensure_changelog_topics"]
 
 CLEANUP_POLICY = "compact"
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -104,6 +110,23 @@ def await_topics(admin: AdminClient, cluster: KafkaCluster, topics: list[str]) -
         if time.monotonic() >= deadline:
             raise unavailable(cluster, f"created topics did not appear: {', '.join(topics)}")
         time.sleep(0.05)
+
+
+def end_offsets(
+    admin: AdminClient, cluster: KafkaCluster, topic: str, partitions: int
+) -> list[int]:
+    """The end offset of each of `topic`'s `partitions`, in one request to the brokers."""
+    wanted = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    futures = admin.list_offsets(wanted, request_timeout=cluster.timeout)
+    found = {}
+    for partition, future in futures.items():
+        try:
+            found[partition.partition] = future.result(timeout=cluster.timeout).offset
+        except concurrent.futures.TimeoutError as exc:
+            raise unavailable(cluster, f"listing the end offsets of {topic!r} timed out") from exc
+        except KafkaException as exc:
+            raise unavailable(cluster, exc.args[0].str()) from exc
+    return [found[p] for p in range(partitions)]
 
 
 def unavailable(cluster: KafkaCluster, cause: object) -> BrokerUnavailableError:

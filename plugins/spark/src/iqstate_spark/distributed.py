@@ -8,10 +8,15 @@ Per micro-batch, on the driver (`foreachBatch` runs there) and without any row p
 through it:
 1. the batch's position is read from the query's checkpoint (`offsets/<batchId>`, written
    by Spark before the batch runs: for a Kafka source, exactly the batch's end offsets);
-2. one Spark job runs `PartitionWrite` on the executors (`mapInArrow`): every task
-   serializes and partitions its rows and produces them to the changelog partitions with
-   the batch id in every record, returning only once they are durable; the driver gets
-   one number per task back;
+2. one Spark job writes the batch's records, with the batch id in every record, from the
+   executors, and ends only once they are durable (acknowledged by `acks=all`), by one of two
+   write paths chosen once per schema:
+   - **Spark's Kafka sink**, when Spark's own expressions make every record byte for byte
+     (`iqstate_spark.spark_records`: built-in serdes on matching column types, Kafka's
+     default partitioning) and the session has Spark's Kafka connector: the rows never
+     leave the executors' JVMs;
+   - **a producer in each task** otherwise (`iqstate_spark.executor_write`, `mapInArrow`):
+     the store's own serdes and partitioner in the executors' Python workers;
 3. only after every task succeeded, the driver writes one batch marker per changelog
    partition (batch id and position) and waits until they are durable;
 4. `foreachBatch` returns, and Spark commits the micro-batch.
@@ -19,23 +24,24 @@ through it:
 A crash anywhere before step 4 makes Spark run the batch again with the same id and
 offsets: records of the failed attempt sit before the replay's markers and are overwritten
 by it, and a batch whose markers already landed is skipped by every replica (its id is at
-or below their fence), so each batch is applied exactly once.
+or below their fence), so each batch is applied exactly once. Both paths use idempotent
+producers with `acks=all`; a record that cannot be delivered fails its task, and Spark
+retries it (duplicates are harmless for the same reason).
 
-Why a producer in each task rather than Spark's own Kafka sink (`format("kafka")` with a
-`headers` column): see docs/spark.md and bench/spark_distributed.py. Both write from the
-executors; the measured difference is that Spark's sink needs the serialized key, value,
-partition and header as columns, which costs a Python UDF pass (Arrow to the Python worker
-and back to the JVM) before the JVM producer sends them, while the producer in the task
-serializes and sends in the one pass.
+Why both: measured in bench/spark_distributed.py and docs/spark.md. Rows that reach a
+Python worker pay the Arrow transfer and a Python call per row, which caps the producer in
+the task well below Spark's plain Kafka sink; the JVM path writes at the sink's own speed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from iqstate_kafka.topics import ensure_changelog_topics
+from confluent_kafka.admin import AdminClient
+from iqstate_kafka.cluster import KafkaCluster
+from iqstate_kafka.topics import changelog_topic, end_offsets, ensure_changelog_topics
 from iqstate_kafka.writer import BatchWriter
 
 from iqstate.errors import IqstateError
@@ -44,6 +50,14 @@ from iqstate_spark.executor_write import RESULT_SCHEMA, PartitionWrite
 from iqstate_spark.offsets import batch_position
 from iqstate_spark.rows import RowColumns
 from iqstate_spark.sink import OutputMode, checkpoint_of_running_query
+from iqstate_spark.spark_records import SparkRecords, spark_records
+
+WritePath = Literal["spark-kafka-sink", "python-producer"]
+
+SHARED_CLIENT_SETTINGS = frozenset({"client.id"})
+"""`client_config` settings that mean the same to librdkafka and to the Java producer of
+Spark's Kafka sink; any other setting (SSL, SASL and the like are named differently there)
+keeps the batch on the Python producers, which read `client_config` as it is."""
 
 
 class ClusterSink:
@@ -60,6 +74,9 @@ class ClusterSink:
         output_mode: OutputMode,
         checkpoint: str | Path | None,
         source_names: Sequence[str] | None,
+        *,
+        write_path: Literal["auto", "python-producer"] = "auto",
+        delivery_timeout: float = 30.0,
     ) -> None:
         declared = target.stores.get(store)
         if declared is None:
@@ -85,7 +102,17 @@ class ClusterSink:
         self.source_names = source_names
         self._stores = {declared.name: declared.partitions}
         ensure_changelog_topics(target.cluster, target.application_id, self._stores)
+        self._topic = changelog_topic(target.application_id, declared.name)
+        self._admin = AdminClient(target.cluster.client_settings())
         self._markers = BatchWriter(target.cluster, target.application_id)
+        self._allowed_paths = write_path
+        self._delivery_timeout = delivery_timeout
+        self._schema: str | None = None
+        self._records: SparkRecords | None = None
+        self.write_path: WritePath | None = None
+        """How the last micro-batch was written (None before the first)."""
+        self.write_path_reason = ""
+        """Why the Python producers write, when they do."""
         self.last_batch: tuple[int, int] | None = None
         """`(batch_id, records)` of the last micro-batch written, for progress reports."""
 
@@ -98,13 +125,110 @@ class ClusterSink:
         checkpoint = self.checkpoint or checkpoint_of_running_query(batch_df)
         position = batch_position(checkpoint, batch_id, self.source_names)
         self.columns.check(batch_df.columns)
+        self._choose_write_path(batch_df)
+        if self._records is not None:
+            written = self._write_with_spark_sink(batch_df, self._records, batch_id)
+        else:
+            written = self._write_with_producers(batch_df, batch_id)
+        self._markers.write({}, batch_id=batch_id, position=position, stores=self._stores)
+        self.last_batch = (batch_id, written)
+
+    def _choose_write_path(self, batch_df: Any) -> None:
+        """Decide once per schema (a streaming query's stays the same) how batches are written."""
+        schema = batch_df.schema
+        if schema.json() == self._schema:
+            return
+        records: SparkRecords | str
+        if self._allowed_paths == "python-producer":
+            records = "the sink was made with write_path='python-producer'"
+        elif not _has_kafka_connector(batch_df.sparkSession):
+            records = "the Spark session has no Kafka connector (spark-sql-kafka-0-10)"
+        elif unshared := sorted(set(self.target.cluster.client_config) - SHARED_CLIENT_SETTINGS):
+            records = (
+                f"client_config sets {', '.join(unshared)}, which Spark's Java producer "
+                "names differently"
+            )
+        else:
+            types = {f.name: f.dataType.simpleString() for f in schema.fields}
+            records = spark_records(self.store, self.columns, types)
+        self._schema = schema.json()
+        if isinstance(records, SparkRecords):
+            self._records, self.write_path, self.write_path_reason = records, "spark-kafka-sink", ""
+        else:
+            self._records, self.write_path, self.write_path_reason = (
+                None,
+                "python-producer",
+                records,
+            )
+
+    def _write_with_spark_sink(self, batch_df: Any, records: SparkRecords, batch_id: int) -> int:
+        """Spark's Kafka sink writes the records; returns how many records the changelog
+        gained (Spark's sink reports no count: the end offsets before and after tell it, and
+        count a retried task's duplicates too, which the replicas overwrite)."""
+        before = end_offsets(self._admin, self.target.cluster, self._topic, self.store.partitions)
+        writer = (
+            batch_df.select(*records.columns(batch_id))
+            .write.format("kafka")
+            .option("topic", self._topic)
+        )
+        for name, value in _java_producer_options(
+            self.target.cluster, self._delivery_timeout
+        ).items():
+            writer = writer.option(f"kafka.{name}", value)
+        writer.save()
+        after = end_offsets(self._admin, self.target.cluster, self._topic, self.store.partitions)
+        return sum(after) - sum(before)
+
+    def _write_with_producers(self, batch_df: Any, batch_id: int) -> int:
         task = PartitionWrite.of(
-            self.target.cluster, self.target.application_id, self.store, self.columns, batch_id
+            self.target.cluster,
+            self.target.application_id,
+            self.store,
+            self.columns,
+            batch_id,
+            self._delivery_timeout,
         )
         counts = batch_df.mapInArrow(task, RESULT_SCHEMA).collect()
-        self._markers.write({}, batch_id=batch_id, position=position, stores=self._stores)
-        self.last_batch = (batch_id, sum(int(row["records"]) for row in counts))
+        return sum(int(row["records"]) for row in counts)
 
     def close(self) -> None:
         """Release the driver's producer (the markers')."""
         self._markers.close()
+
+
+def _has_kafka_connector(session: Any) -> bool:
+    """Whether `session` can write with `format("kafka")`: Spark's own data source lookup,
+    through PySpark's gateway to the driver's JVM (the connector may come from
+    `spark.jars`, `spark.jars.packages` or the installation's own jars)."""
+    try:
+        jvm = session._jvm
+        lookup = jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource
+        lookup("kafka", session._jsparkSession.sessionState().conf())
+    except Exception:  # no JVM here (Spark Connect), or DATA_SOURCE_NOT_FOUND
+        return False
+    return True
+
+
+def _java_producer_options(cluster: KafkaCluster, delivery_timeout: float) -> dict[str, str]:
+    """The Java producer settings of Spark's Kafka sink: those of iqstate's own producers
+    (idempotent, `acks=all`, delivery bounded by `delivery_timeout`)."""
+    delivery_ms = max(2, round(delivery_timeout * 1000))
+    linger_ms = 5
+    options = {
+        "bootstrap.servers": cluster.bootstrap_servers,
+        "enable.idempotence": "true",
+        "acks": "all",
+        "linger.ms": str(linger_ms),
+        "delivery.timeout.ms": str(delivery_ms),
+        # The Java producer insists on delivery.timeout.ms >= linger.ms + request.timeout.ms.
+        "request.timeout.ms": str(max(1, min(30_000, delivery_ms - linger_ms))),
+        "max.block.ms": str(delivery_ms),
+    }
+    options.update(
+        {
+            name: str(cluster.client_config[name])
+            for name in SHARED_CLIENT_SETTINGS
+            if name in cluster.client_config
+        }
+    )
+    return options

@@ -53,6 +53,7 @@ class PartitionWrite:
         store: ChangelogStore,
         columns: RowColumns,
         batch_id: int,
+        delivery_timeout: float = 30.0,
     ) -> PartitionWrite:
         return cls(
             cluster.bootstrap_servers,
@@ -62,6 +63,7 @@ class PartitionWrite:
             store,
             columns,
             batch_id,
+            delivery_timeout,
         )
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

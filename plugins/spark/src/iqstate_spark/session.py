@@ -31,9 +31,13 @@ def _builder(master: str, name: str, shuffle_partitions: int) -> Any:
     )
 
 
-def local_session(name: str, shuffle_partitions: int = 2) -> Any:
-    """`local[2]` Spark bound to 127.0.0.1, UTC session time zone, no UI, no progress bars."""
-    session = _builder("local[2]", name, shuffle_partitions).getOrCreate()
+def local_session(name: str, shuffle_partitions: int = 2, kafka: bool = False) -> Any:
+    """`local[2]` Spark bound to 127.0.0.1, UTC session time zone, no UI, no progress bars;
+    with Spark's Kafka connector when `kafka` (fetched on first use)."""
+    builder = _builder("local[2]", name, shuffle_partitions)
+    if kafka:
+        builder = _with_kafka_connector(builder)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
 
@@ -61,11 +65,13 @@ def cluster_session(
         .config("spark.python.daemon.module", "iqstate_spark.worker_daemon")
     )
     if kafka:
-        from iqstate_spark.connector import kafka_connector_jars
-
-        builder = builder.config(
-            "spark.jars", ",".join(str(path) for path in kafka_connector_jars())
-        )
+        builder = _with_kafka_connector(builder)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _with_kafka_connector(builder: Any) -> Any:
+    from iqstate_spark.connector import kafka_connector_jars
+
+    return builder.config("spark.jars", ",".join(str(path) for path in kafka_connector_jars()))
