@@ -115,18 +115,39 @@ def await_topics(admin: AdminClient, cluster: KafkaCluster, topics: list[str]) -
 def end_offsets(
     admin: AdminClient, cluster: KafkaCluster, topic: str, partitions: int
 ) -> list[int]:
-    """The end offset of each of `topic`'s `partitions`, in one request to the brokers."""
-    wanted = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
-    futures = admin.list_offsets(wanted, request_timeout=cluster.timeout)
-    found = {}
-    for partition, future in futures.items():
-        try:
-            found[partition.partition] = future.result(timeout=cluster.timeout).offset
-        except concurrent.futures.TimeoutError as exc:
-            raise unavailable(cluster, f"listing the end offsets of {topic!r} timed out") from exc
-        except KafkaException as exc:
-            raise unavailable(cluster, exc.args[0].str()) from exc
-    return [found[p] for p in range(partitions)]
+    """The end offset of each of `topic`'s `partitions`, in one request to the brokers.
+
+    Errors are retried until `cluster.timeout` (a topic created a moment ago answers with
+    leadership errors until its leaders settle), then raised as `BrokerUnavailableError`
+    naming the last one."""
+    deadline = time.monotonic() + cluster.timeout
+    found: dict[int, int] = {}
+    while True:
+        wanted = {
+            TopicPartition(topic, p): OffsetSpec.latest()
+            for p in range(partitions)
+            if p not in found
+        }
+        futures = admin.list_offsets(wanted, request_timeout=cluster.timeout)
+        settled = True
+        for partition, future in futures.items():
+            try:
+                found[partition.partition] = future.result(timeout=cluster.timeout).offset
+            except concurrent.futures.TimeoutError as exc:
+                raise unavailable(
+                    cluster, f"listing the end offsets of {topic!r} timed out"
+                ) from exc
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if time.monotonic() >= deadline:
+                    raise unavailable(
+                        cluster, f"listing the end offsets of {topic!r}: {error.str()}"
+                    ) from exc
+                settled = False
+        admin.poll(0)  # hands librdkafka's queued log lines to the client logger
+        if settled:
+            return [found[p] for p in range(partitions)]
+        time.sleep(0.05)
 
 
 def unavailable(cluster: KafkaCluster, cause: object) -> BrokerUnavailableError:
