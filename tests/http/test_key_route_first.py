@@ -1,0 +1,69 @@
+"""The key route's direct answer (`KeyRouteFirst`) must be indistinguishable from the routed
+one: same status, body and content type for hits, misses, odd keys and every error."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+from iqstate_http import QueryService
+
+from iqstate import Application
+
+PATHS = [
+    "/v1/stores/counts/keys/spark",  # a hit
+    "/v1/stores/counts/keys/nope",  # a miss: value null
+    "/v1/stores/counts/keys/",  # the empty key
+    "/v1/stores/counts/keys/a/keys/b",  # slashes, and the route's own words, in the key
+    "/v1/stores/counts/keys/%C3%BCber%20all",  # percent-encoded UTF-8 and a space
+    "/v1/stores/by-id/keys/42",
+    "/v1/stores/by-id/keys/forty-two",  # a key the int64 serde cannot read: 400
+    "/v1/stores/raw/keys/AP8=",  # base64 bytes
+    "/v1/stores/raw/keys/!!",  # not base64: 400
+    "/v1/stores/docs/keys/%7B%22id%22%3A%5B1%2C2%5D%7D",  # a JSON key
+    "/v1/stores/per-minute/keys/spark",  # a window store: 400
+    "/v1/stores/missing/keys/spark",  # no such store: 404
+    "/v1/stores//keys/spark",  # no store name
+    "/v1/stores/counts/keys",  # not the key route: Starlette redirects to keys/
+]
+
+
+def answers(asgi: Any, method: str = "GET") -> list[tuple[int, str, bytes]]:
+    async def ask() -> list[tuple[int, str, bytes]]:
+        transport = httpx.ASGITransport(app=asgi)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            found = []
+            for path in PATHS:
+                response = await http.request(method, path)
+                found.append(
+                    (response.status_code, response.headers.get("content-type"), response.content)
+                )
+            return found
+
+    return asyncio.run(ask())
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_the_direct_answer_is_the_routed_answer(app: Application, method: str) -> None:
+    service = QueryService(app)
+    direct, routed = answers(service.asgi(), method), answers(service.routed_asgi(), method)
+    assert direct == routed
+    assert direct[0] == (200, "application/json", b"" if method == "HEAD" else direct[0][2])
+    if method == "GET":
+        assert b'"value":3' in direct[0][2] and b'"value":null' in direct[1][2]
+        assert [status for status, _, _ in direct][6:] == [400, 200, 400, 200, 400, 404, 404, 307]
+
+
+def test_a_token_is_checked_on_the_key_route_too(app: Application) -> None:
+    service = QueryService(app, token="s3cret")
+
+    async def ask(headers: dict[str, str]) -> int:
+        transport = httpx.ASGITransport(app=service.asgi())
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            response = await http.get("/v1/stores/counts/keys/spark", headers=headers)
+            return response.status_code
+
+    assert asyncio.run(ask({})) == 401
+    assert asyncio.run(ask({"Authorization": "Bearer s3cret"})) == 200
