@@ -180,3 +180,16 @@ def test_unusual_bytes_read_as_the_standard_library_reads_them(data: bytes) -> N
 @given(st.binary(max_size=40) | st.text(max_size=40).map(lambda text: text.encode()))
 def test_arbitrary_bytes_read_as_the_standard_library_reads_them(data: bytes) -> None:
     assert outcome(SERDE.deserialize, data) == outcome(stdlib_value, data)
+
+
+@given(st.lists(json_values, max_size=8))
+def test_encoding_many_gives_the_standard_librarys_bytes(values: list[Any]) -> None:
+    assert SERDE.serialize_many(values) == [stdlib_bytes(value) for value in values]
+
+
+@pytest.mark.parametrize("value", REFUSED, ids=lambda value: type(value).__name__)
+def test_encoding_many_raises_at_a_refused_value(value: Any) -> None:
+    with pytest.raises(
+        SerializationError, match=f"cannot encode a value of type {type(value).__name__}"
+    ):
+        SERDE.serialize_many([{"fine": 1}, value, {"fine": 2}])

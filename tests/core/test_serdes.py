@@ -120,6 +120,28 @@ def test_decoding_many_gives_what_decoding_each_gives(data: st.DataObject) -> No
     assert serde.deserialize_many(stored) == [serde.deserialize(one) for one in stored]
 
 
+@given(st.data())
+def test_encoding_many_gives_what_encoding_each_gives(data: st.DataObject) -> None:
+    serde, values = data.draw(
+        st.sampled_from(
+            [
+                (Serdes.string(), st.text(st.characters(exclude_categories=["Cs"]))),
+                (Serdes.bytes(), st.binary()),
+                (Serdes.int64(), int64s),
+                (Serdes.float64(), floats),
+            ]
+        ).flatmap(lambda pair: st.tuples(st.just(pair[0]), st.lists(pair[1], max_size=20)))
+    )
+    assert serde.serialize_many(values) == [serde.serialize(value) for value in values]
+
+
+def test_encoding_many_raises_where_encoding_one_does() -> None:
+    with pytest.raises(UnicodeEncodeError):
+        Serdes.string().serialize_many(["fine", "\ud800"])
+    with pytest.raises(TypeError):
+        Serdes.string().serialize_many(["fine", 3])
+
+
 def test_decoding_many_raises_where_decoding_one_does() -> None:
     with pytest.raises(UnicodeDecodeError):
         Serdes.string().deserialize_many([b"fine", b"\xff"])

@@ -283,3 +283,38 @@ def test_batches_limited_to_the_stores_of_one_pipeline(make_app: MakeApp) -> Non
                 stray.put("b", "k", 3)
         with pytest.raises(UnknownStateStoreError):
             app.begin_batch(stores=["nope"])
+
+
+bulk_values = st.none() | st.integers(-5, 5) | st.text(max_size=3) | st.just({1, 2})
+"""Values of a JSON store: `None` deletes, and a set is refused by the serde."""
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+@given(
+    pairs=st.lists(
+        st.tuples(st.text(max_size=4) | st.just(7) | st.just("\ud800"), bulk_values), max_size=12
+    )
+)
+def test_put_all_writes_and_refuses_exactly_as_put_does(
+    tmp_path_factory: pytest.TempPathFactory, partitions: int, pairs: list[tuple[Any, Any]]
+) -> None:
+    """The bulk path (keys and values encoded in one call each) must leave the same entries
+    in the same partitions, and raise the same error after the same entries, as putting the
+    pairs one by one."""
+    from iqstate.runtime.batch import Batch
+
+    app = Application("bulk", tmp_path_factory.mktemp("bulk"))
+    app.key_value_store("s", partitions)
+    bulk, each = Batch(app, None, None), Batch(app, None, None)
+    outcomes = []
+    for batch, write in (
+        (bulk, lambda: bulk.put_all("s", iter(pairs))),
+        (each, lambda: [each.put("s", key, value) for key, value in pairs]),
+    ):
+        try:
+            write()
+            error = None
+        except SerializationError as exc:
+            error = str(exc)
+        outcomes.append((error, batch.pending()))
+    assert outcomes[0] == outcomes[1]

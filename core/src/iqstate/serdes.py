@@ -38,6 +38,13 @@ class Serde(ABC, Generic[T]):
     def deserialize(self, data: bytes) -> T:
         """The value encoded in `data`."""
 
+    def serialize_many(self, values: list[T]) -> list[bytes]:
+        """The bytes of each of `values`, in order (a batch's `put_all` encodes in one call).
+
+        Raises when any fails; callers then encode one by one to name the failing value.
+        """
+        return list(map(self.serialize, values))
+
     def deserialize_many(self, data: list[bytes]) -> list[T]:
         """The values encoded in `data`, in order (range results decode in one call).
 
@@ -78,6 +85,9 @@ class StringSerde(Serde[str]):
 
     def deserialize(self, data: bytes) -> str:
         return str(data, "utf-8")
+
+    def serialize_many(self, values: list[str]) -> list[bytes]:
+        return list(map(str.encode, values))  # UTF-8; raises on anything but `str`
 
     def deserialize_many(self, data: list[bytes]) -> list[str]:
         return list(map(bytes.decode, data))  # UTF-8; raises on anything but `bytes`
@@ -190,6 +200,17 @@ class JsonSerde(Serde[Any]):
             return _msgspec_decode(data)
         except Exception:
             return self._decoder.decode(bytes(data).decode("utf-8"))
+
+    def serialize_many(self, values: list[Any]) -> list[bytes]:
+        # As `serialize`, the check made once over the whole list; if anything fails it,
+        # each value is encoded as `serialize` encodes it (its bytes or its error).
+        try:
+            fast = list(map(_msgspec_encode, values))
+            if list(map(_msgspec_read_back, fast)) == values:
+                return fast
+        except Exception:
+            pass
+        return list(map(self.serialize, values))
 
     def deserialize_many(self, data: list[bytes]) -> list[Any]:
         return list(map(_msgspec_decode, data))

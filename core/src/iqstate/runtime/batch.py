@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from iqstate.errors import UnknownStateStoreError
 from iqstate.position import Position
 from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec
-from iqstate.serdes import encoding_error
+from iqstate.serdes import Serde, encoding_error
 
 StorePartition = tuple[str, int]
 
@@ -119,25 +119,56 @@ class Batch:
     def put_all(self, store: str, entries: Iterable[tuple[Any, Any]]) -> None:
         """`put` for many `(key, value)` pairs of a key-value store (`None` deletes).
 
-        The bulk path the pipeline sinks use: one look-up of the store, then a tight loop.
+        The bulk path the pipeline sinks use: one look-up of the store, keys and values
+        encoded in one call each (`Serde.serialize_many`), then a tight loop. If any of them
+        fails to encode, the pairs are put one by one, which adds those before it and raises
+        the error naming it, exactly as `put` would.
         """
         writer = self._writer(store)
         spec = writer.spec
         if not isinstance(spec, KeyValueStoreSpec):
             raise TypeError(f"store {store!r} is a window store: use put_all_windows")
-        key_bytes, value_bytes, partition_of = (
-            writer.key_bytes,
-            writer.value_bytes,
-            spec.partition_of,
-        )
+        pairs = entries if isinstance(entries, list) else list(entries)
+        if not pairs:
+            return
+        keys = [key for key, _ in pairs]
+        values = [value for _, value in pairs]
+        try:
+            raw_keys = spec.key_serde.serialize_many(keys)
+            raw_values = _encoded_values(spec.value_serde, values)
+            if not len(raw_keys) == len(raw_values) == len(pairs):
+                raise ValueError("a serde's serialize_many returned a list of another length")
+        except Exception:
+            self._put_each(writer, pairs)
+            return
         by_partition = writer.entries
-        for key, value in entries:
-            raw_key = key_bytes(key)
+        if spec.partitions == 1:
+            by_partition.setdefault(0, []).extend(zip(raw_keys, raw_values, strict=True))
+            return
+        partition_of = spec.partition_of
+        for key, raw_key, raw_value in zip(keys, raw_keys, raw_values, strict=True):
             partition = partition_of(key, raw_key)
             bucket = by_partition.get(partition)
             if bucket is None:
                 bucket = by_partition[partition] = []
-            bucket.append((raw_key, value_bytes(value)))
+            bucket.append((raw_key, raw_value))
+
+    @staticmethod
+    def _put_each(writer: _StoreWriter, pairs: list[tuple[Any, Any]]) -> None:
+        key_bytes, value_bytes, partition_of = (
+            writer.key_bytes,
+            writer.value_bytes,
+            writer.spec.partition_of,
+        )
+        by_partition = writer.entries
+        for key, value in pairs:
+            raw_key = key_bytes(key)
+            raw_value = value_bytes(value)
+            partition = partition_of(key, raw_key)
+            bucket = by_partition.get(partition)
+            if bucket is None:
+                bucket = by_partition[partition] = []
+            bucket.append((raw_key, raw_value))
 
     def put_all_windows(self, store: str, entries: Iterable[tuple[Any, int, Any]]) -> None:
         """`put` for many `(key, window_start, value)` entries of a window store."""
@@ -171,3 +202,11 @@ class Batch:
                 self.applied, self.skipped = self._target.commit_batch(self)
         finally:
             self._writers.clear()  # an exception inside the block discards the batch
+
+
+def _encoded_values(serde: Serde[Any], values: list[Any]) -> list[bytes | None]:
+    """`values` encoded in one call, `None` (a delete) left as it is."""
+    if None not in values:
+        return list(serde.serialize_many(values))
+    encoded = iter(serde.serialize_many([value for value in values if value is not None]))
+    return [None if value is None else next(encoded) for value in values]
