@@ -10,7 +10,7 @@ completes it where it was missing and changes nothing where it was applied.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -204,9 +204,9 @@ class Batch:
             self._writers.clear()  # an exception inside the block discards the batch
 
 
-def _encoded_values(serde: Serde[Any], values: list[Any]) -> list[bytes | None]:
+def _encoded_values(serde: Serde[Any], values: list[Any]) -> Sequence[bytes | None]:
     """`values` encoded in one call, `None` (a delete) left as it is."""
     if None not in values:
-        return list(serde.serialize_many(values))
+        return serde.serialize_many(values)
     encoded = iter(serde.serialize_many([value for value in values if value is not None]))
     return [None if value is None else next(encoded) for value in values]

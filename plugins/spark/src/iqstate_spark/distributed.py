@@ -107,6 +107,7 @@ class ClusterSink:
         self._markers = BatchWriter(target.cluster, target.application_id)
         self._allowed_paths = write_path
         self._delivery_timeout = delivery_timeout
+        self._java_producer_options = _java_producer_options(target.cluster, delivery_timeout)
         self._schema: str | None = None
         self._records: SparkRecords | None = None
         self.write_path: WritePath | None = None
@@ -136,7 +137,8 @@ class ClusterSink:
     def _choose_write_path(self, batch_df: Any) -> None:
         """Decide once per schema (a streaming query's stays the same) how batches are written."""
         schema = batch_df.schema
-        if schema.json() == self._schema:
+        described = schema.json()
+        if described == self._schema:
             return
         records: SparkRecords | str
         if self._allowed_paths == "python-producer":
@@ -151,7 +153,7 @@ class ClusterSink:
         else:
             types = {f.name: f.dataType.simpleString() for f in schema.fields}
             records = spark_records(self.store, self.columns, types)
-        self._schema = schema.json()
+        self._schema = described
         if isinstance(records, SparkRecords):
             self._records, self.write_path, self.write_path_reason = records, "spark-kafka-sink", ""
         else:
@@ -171,9 +173,7 @@ class ClusterSink:
             .write.format("kafka")
             .option("topic", self._topic)
         )
-        for name, value in _java_producer_options(
-            self.target.cluster, self._delivery_timeout
-        ).items():
+        for name, value in self._java_producer_options.items():
             writer = writer.option(f"kafka.{name}", value)
         writer.save()
         after = end_offsets(self._admin, self.target.cluster, self._topic, self.store.partitions)
