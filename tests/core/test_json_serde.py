@@ -22,8 +22,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from iqstate import Serdes, SerializationError
+from iqstate.serdes import JsonSerde
 
 SERDE = Serdes.json()
+# Both ways of writing: the compiled writer where iqstate-speedups is built (the default),
+# and msgspec checked by reading back (where it is not).
+WRITERS = pytest.mark.parametrize(
+    "serde", [SERDE, JsonSerde(compiled=False)], ids=["default", "msgspec-checked"]
+)
 STDLIB = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
@@ -52,8 +58,9 @@ json_values = st.recursive(
 
 
 @given(json_values)
-def test_bytes_are_the_standard_librarys(value: Any) -> None:
-    assert SERDE.serialize(value) == stdlib_bytes(value)
+@WRITERS
+def test_bytes_are_the_standard_librarys(serde: JsonSerde, value: Any) -> None:
+    assert serde.serialize(value) == stdlib_bytes(value)
 
 
 @given(json_values)
@@ -85,6 +92,13 @@ class Point:
     x: int
 
 
+def nested(depth: int, leaf: Any) -> Any:
+    """`leaf` inside `depth` lists: deeper than the compiled writer goes."""
+    for _ in range(depth):
+        leaf = [leaf]
+    return leaf
+
+
 def circular() -> list[Any]:
     loop: list[Any] = []
     loop.append(loop)
@@ -111,15 +125,18 @@ REFUSED = [
     {(1, 2): 3},
     "\ud800",
     circular(),
+    10**5000,
+    nested(100, float("inf")),
 ]
 
 
 @pytest.mark.parametrize("value", REFUSED, ids=lambda value: type(value).__name__)
-def test_refusals_are_the_standard_librarys(value: Any) -> None:
+@WRITERS
+def test_refusals_are_the_standard_librarys(serde: JsonSerde, value: Any) -> None:
     with pytest.raises((TypeError, ValueError)) as stdlib_error:
         stdlib_bytes(value)
     with pytest.raises(SerializationError) as error:
-        SERDE.serialize(value)
+        serde.serialize(value)
     assert str(error.value) == (
         f"serde json cannot encode a value of type {type(value).__name__}: {stdlib_error.value}"
     )
@@ -136,12 +153,16 @@ ACCEPTED = [
     {"tiny": 1e-7, "text": "re-run 0.00001 1e-5"},
     {1: "int key", 2.5: "float key", False: "bool key", None: "null key"},
     '\x00\x1f\x7f\u2028 é 😀 "quoted" \\',
+    nested(100, {"leaf": 1.5}),
 ]
 
 
 @pytest.mark.parametrize("value", ACCEPTED, ids=lambda value: type(value).__name__)
-def test_accepted_values_are_written_as_the_standard_library_writes_them(value: Any) -> None:
-    assert SERDE.serialize(value) == stdlib_bytes(value)
+@WRITERS
+def test_accepted_values_are_written_as_the_standard_library_writes_them(
+    serde: JsonSerde, value: Any
+) -> None:
+    assert serde.serialize(value) == stdlib_bytes(value)
 
 
 MALFORMED_OR_UNUSUAL = [
@@ -183,13 +204,17 @@ def test_arbitrary_bytes_read_as_the_standard_library_reads_them(data: bytes) ->
 
 
 @given(st.lists(json_values, max_size=8))
-def test_encoding_many_gives_the_standard_librarys_bytes(values: list[Any]) -> None:
-    assert SERDE.serialize_many(values) == [stdlib_bytes(value) for value in values]
+@WRITERS
+def test_encoding_many_gives_the_standard_librarys_bytes(
+    serde: JsonSerde, values: list[Any]
+) -> None:
+    assert serde.serialize_many(values) == [stdlib_bytes(value) for value in values]
 
 
 @pytest.mark.parametrize("value", REFUSED, ids=lambda value: type(value).__name__)
-def test_encoding_many_raises_at_a_refused_value(value: Any) -> None:
+@WRITERS
+def test_encoding_many_raises_at_a_refused_value(serde: JsonSerde, value: Any) -> None:
     with pytest.raises(
         SerializationError, match=f"cannot encode a value of type {type(value).__name__}"
     ):
-        SERDE.serialize_many([{"fine": 1}, value, {"fine": 2}])
+        serde.serialize_many([{"fine": 1}, value, {"fine": 2}])

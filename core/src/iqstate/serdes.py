@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import struct
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import msgspec
 
@@ -166,10 +166,12 @@ class JsonSerde(Serde[Any]):
 
     The bytes are exactly those of the standard library's encoder with compact separators,
     `ensure_ascii=False` and `allow_nan=False`, and its errors are the errors; values read
-    back are exactly its decoder's. msgspec writes and reads them several times faster:
-    its output is used only where it is certainly the standard library's, and bytes it
-    refuses to read (NaN, 1E400, lone surrogates, malformed input) are read by the
-    standard library, which gives its answer or its error. Measured in bench/json_serde.py.
+    back are exactly its decoder's. With `iqstate-speedups` built, one C call writes the
+    bytes of plain JSON values (`compiled=False` turns it off); without it msgspec writes
+    them and its output is used only where it is certainly the standard library's. Bytes
+    msgspec refuses to read (NaN, 1E400, lone surrogates, malformed input) are read by
+    the standard library, which gives its answer or its error. Measured in
+    bench/json_serde.py.
     """
 
     name = "json"
@@ -178,7 +180,13 @@ class JsonSerde(Serde[Any]):
     _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     _decoder = json.JSONDecoder()
 
+    def __init__(self, *, compiled: bool = True) -> None:
+        self._writer = _COMPILED_WRITER if compiled else None
+
     def serialize(self, value: Any) -> bytes:
+        if self._writer is not None:
+            data = self._writer.encode(value)
+            return self._stdlib_bytes(value) if data is None else data
         # msgspec's bytes when they are certainly the standard library's: reading them back
         # must give an equal value, which rules out what msgspec writes but the standard
         # library refuses or writes differently (bytes, sets, UUIDs, enums, decimals,
@@ -190,6 +198,9 @@ class JsonSerde(Serde[Any]):
                 return fast
         except Exception:
             pass  # the standard library decides: its bytes or its error
+        return self._stdlib_bytes(value)
+
+    def _stdlib_bytes(self, value: Any) -> bytes:
         try:
             return self._encoder.encode(value).encode("utf-8")
         except (TypeError, ValueError) as exc:
@@ -202,8 +213,17 @@ class JsonSerde(Serde[Any]):
             return self._decoder.decode(bytes(data).decode("utf-8"))
 
     def serialize_many(self, values: list[Any]) -> list[bytes]:
-        # As `serialize`, the check made once over the whole list; if anything fails it,
-        # each value is encoded as `serialize` encodes it (its bytes or its error).
+        # As `serialize`: the compiled writer's bytes, the standard library's where it
+        # declines; or msgspec's, checked once over the whole list, and if anything fails
+        # that check each value encoded as `serialize` encodes it (its bytes or its error).
+        if self._writer is not None:
+            written = self._writer.encode_many(values)
+            if None not in written:
+                return written  # type: ignore[return-value]  # no None in it
+            return [
+                self._stdlib_bytes(value) if data is None else data
+                for value, data in zip(values, written, strict=True)
+            ]
         try:
             fast = list(map(_msgspec_encode, values))
             if list(map(_msgspec_read_back, fast)) == values:
@@ -214,6 +234,24 @@ class JsonSerde(Serde[Any]):
 
     def deserialize_many(self, data: list[bytes]) -> list[Any]:
         return list(map(_msgspec_decode, data))
+
+
+class _JsonWriter(Protocol):
+    """`iqstate_speedups.json_writer`: the standard library's bytes, or `None` where it
+    must decide (a type other than plain JSON's, NaN, a lone surrogate...)."""
+
+    def encode(self, value: Any, /) -> bytes | None: ...
+
+    def encode_many(self, values: list[Any], /) -> list[bytes | None]: ...
+
+
+def _compiled_json_writer() -> _JsonWriter | None:
+    """The compiled writer where `iqstate-speedups` is installed and built, else `None`."""
+    try:
+        from iqstate_speedups import json_writer
+    except ImportError:
+        return None
+    return json_writer
 
 
 def _refuse_in_msgspec(value: object) -> Any:
@@ -237,6 +275,7 @@ def _float_as_the_stdlib_writes(text: str) -> float:
 _msgspec_encode = msgspec.json.Encoder(enc_hook=_refuse_in_msgspec).encode
 _msgspec_decode = msgspec.json.Decoder().decode
 _msgspec_read_back = msgspec.json.Decoder(float_hook=_float_as_the_stdlib_writes).decode
+_COMPILED_WRITER = _compiled_json_writer()
 
 
 class Serdes:
