@@ -18,8 +18,10 @@ Measured, as the best of `--repeat` interleaved rounds:
 
 * ingest of the JSON values through `begin_batch` + `put_all` in batches of 10,000
   (shuffled keys) against a raw `WriteBatch` (LMDB: write transaction; memory: dict
-  update) of the same pre-serialized bytes with an offset written alongside; Quix: its
-  transaction `set` + `prepare` + `flush`, the values decoded before the clock runs;
+  update) of the same pre-serialized bytes with an offset written alongside, each side
+  into a fresh store once per round, the two taking turns to go first (a store still
+  flushing or compacting slows whatever ingests next); Quix: its transaction `set` +
+  `prepare` + `flush`, the values decoded before the clock runs;
 * `KeyQuery` via `app.query` against a raw get of the bytes and Quix's `tx.get`;
 * a 100-key `RangeQuery` against 100 items from the raw iterator;
 * for both, also the raw side with its rows decoded (`bytes.decode`, `orjson.loads`),
@@ -226,6 +228,11 @@ def open_app(
     return app
 
 
+def raw_ingest(raw: Any, batches: list[Pairs]) -> None:
+    for number, batch in enumerate(batches):
+        raw.write(batch, number)
+
+
 def timed_batches(
     batches: list[Pairs], write: Callable[[int, list[tuple[str, Any]]], None]
 ) -> float:
@@ -247,26 +254,40 @@ def bench_engine(
 ) -> None:
     root = Path(tempfile.mkdtemp(prefix=f"iqstate-bench-{engine}-", dir=base))
     try:
-        raw = RAW[engine](root / "raw")
         config: dict[str, object] = {} if engine == "memory" else {"sync_commits": False}
-        app = open_app(root / "app", engine, **config)
         batches = [pairs[i : i + BATCH] for i in range(0, len(pairs), BATCH)]
         lookups = [rng.choice(pairs)[0] for _ in range(LOOKUPS)]
         ordered = sorted(key for key, _ in pairs)
         positions = [rng.randrange(0, len(ordered) - 100) for _ in range(RANGES)]
         starts = [ordered[i] for i in positions]
-        quix_store = Quix(quix, pairs, lookups, root) if quix is not None else None
 
-        def raw_ingest() -> None:
-            for number, batch in enumerate(batches):
-                raw.write(batch, number)
-
-        def app_write(number: int, batch: list[tuple[str, Any]]) -> None:
+        def app_write(app: Application, number: int, batch: list[tuple[str, Any]]) -> None:
             with app.begin_batch(position={"src": {0: number}}, batch_id=number) as writes:
                 writes.put_all("s", batch)
 
-        raw_ingest_s = timed(raw_ingest)
-        ingest_s = timed_batches(batches, app_write)
+        # Ingest into fresh stores, alternated and in turns first, best of each: a store
+        # still flushing or compacting in the background slows whichever ingests next.
+        raw_ingest_s = ingest_s = float("inf")
+        raw: Any = None
+        app: Application | None = None
+        app_dir = root / "app-0"
+        for number in range(repeat):
+            if raw is not None and app is not None:
+                raw.close()
+                app.close()
+                shutil.rmtree(root / f"raw-{number - 1}", ignore_errors=True)
+                shutil.rmtree(app_dir, ignore_errors=True)
+            app_dir = root / f"app-{number}"
+            if number % 2:
+                app = open_app(app_dir, engine, **config)
+                ingest_s = min(ingest_s, timed_batches(batches, functools.partial(app_write, app)))
+            raw = RAW[engine](root / f"raw-{number}")
+            raw_ingest_s = min(raw_ingest_s, timed(functools.partial(raw_ingest, raw, batches)))
+            if not number % 2:
+                app = open_app(app_dir, engine, **config)
+                ingest_s = min(ingest_s, timed_batches(batches, functools.partial(app_write, app)))
+        assert raw is not None and app is not None
+        quix_store = Quix(quix, pairs, lookups, root) if quix is not None else None
         quix_ingest_s = quix_store.run("ingest") if quix_store else None
 
         requests = [
@@ -333,7 +354,7 @@ def bench_engine(
         if engine != "memory":
 
             def restart() -> None:
-                restarted = open_app(root / "app", engine, sync_commits=False)
+                restarted = open_app(app_dir, engine, sync_commits=False)
                 result = restarted.query(requests[0])
                 assert result.only_partition_result() is not None
                 assert result.position.partition_offsets("src")[0] == len(batches) - 1
