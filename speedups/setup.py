@@ -1,7 +1,8 @@
-"""The C extension; everything else is in pyproject.toml.
+"""The C extensions; everything else is in pyproject.toml.
 
-`optional=True`: where no C compiler is found the distribution installs without it, and
-iqstate keeps its pure-Python paths (same bytes, slower).
+Each is `optional=True`: where one cannot be built (no C compiler, or no zlib headers for
+`sealing`) the distribution installs without it, and iqstate keeps its pure-Python path
+for that job (same bytes, slower).
 """
 
 from setuptools import Extension, setup
@@ -12,6 +13,12 @@ setup(
             "iqstate_speedups.json_writer",
             ["src/iqstate_speedups/json_writer.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "iqstate_speedups.sealing",
+            ["src/iqstate_speedups/sealing.c"],
+            libraries=["z"],
+            optional=True,
+        ),
     ]
 )

@@ -1,13 +1,32 @@
-"""Bounded reads in chunks and bulk checksum checks (`iqstate.scanning`) against the plain
-definitions: every record up to the bound, and every damaged record found."""
+"""Bounded reads in chunks (`iqstate.scanning`) against the plain definitions: every record
+up to the bound. Checksums (`iqstate.sealing`, compiled and in Python): every intact record
+read back, every damaged record found."""
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iqstate.scanning import take_while_at_least, take_while_below, unseal_all
-from iqstate.sealing import seal, unseal
+from iqstate import sealing
+from iqstate.scanning import take_while_at_least, take_while_below
+
+_seal, _seal_pairs, _unseal, _unseal_all = sealing.PYTHON
+# Both implementations: the one in use (compiled where iqstate-speedups is built) and the
+# Python definitions; each is checked against the format itself, and against the other.
+IMPLEMENTATIONS = pytest.mark.parametrize(
+    ("seal", "seal_pairs", "unseal", "unseal_all"),
+    [
+        (sealing.seal, sealing.seal_pairs, sealing.unseal, sealing.unseal_all),
+        sealing.PYTHON,
+    ],
+    ids=["in-use", "python"],
+)
+Fn = Callable[..., Any]
 
 sorted_keys = st.lists(st.binary(max_size=4), unique=True, max_size=300).map(sorted)
 
@@ -37,15 +56,32 @@ def test_take_while_at_least_is_the_descending_prefix_down_to_the_bound(
 records = st.lists(st.tuples(st.binary(max_size=20), st.binary(max_size=2000)), max_size=40)
 
 
+@IMPLEMENTATIONS
 @given(records)
-def test_unseal_all_gives_the_values_of_intact_records(pairs: list[tuple[bytes, bytes]]) -> None:
+def test_sealed_records_read_back_as_written(
+    seal: Fn, seal_pairs: Fn, unseal: Fn, unseal_all: Fn, pairs: list[tuple[bytes, bytes]]
+) -> None:
     sealed = [(key, seal(key, value)) for key, value in pairs]
+    assert sealed == [(key, _seal(key, value)) for key, value in pairs], "one format"
+    assert all(
+        stored[:-4] == value and int.from_bytes(stored[-4:], "little") == zlib.crc32(key + value)
+        for (key, value), (_, stored) in zip(pairs, sealed, strict=True)
+    ), "the value, then the CRC-32 of key and value, little-endian"
+    assert seal_pairs(dict(pairs).items()) == [(k, seal(k, v)) for k, v in dict(pairs).items()]
+    assert seal_pairs([(b"gone", None)]) == [(b"gone", None)], "a delete stays a delete"
+    assert [unseal(key, stored) for key, stored in sealed] == [value for _, value in pairs]
     assert unseal_all(sealed) == pairs
 
 
+@IMPLEMENTATIONS
 @given(records.filter(bool), st.data())
-def test_unseal_all_finds_any_damaged_record(
-    pairs: list[tuple[bytes, bytes]], data: st.DataObject
+def test_any_damaged_record_is_found(
+    seal: Fn,
+    seal_pairs: Fn,
+    unseal: Fn,
+    unseal_all: Fn,
+    pairs: list[tuple[bytes, bytes]],
+    data: st.DataObject,
 ) -> None:
     sealed = [(key, seal(key, value)) for key, value in pairs]
     index = data.draw(st.integers(0, len(sealed) - 1))
@@ -59,3 +95,26 @@ def test_unseal_all_finds_any_damaged_record(
     damaged = [*sealed[:index], (key, stored), *sealed[index + 1 :]]
     assert unseal(key, stored) is None, "the damaged record fails its own check"
     assert unseal_all(damaged) is None, "and so the check of all records"
+
+
+@IMPLEMENTATIONS
+def test_records_shorter_than_the_tag_are_damaged(
+    seal: Fn, seal_pairs: Fn, unseal: Fn, unseal_all: Fn
+) -> None:
+    for stored in (b"", b"\x00", b"abc"):
+        assert unseal(b"", stored) is None
+        assert unseal_all([(b"k", seal(b"k", b"v")), (b"", stored)]) is None
+
+
+@pytest.mark.skipif(not sealing.COMPILED, reason="iqstate-speedups is not built here")
+def test_the_compiled_functions_refuse_what_is_not_bytes() -> None:
+    with pytest.raises(TypeError, match="value must be bytes, not str"):
+        sealing.seal(b"k", "text")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="seal takes 2 arguments"):
+        sealing.seal(b"k")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="key must be bytes, not int"):
+        sealing.seal_pairs([(1, b"v")])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="unseal_all takes a list, not tuple"):
+        sealing.unseal_all(((b"k", b"v"),))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="unseal_all takes \\(key, stored\\) tuples of bytes"):
+        sealing.unseal_all([(b"k", bytearray(b"vvvvv"))])  # type: ignore[list-item]

@@ -11,16 +11,11 @@ from __future__ import annotations
 import itertools
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from operator import add, itemgetter
-from zlib import crc32
-
-from iqstate.sealing import RESIDUE
+from operator import itemgetter
 
 Pair = tuple[bytes, bytes]
 
-_first, _second = itemgetter(0), itemgetter(1)
-TAG = 4
-"""The length of the CRC-32 `iqstate.sealing.seal` appends to a value."""
+_first = itemgetter(0)
 FIRST_CHUNK, LAST_CHUNK = 16, 4096
 
 
@@ -61,16 +56,3 @@ def take_while_at_least(records: Iterator[Pair], lower: bytes) -> tuple[list[Pai
         if len(chunk) < size:
             return taken, False
         size = min(size * 2, LAST_CHUNK)
-
-
-def unseal_all(pairs: list[Pair]) -> list[Pair] | None:
-    """The values sealed in `pairs` (`iqstate.sealing`), or `None` when any record's
-    checksum fails (then check them one by one to name it). Each record is checked as
-    `unseal` checks it, the CRCs through C-level maps instead of a Python step each."""
-    checks = list(map(crc32, itertools.starmap(add, pairs)))
-    if (
-        checks.count(RESIDUE) != len(checks)
-        or min(map(len, map(_second, pairs)), default=TAG) < TAG
-    ):
-        return None
-    return [(key, stored[:-TAG]) for key, stored in pairs]

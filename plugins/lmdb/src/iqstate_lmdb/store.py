@@ -14,7 +14,6 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
-from zlib import crc32
 
 import lmdb
 
@@ -36,8 +35,8 @@ from iqstate.persistent import (
 )
 from iqstate.persistent_window import PersistentWindowStore
 from iqstate.runtime.lock import DirectoryLock
-from iqstate.scanning import take_while_at_least, take_while_below, unseal_all
-from iqstate.sealing import FORMAT, FORMAT_KEY, RESIDUE, seal, unseal
+from iqstate.scanning import take_while_at_least, take_while_below
+from iqstate.sealing import FORMAT, FORMAT_KEY, seal, seal_pairs, unseal, unseal_all
 from iqstate_lmdb.environment import (
     DATA_DB,
     OFFSETS_DB,
@@ -190,10 +189,8 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
             raise self._failed_reader(error) from error
         finally:
             reader_lock.release()
-        # `unseal`, inlined; one CRC call over the joined record is the cheaper for short ones
-        if crc32(key + stored) == RESIDUE and len(stored) >= 4:
-            return stored[:-4]
-        return self._checked(key, stored)
+        value = unseal(key, stored)
+        return self._checked(key, stored) if value is None else value
 
     def _begin_reader(self) -> Any:
         """Begin the reused read transaction (the caller holds `_reader_lock`)."""
@@ -232,9 +229,8 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                 raise lmdb_error(self._path, error) from error
         if stored is None:
             return None
-        if crc32(stored, crc32(key)) == RESIDUE and len(stored) >= 4:  # `unseal`, inlined
-            return stored[:-4]
-        return self._checked(key, stored)
+        value = unseal(key, stored)
+        return self._checked(key, stored) if value is None else value
 
     def _check_neighbours(self, txn: Any, key: bytes) -> None:
         """Check the records around a missing key: a key whose stored bytes were damaged is
@@ -297,10 +293,7 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
 
     def _write(self, commit: Commit) -> None:
         data, meta = self._data, self._meta
-        changes = [
-            (key, None if value is None else seal(key, value))
-            for key, value in commit.changes.items()
-        ]
+        changes = seal_pairs(commit.changes.items())
         offsets = [
             (key, seal(key, encode_offset(offset)))
             for key, offset in ((offset_key(p), o) for p, o in commit.offsets.items())
