@@ -40,14 +40,15 @@ check_bytes(PyObject *object, const char *what)
     return 0;
 }
 
+/* `name(key, second)`: exactly two arguments, both bytes. */
 static int
-check_two(const char *name, Py_ssize_t nargs)
+check_key_and(const char *name, const char *second, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2) {
         PyErr_Format(PyExc_TypeError, "%s takes 2 arguments (%zd given)", name, nargs);
         return -1;
     }
-    return 0;
+    return check_bytes(args[0], "key") < 0 || check_bytes(args[1], second) < 0 ? -1 : 0;
 }
 
 static PyObject *
@@ -74,8 +75,7 @@ PyDoc_STRVAR(seal_doc,
 static PyObject *
 seal(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_two("seal", nargs) < 0 || check_bytes(args[0], "key") < 0 ||
-        check_bytes(args[1], "value") < 0) {
+    if (check_key_and("seal", "value", args, nargs) < 0) {
         return NULL;
     }
     return seal_value(args[0], args[1]);
@@ -137,8 +137,7 @@ PyDoc_STRVAR(unseal_doc,
 static PyObject *
 unseal(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_two("unseal", nargs) < 0 || check_bytes(args[0], "key") < 0 ||
-        check_bytes(args[1], "stored") < 0) {
+    if (check_key_and("unseal", "stored", args, nargs) < 0) {
         return NULL;
     }
     if (!sealed_intact(args[0], args[1])) {
