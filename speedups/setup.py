@@ -12,11 +12,13 @@ setup(
         Extension(
             "iqstate_speedups.json_writer",
             ["src/iqstate_speedups/json_writer.c"],
+            depends=["src/iqstate_speedups/copied_items.h"],
             optional=True,
         ),
         Extension(
             "iqstate_speedups.sealing",
             ["src/iqstate_speedups/sealing.c"],
+            depends=["src/iqstate_speedups/copied_items.h"],
             libraries=["z"],
             optional=True,
         ),

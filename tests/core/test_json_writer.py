@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.collection import call_with_a_collection_inside
 
 json_writer = pytest.importorskip(
     "iqstate_speedups.json_writer", reason="iqstate-speedups is not built here (no C compiler)"
@@ -121,3 +122,17 @@ def test_values_are_not_retained() -> None:
         json_writer.encode(value)
         json_writer.encode_many([value, value])
     assert sys.getrefcount(value) == before
+
+
+def test_a_list_changed_by_a_finalizer_mid_call_is_written_as_it_was() -> None:
+    values: list[Any] = ["\ud800", *([str(i) * 50] for i in range(2000))]
+    expected = [None, *map(stdlib_bytes, values[1:])]
+    assert call_with_a_collection_inside(json_writer.encode_many, list(values)) == expected
+
+
+def test_non_ascii_strings_keep_no_utf8_copy() -> None:
+    text = "é" * 1000
+    size = sys.getsizeof(text)
+    json_writer.encode(text)
+    json_writer.encode_many([{text: text}])
+    assert sys.getsizeof(text) == size

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.collection import call_with_a_collection_inside
 
 from iqstate import sealing
 from iqstate.scanning import take_while_at_least, take_while_below
@@ -114,7 +115,16 @@ def test_the_compiled_functions_refuse_what_is_not_bytes() -> None:
         sealing.seal(b"k")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="key must be bytes, not int"):
         sealing.seal_pairs([(1, b"v")])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="unseal_all takes \\(key, stored\\) tuples of bytes"):
+        sealing.unseal_all([(b"", b""), (None, b"")])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="unseal_all takes a list, not tuple"):
         sealing.unseal_all(((b"k", b"v"),))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="unseal_all takes \\(key, stored\\) tuples of bytes"):
         sealing.unseal_all([(b"k", bytearray(b"vvvvv"))])  # type: ignore[list-item]
+
+
+@pytest.mark.skipif(not sealing.COMPILED, reason="iqstate-speedups is not built here")
+def test_a_list_changed_by_a_finalizer_mid_check_is_read_as_it_was() -> None:
+    pairs = [(b"k%04d" % i, b"v" * 100) for i in range(2000)]
+    sealed = [(key, sealing.seal(key, value)) for key, value in pairs]
+    assert call_with_a_collection_inside(sealing.unseal_all, sealed) == pairs

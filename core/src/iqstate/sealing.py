@@ -9,7 +9,9 @@ transaction, when first opened (`FORMAT` marks a sealed store).
 
 `seal`, `seal_pairs`, `unseal` and `unseal_all` are `iqstate-speedups`' C functions where
 it is built (one call for a record or a whole scan, no Python step per record), else the
-Python definitions below; both compute the same bytes and give the same answers.
+Python definitions below; both compute the same bytes and give the same answers (the
+compiled ones take exact `bytes` keys and values, and tuples for pairs, and raise
+`TypeError` for anything else).
 """
 
 from __future__ import annotations

@@ -10,12 +10,16 @@
  * PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0), which is float.__repr__, ints
  * through their decimal digits (int.__repr__ beyond 64 bits), strings escaped exactly
  * as _json.c's escape_unicode does. No user code runs while a value is written: only
- * exact built-in types are read.
+ * exact built-in types are read, and nothing is allocated that could start a garbage
+ * collection (whose finalizers could change a container) except on the way out of a
+ * declined value, after which that value is not touched again.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
 #include <string.h>
+
+#include "copied_items.h"
 
 #define MAX_DEPTH 64
 #define UNSUPPORTED 1 /* not written here: the standard library decides */
@@ -60,25 +64,47 @@ buffer_write(Buffer *buffer, const char *text, Py_ssize_t length)
 
 static const char HEX[] = "0123456789abcdef";
 
-/* The escapes of _json.c's escape_unicode (ensure_ascii=False); every other byte of the
- * UTF-8 text is copied as it is (multi-byte sequences never hold bytes below 0x80). */
+/* The escapes of _json.c's escape_unicode (ensure_ascii=False), then UTF-8, as
+ * `.encode("utf-8")` gives it. Written from the code points: asking the str for its UTF-8
+ * would cache a copy inside every non-ASCII string for its lifetime. A lone surrogate is
+ * declined (the standard library's UTF-8 encoding raises), without raising here. */
 static int
 write_string(Buffer *buffer, PyObject *text)
 {
-    Py_ssize_t size;
-    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &size);
-    if (utf8 == NULL) {
-        /* a lone surrogate: the standard library's UTF-8 encoding raises the error */
-        PyErr_Clear();
-        return UNSUPPORTED;
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(text) < 0) {
+        return -1;
     }
-    if (buffer_reserve(buffer, size * 6 + 2) < 0) {
+#endif
+    Py_ssize_t length = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    if (buffer_reserve(buffer, length * 6 + 2) < 0) {
         return -1;
     }
     char *out = buffer->data + buffer->length;
     *out++ = '"';
-    for (Py_ssize_t i = 0; i < size; i++) {
-        unsigned char c = (unsigned char)utf8[i];
+    for (Py_ssize_t i = 0; i < length; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 0x80) {
+            if (c < 0x800) {
+                *out++ = (char)(0xc0 | (c >> 6));
+            }
+            else if (c < 0x10000) {
+                if (c >= 0xd800 && c <= 0xdfff) {
+                    return UNSUPPORTED;
+                }
+                *out++ = (char)(0xe0 | (c >> 12));
+                *out++ = (char)(0x80 | ((c >> 6) & 0x3f));
+            }
+            else {
+                *out++ = (char)(0xf0 | (c >> 18));
+                *out++ = (char)(0x80 | ((c >> 12) & 0x3f));
+                *out++ = (char)(0x80 | ((c >> 6) & 0x3f));
+            }
+            *out++ = (char)(0x80 | (c & 0x3f));
+            continue;
+        }
         if (c >= 0x20 && c != '"' && c != '\\') {
             *out++ = (char)c;
             continue;
@@ -288,26 +314,26 @@ encode_many(PyObject *module, PyObject *values)
                      Py_TYPE(values)->tp_name);
         return NULL;
     }
-    Py_ssize_t count = PyList_GET_SIZE(values);
-    PyObject *encoded = PyList_New(count);
-    if (encoded == NULL) {
+    /* Every value held in a copy: declining a value can raise inside CPython, and the
+     * collection that may start then runs finalizers, which could change the caller's
+     * list between two values. */
+    Py_ssize_t count;
+    PyObject **items = copy_items(values, &count);
+    if (items == NULL) {
         return NULL;
     }
+    PyObject *encoded = PyList_New(count);
     Buffer buffer = {NULL, 0, 0};
-    for (Py_ssize_t i = 0; i < count; i++) {
-        /* The list is the caller's: hold the value while it is written. */
-        PyObject *value = PyList_GET_ITEM(values, i);
-        Py_INCREF(value);
-        PyObject *bytes = encode_into(&buffer, value);
-        Py_DECREF(value);
+    for (Py_ssize_t i = 0; encoded != NULL && i < count; i++) {
+        PyObject *bytes = encode_into(&buffer, items[i]);
         if (bytes == NULL) {
-            PyMem_Free(buffer.data);
-            Py_DECREF(encoded);
-            return NULL;
+            Py_CLEAR(encoded);
+            break;
         }
         PyList_SET_ITEM(encoded, i, bytes);
     }
     PyMem_Free(buffer.data);
+    release_items(items, count);
     return encoded;
 }
 

@@ -10,6 +10,8 @@
 #include <Python.h>
 #include <zlib.h>
 
+#include "copied_items.h"
+
 #define RESIDUE 0x2144DF1CUL
 #define TAG 4
 
@@ -160,38 +162,45 @@ unseal_all(PyObject *module, PyObject *pairs)
                      Py_TYPE(pairs)->tp_name);
         return NULL;
     }
-    Py_ssize_t count = PyList_GET_SIZE(pairs);
+    /* Every pair held in a copy: building the result allocates objects the garbage
+     * collector tracks, and a collection runs finalizers, which could change the caller's
+     * list. The pairs themselves are tuples of bytes and cannot change. */
+    Py_ssize_t count;
+    PyObject **items = copy_items(pairs, &count);
+    if (items == NULL) {
+        return NULL;
+    }
+    PyObject *values = NULL;
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *pair = PyList_GET_ITEM(pairs, i);
+        PyObject *pair = items[i];
         if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
             !PyBytes_CheckExact(PyTuple_GET_ITEM(pair, 0)) ||
             !PyBytes_CheckExact(PyTuple_GET_ITEM(pair, 1))) {
             PyErr_SetString(PyExc_TypeError, "unseal_all takes (key, stored) tuples of bytes");
-            return NULL;
+            goto done;
         }
-        if (!sealed_intact(PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1))) {
-            Py_RETURN_NONE;
-        }
-    }
-    /* Every record is intact: now the values, without their tags. No Python code runs
-     * between the check and here, so the list is as it was checked. */
-    PyObject *values = PyList_New(count);
-    if (values == NULL) {
-        return NULL;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *pair = PyList_GET_ITEM(pairs, i);
-        PyObject *key = PyTuple_GET_ITEM(pair, 0), *stored = PyTuple_GET_ITEM(pair, 1);
+        if (!sealed_intact(PyTuple_GET_ITEM(items[i], 0), PyTuple_GET_ITEM(items[i], 1))) {
+            values = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    values = PyList_New(count);
+    for (Py_ssize_t i = 0; values != NULL && i < count; i++) {
+        PyObject *key = PyTuple_GET_ITEM(items[i], 0), *stored = PyTuple_GET_ITEM(items[i], 1);
         PyObject *value =
             PyBytes_FromStringAndSize(PyBytes_AS_STRING(stored), PyBytes_GET_SIZE(stored) - TAG);
         PyObject *entry = value == NULL ? NULL : PyTuple_Pack(2, key, value);
         Py_XDECREF(value);
         if (entry == NULL) {
-            Py_DECREF(values);
-            return NULL;
+            Py_CLEAR(values);
+            break;
         }
         PyList_SET_ITEM(values, i, entry);
     }
+done:
+    release_items(items, count);
     return values;
 }
 
