@@ -64,6 +64,71 @@ buffer_write(Buffer *buffer, const char *text, Py_ssize_t length)
 
 static const char HEX[] = "0123456789abcdef";
 
+/* A character below 0x20, '"' or '\\' as _json.c's escape_unicode escapes it. */
+static char *
+write_escaped(char *out, Py_UCS4 c)
+{
+    *out++ = '\\';
+    switch (c) {
+    case '"': *out++ = '"'; break;
+    case '\\': *out++ = '\\'; break;
+    case '\b': *out++ = 'b'; break;
+    case '\f': *out++ = 'f'; break;
+    case '\n': *out++ = 'n'; break;
+    case '\r': *out++ = 'r'; break;
+    case '\t': *out++ = 't'; break;
+    default:
+        *out++ = 'u';
+        *out++ = '0';
+        *out++ = '0';
+        *out++ = HEX[(c >> 4) & 0xf];
+        *out++ = HEX[c & 0xf];
+    }
+    return out;
+}
+
+#define NEEDS_ESCAPE(c) ((c) < 0x20 || (c) == '"' || (c) == '\\')
+
+/* One code point of a non-ASCII string as UTF-8 (escaped below 0x80); NULL for a lone
+ * surrogate. */
+static inline char *
+write_code_point(char *out, Py_UCS4 c)
+{
+    if (c < 0x80) {
+        if (NEEDS_ESCAPE(c)) {
+            return write_escaped(out, c);
+        }
+        *out++ = (char)c;
+    }
+    else if (c < 0x800) {
+        *out++ = (char)(0xc0 | (c >> 6));
+        *out++ = (char)(0x80 | (c & 0x3f));
+    }
+    else if (c < 0x10000) {
+        if (c >= 0xd800 && c <= 0xdfff) {
+            return NULL;
+        }
+        *out++ = (char)(0xe0 | (c >> 12));
+        *out++ = (char)(0x80 | ((c >> 6) & 0x3f));
+        *out++ = (char)(0x80 | (c & 0x3f));
+    }
+    else {
+        *out++ = (char)(0xf0 | (c >> 18));
+        *out++ = (char)(0x80 | ((c >> 12) & 0x3f));
+        *out++ = (char)(0x80 | ((c >> 6) & 0x3f));
+        *out++ = (char)(0x80 | (c & 0x3f));
+    }
+    return out;
+}
+
+#define WRITE_CODE_POINTS(TYPE)                                   \
+    for (Py_ssize_t i = 0; i < length; i++) {                     \
+        out = write_code_point(out, ((const TYPE *)data)[i]);     \
+        if (out == NULL) {                                        \
+            return UNSUPPORTED;                                   \
+        }                                                         \
+    }
+
 /* The escapes of _json.c's escape_unicode (ensure_ascii=False), then UTF-8, as
  * `.encode("utf-8")` gives it. Written from the code points: asking the str for its UTF-8
  * would cache a copy inside every non-ASCII string for its lifetime. A lone surrogate is
@@ -77,53 +142,29 @@ write_string(Buffer *buffer, PyObject *text)
     }
 #endif
     Py_ssize_t length = PyUnicode_GET_LENGTH(text);
-    int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
     if (buffer_reserve(buffer, length * 6 + 2) < 0) {
         return -1;
     }
     char *out = buffer->data + buffer->length;
     *out++ = '"';
-    for (Py_ssize_t i = 0; i < length; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c >= 0x80) {
-            if (c < 0x800) {
-                *out++ = (char)(0xc0 | (c >> 6));
-            }
-            else if (c < 0x10000) {
-                if (c >= 0xd800 && c <= 0xdfff) {
-                    return UNSUPPORTED;
-                }
-                *out++ = (char)(0xe0 | (c >> 12));
-                *out++ = (char)(0x80 | ((c >> 6) & 0x3f));
+    if (PyUnicode_IS_ASCII(text)) {
+        const unsigned char *ascii = data;
+        for (Py_ssize_t i = 0; i < length; i++) {
+            unsigned char c = ascii[i];
+            if (NEEDS_ESCAPE(c)) {
+                out = write_escaped(out, c);
             }
             else {
-                *out++ = (char)(0xf0 | (c >> 18));
-                *out++ = (char)(0x80 | ((c >> 12) & 0x3f));
-                *out++ = (char)(0x80 | ((c >> 6) & 0x3f));
+                *out++ = (char)c;
             }
-            *out++ = (char)(0x80 | (c & 0x3f));
-            continue;
         }
-        if (c >= 0x20 && c != '"' && c != '\\') {
-            *out++ = (char)c;
-            continue;
-        }
-        *out++ = '\\';
-        switch (c) {
-        case '"': *out++ = '"'; break;
-        case '\\': *out++ = '\\'; break;
-        case '\b': *out++ = 'b'; break;
-        case '\f': *out++ = 'f'; break;
-        case '\n': *out++ = 'n'; break;
-        case '\r': *out++ = 'r'; break;
-        case '\t': *out++ = 't'; break;
-        default:
-            *out++ = 'u';
-            *out++ = '0';
-            *out++ = '0';
-            *out++ = HEX[(c >> 4) & 0xf];
-            *out++ = HEX[c & 0xf];
+    }
+    else {
+        switch (PyUnicode_KIND(text)) {
+        case PyUnicode_1BYTE_KIND: WRITE_CODE_POINTS(Py_UCS1) break;
+        case PyUnicode_2BYTE_KIND: WRITE_CODE_POINTS(Py_UCS2) break;
+        default: WRITE_CODE_POINTS(Py_UCS4) break;
         }
     }
     *out++ = '"';
