@@ -8,11 +8,13 @@ every refusal with its error, and every decoded value (and decoding error) with 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import decimal
 import enum
 import json
+import pickle
 import uuid
 from collections import OrderedDict
 from typing import Any
@@ -218,3 +220,17 @@ def test_encoding_many_raises_at_a_refused_value(serde: JsonSerde, value: Any) -
         SerializationError, match=f"cannot encode a value of type {type(value).__name__}"
     ):
         serde.serialize_many([{"fine": 1}, value, {"fine": 2}])
+
+
+@WRITERS
+def test_a_serde_pickles_and_writes_the_same_after(serde: JsonSerde) -> None:
+    # A Spark job ships its serdes to the executors by pickling them.
+    for copied in (pickle.loads(pickle.dumps(serde)), copy.deepcopy(serde)):
+        assert copied == serde
+        assert copied.serialize({"a": [1.5, "é"]}) == stdlib_bytes({"a": [1.5, "é"]})
+
+
+@WRITERS
+def test_encoding_many_takes_any_sequence(serde: JsonSerde) -> None:
+    values = ({"a": 1}, [2.5], "three")
+    assert serde.serialize_many(values) == [stdlib_bytes(value) for value in values]  # type: ignore[arg-type]

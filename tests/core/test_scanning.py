@@ -109,11 +109,11 @@ def test_records_shorter_than_the_tag_are_damaged(
 
 @pytest.mark.skipif(not sealing.COMPILED, reason="iqstate-speedups is not built here")
 def test_the_compiled_functions_refuse_what_is_not_bytes() -> None:
-    with pytest.raises(TypeError, match="value must be bytes, not str"):
+    with pytest.raises(TypeError, match="value must be bytes-like, not str"):
         sealing.seal(b"k", "text")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="seal takes 2 arguments"):
         sealing.seal(b"k")  # type: ignore[call-arg]
-    with pytest.raises(TypeError, match="key must be bytes, not int"):
+    with pytest.raises(TypeError, match="key must be bytes-like, not int"):
         sealing.seal_pairs([(1, b"v")])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="unseal_all takes \\(key, stored\\) tuples of bytes"):
         sealing.unseal_all([(b"", b""), (None, b"")])  # type: ignore[list-item]
@@ -128,3 +128,20 @@ def test_a_list_changed_by_a_finalizer_mid_check_is_read_as_it_was() -> None:
     pairs = [(b"k%04d" % i, b"v" * 100) for i in range(2000)]
     sealed = [(key, sealing.seal(key, value)) for key, value in pairs]
     assert call_with_a_collection_inside(sealing.unseal_all, sealed) == pairs
+
+
+class Key(bytes):
+    """A bytes subclass, as `Serdes.bytes()` passes keys such as `numpy.bytes_` through."""
+
+
+@IMPLEMENTATIONS
+def test_bytes_like_keys_and_values_are_sealed_as_their_bytes(
+    seal: Fn, seal_pairs: Fn, unseal: Fn, unseal_all: Fn
+) -> None:
+    sealed = bytes(_seal(b"key", b"value"))
+    assert bytes(seal(Key(b"key"), bytearray(b"value"))) == sealed
+    assert [(k, bytes(v)) for k, v in seal_pairs([(Key(b"key"), memoryview(b"value"))])] == [
+        (b"key", sealed)
+    ]
+    assert unseal(Key(b"key"), sealed) == b"value"
+    assert unseal_all([(Key(b"key"), sealed)]) == [(b"key", b"value")]

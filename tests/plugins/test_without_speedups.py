@@ -4,6 +4,7 @@ the same bytes and reads what the compiled paths wrote: the two are one format."
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -24,10 +25,12 @@ import sys
 sys.modules["iqstate_speedups.json_writer"] = None  # as if it had not been built
 sys.modules["iqstate_speedups.sealing"] = None
 import json
+import pickle
 from iqstate import Application, KeyQuery, RangeQuery, Serdes, StateQueryRequest, sealing
 
 assert not sealing.COMPILED
 values = json.loads(sys.argv[2])
+shipped = pickle.loads(bytes.fromhex(sys.argv[3]))  # a serde pickled where it was compiled
 app = Application("shared", sys.argv[1])
 app.key_value_store("s", 1, engine="lmdb")
 app.start()
@@ -45,6 +48,7 @@ with app.begin_batch() as batch:
 app.close()
 print(json.dumps({
     "json": [Serdes.json().serialize(value).hex() for value in values],
+    "shipped": [shipped.serialize(value).hex() for value in values],
     "seal": sealing.seal(b"key", b"value").hex(),
     "read": read,
     "ranged": ranged,
@@ -63,7 +67,14 @@ def test_the_python_paths_write_and_read_what_the_compiled_ones_do(tmp_path: Pat
     app.close()
 
     done = subprocess.run(
-        [sys.executable, "-c", WITHOUT_SPEEDUPS, str(directory), json.dumps(VALUES)],
+        [
+            sys.executable,
+            "-c",
+            WITHOUT_SPEEDUPS,
+            str(directory),
+            json.dumps(VALUES),
+            pickle.dumps(Serdes.json()).hex(),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -71,6 +82,7 @@ def test_the_python_paths_write_and_read_what_the_compiled_ones_do(tmp_path: Pat
     )
     seen = json.loads(done.stdout)
     assert seen["json"] == [Serdes.json().serialize(value).hex() for value in VALUES]
+    assert seen["shipped"] == seen["json"], "a pickled serde works where it cannot compile"
     assert seen["seal"] == sealing.seal(b"key", b"value").hex()
     assert seen["read"] == seen["ranged"] == json.loads(json.dumps(VALUES))
 

@@ -9,9 +9,8 @@ transaction, when first opened (`FORMAT` marks a sealed store).
 
 `seal`, `seal_pairs`, `unseal` and `unseal_all` are `iqstate-speedups`' C functions where
 it is built (one call for a record or a whole scan, no Python step per record), else the
-Python definitions below; both compute the same bytes and give the same answers (the
-compiled ones take exact `bytes` keys and values, and tuples for pairs, and raise
-`TypeError` for anything else).
+Python definitions below; both take bytes-like keys and values, compute the same bytes
+and give the same answers.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ _second = itemgetter(1)
 
 def _seal(key: bytes, value: bytes) -> bytes:
     """`value` as stored: followed by the checksum of `key` and `value`."""
-    return value + crc32(value, crc32(key)).to_bytes(TAG, "little")
+    return b"".join((value, crc32(value, crc32(key)).to_bytes(TAG, "little")))
 
 
 def _seal_pairs(pairs: Iterable[tuple[bytes, bytes | None]]) -> list[tuple[bytes, bytes | None]]:

@@ -180,8 +180,21 @@ class JsonSerde(Serde[Any]):
     _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     _decoder = json.JSONDecoder()
 
+    _compiled = True
+    _writer: _JsonWriter | None = None  # a subclass skipping `__init__` takes msgspec's path
+
     def __init__(self, *, compiled: bool = True) -> None:
+        self._compiled = compiled
         self._writer = _COMPILED_WRITER if compiled else None
+
+    def __getstate__(self) -> dict[str, bool]:
+        # Pickled as the choice, not the C module: where it is unpickled (a Spark
+        # executor) the writer is looked up again, or the Python path taken without it.
+        return {"compiled": self._compiled}
+
+    def __setstate__(self, state: dict[str, bool]) -> None:
+        self._compiled = state["compiled"]
+        self._writer = _COMPILED_WRITER if self._compiled else None
 
     def serialize(self, value: Any) -> bytes:
         if self._writer is not None:
@@ -217,6 +230,8 @@ class JsonSerde(Serde[Any]):
         # declines; or msgspec's, checked once over the whole list, and if anything fails
         # that check each value encoded as `serialize` encodes it (its bytes or its error).
         if self._writer is not None:
+            if type(values) is not list:
+                values = list(values)  # the C writer takes exactly a list
             written = self._writer.encode_many(values)
             if None not in written:
                 return written  # type: ignore[return-value]  # no None in it

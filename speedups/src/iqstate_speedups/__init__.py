@@ -1,6 +1,7 @@
 """Compiled hot paths for iqstate, used where this distribution is installed and built.
 
-`iqstate_speedups.json_writer` (C, `json_writer.c`) writes the JSON serde's bytes. Where
-it could not be built (no C compiler), importing it fails and iqstate takes its
-pure-Python path, which writes the same bytes.
+`iqstate_speedups.json_writer` (C, `json_writer.c`) writes the JSON serde's bytes;
+`iqstate_speedups.sealing` (`sealing.c`) computes and checks the CRC-32 seal of LMDB and
+SQLite values. Where one could not be built (no C compiler, no zlib headers), importing it
+fails and iqstate takes its pure-Python path for that job, with the same bytes.
 """

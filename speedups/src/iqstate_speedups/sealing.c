@@ -22,51 +22,103 @@ crc_of(const char *first, Py_ssize_t first_size, const char *second, Py_ssize_t 
     return crc32_z(crc, (const Bytef *)second, (z_size_t)second_size);
 }
 
-static int
-sealed_intact(PyObject *key, PyObject *stored)
-{
-    Py_ssize_t stored_size = PyBytes_GET_SIZE(stored);
-    return stored_size >= TAG &&
-           crc_of(PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), PyBytes_AS_STRING(stored),
-                  stored_size) == RESIDUE;
-}
+/* The bytes of a bytes-like object: bytes (subclasses too) read in place, anything else
+ * through the buffer protocol, as zlib.crc32 and bytes concatenation take them. */
+typedef struct {
+    const char *data;
+    Py_ssize_t size;
+    Py_buffer buffer;
+    int buffered;
+} View;
 
 static int
-check_bytes(PyObject *object, const char *what)
+view_of(PyObject *object, const char *what, View *view)
 {
-    if (!PyBytes_CheckExact(object)) {
-        PyErr_Format(PyExc_TypeError, "%s must be bytes, not %.100s", what,
+    view->buffered = 0;
+    if (PyBytes_Check(object)) {
+        view->data = PyBytes_AS_STRING(object);
+        view->size = PyBytes_GET_SIZE(object);
+        return 0;
+    }
+    if (!PyObject_CheckBuffer(object) ||
+        PyObject_GetBuffer(object, &view->buffer, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be bytes-like, not %.100s", what,
                      Py_TYPE(object)->tp_name);
+        return -1;
+    }
+    view->buffered = 1;
+    view->data = view->buffer.buf;
+    view->size = view->buffer.len;
+    return 0;
+}
+
+static void
+release_view(View *view)
+{
+    if (view->buffered) {
+        PyBuffer_Release(&view->buffer);
+        view->buffered = 0;
+    }
+}
+
+/* Both views, or an error naming the one that is not bytes-like. */
+static int
+views_of(PyObject *key, PyObject *second, const char *what, View *key_view, View *view)
+{
+    if (view_of(key, "key", key_view) < 0) {
+        return -1;
+    }
+    if (view_of(second, what, view) < 0) {
+        release_view(key_view);
         return -1;
     }
     return 0;
 }
 
-/* `name(key, second)`: exactly two arguments, both bytes. */
 static int
-check_key_and(const char *name, const char *second, PyObject *const *args, Py_ssize_t nargs)
+intact(const char *key, Py_ssize_t key_size, const char *stored, Py_ssize_t stored_size)
+{
+    return stored_size >= TAG && crc_of(key, key_size, stored, stored_size) == RESIDUE;
+}
+
+static int
+check_count(const char *name, Py_ssize_t nargs)
 {
     if (nargs != 2) {
         PyErr_Format(PyExc_TypeError, "%s takes 2 arguments (%zd given)", name, nargs);
         return -1;
     }
-    return check_bytes(args[0], "key") < 0 || check_bytes(args[1], second) < 0 ? -1 : 0;
+    return 0;
+}
+
+/* `key`'s and `value`'s views: the value followed by their CRC-32, little-endian. */
+static PyObject *
+seal_views(const View *key, const View *value)
+{
+    PyObject *sealed = PyBytes_FromStringAndSize(NULL, value->size + TAG);
+    if (sealed == NULL) {
+        return NULL;
+    }
+    char *out = PyBytes_AS_STRING(sealed);
+    memcpy(out, value->data, (size_t)value->size);
+    unsigned long crc = crc_of(key->data, key->size, out, value->size);
+    for (int i = 0; i < TAG; i++) {
+        out[value->size + i] = (char)((crc >> (8 * i)) & 0xff);
+    }
+    return sealed;
 }
 
 static PyObject *
 seal_value(PyObject *key, PyObject *value)
 {
-    Py_ssize_t size = PyBytes_GET_SIZE(value);
-    PyObject *sealed = PyBytes_FromStringAndSize(NULL, size + TAG);
-    if (sealed == NULL) {
+    View key_view, value_view;
+    if (views_of(key, value, "value", &key_view, &value_view) < 0) {
         return NULL;
     }
-    char *out = PyBytes_AS_STRING(sealed);
-    memcpy(out, PyBytes_AS_STRING(value), (size_t)size);
-    unsigned long crc = crc_of(PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), out, size);
-    for (int i = 0; i < TAG; i++) {
-        out[size + i] = (char)((crc >> (8 * i)) & 0xff);
-    }
+    PyObject *sealed = seal_views(&key_view, &value_view);
+    release_view(&value_view);
+    release_view(&key_view);
     return sealed;
 }
 
@@ -77,7 +129,7 @@ PyDoc_STRVAR(seal_doc,
 static PyObject *
 seal(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_key_and("seal", "value", args, nargs) < 0) {
+    if (check_count("seal", nargs) < 0) {
         return NULL;
     }
     return seal_value(args[0], args[1]);
@@ -99,21 +151,19 @@ seal_pairs(PyObject *module, PyObject *pairs)
     PyObject *pair;
     while (sealed != NULL && (pair = PyIter_Next(iterator)) != NULL) {
         PyObject *entry = NULL;
-        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
             PyErr_SetString(PyExc_TypeError, "seal_pairs takes (key, value) tuples");
         }
         else {
             PyObject *key = PyTuple_GET_ITEM(pair, 0), *value = PyTuple_GET_ITEM(pair, 1);
-            if (check_bytes(key, "key") == 0) {
-                if (value == Py_None) {
-                    entry = Py_NewRef(pair);
-                }
-                else if (check_bytes(value, "value") == 0) {
-                    PyObject *stored = seal_value(key, value);
-                    if (stored != NULL) {
-                        entry = PyTuple_Pack(2, key, stored);
-                        Py_DECREF(stored);
-                    }
+            if (value == Py_None) {
+                entry = Py_NewRef(pair); /* a delete: the key is the caller's to check */
+            }
+            else {
+                PyObject *stored = seal_value(key, value);
+                if (stored != NULL) {
+                    entry = PyTuple_Pack(2, key, stored);
+                    Py_DECREF(stored);
                 }
             }
         }
@@ -139,14 +189,16 @@ PyDoc_STRVAR(unseal_doc,
 static PyObject *
 unseal(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_key_and("unseal", "stored", args, nargs) < 0) {
+    View key, stored;
+    if (check_count("unseal", nargs) < 0 || views_of(args[0], args[1], "stored", &key, &stored) < 0) {
         return NULL;
     }
-    if (!sealed_intact(args[0], args[1])) {
-        Py_RETURN_NONE;
-    }
-    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(args[1]),
-                                     PyBytes_GET_SIZE(args[1]) - TAG);
+    PyObject *value = intact(key.data, key.size, stored.data, stored.size)
+                          ? PyBytes_FromStringAndSize(stored.data, stored.size - TAG)
+                          : Py_NewRef(Py_None);
+    release_view(&stored);
+    release_view(&key);
+    return value;
 }
 
 PyDoc_STRVAR(unseal_all_doc,
@@ -174,14 +226,16 @@ unseal_all(PyObject *module, PyObject *pairs)
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *pair = items[i];
         if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
-            !PyBytes_CheckExact(PyTuple_GET_ITEM(pair, 0)) ||
-            !PyBytes_CheckExact(PyTuple_GET_ITEM(pair, 1))) {
+            !PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) ||
+            !PyBytes_Check(PyTuple_GET_ITEM(pair, 1))) {
             PyErr_SetString(PyExc_TypeError, "unseal_all takes (key, stored) tuples of bytes");
             goto done;
         }
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (!sealed_intact(PyTuple_GET_ITEM(items[i], 0), PyTuple_GET_ITEM(items[i], 1))) {
+        PyObject *key = PyTuple_GET_ITEM(items[i], 0), *stored = PyTuple_GET_ITEM(items[i], 1);
+        if (!intact(PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), PyBytes_AS_STRING(stored),
+                    PyBytes_GET_SIZE(stored))) {
             values = Py_NewRef(Py_None);
             goto done;
         }
