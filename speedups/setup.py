@@ -17,8 +17,8 @@ setup(
         ),
         Extension(
             "iqstate_speedups.sealing",
-            ["src/iqstate_speedups/sealing.c"],
-            depends=["src/iqstate_speedups/copied_items.h"],
+            ["src/iqstate_speedups/sealing.c", "src/iqstate_speedups/crc32.c"],
+            depends=["src/iqstate_speedups/copied_items.h", "src/iqstate_speedups/crc32.h"],
             libraries=["z"],
             optional=True,
         ),

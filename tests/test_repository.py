@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parent.parent
 
 
@@ -16,3 +18,25 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "pytest" in command
     ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert command in ci_lines
+
+
+def test_the_compiled_paths_are_built_where_a_compiler_is() -> None:
+    """The speedups are optional, so a C file that stops compiling would only make iqstate
+    slower, silently; where this machine can build them, their absence is an error."""
+    import shutil
+    import sysconfig
+    from importlib.util import find_spec
+
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if (
+        shutil.which("cc") is None
+        or not headers.exists()
+        or not Path("/usr/include/zlib.h").exists()
+    ):
+        pytest.skip("no C compiler, Python headers or zlib headers here")
+    missing = [
+        name
+        for name in ("iqstate_speedups.json_writer", "iqstate_speedups.sealing")
+        if find_spec(name) is None
+    ]
+    assert not missing, f"{missing} did not build: reinstall speedups/ with pip -v to see why"
