@@ -5,7 +5,7 @@ read back, every damaged record found."""
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -16,15 +16,20 @@ from support.collection import call_with_a_collection_inside
 from iqstate import sealing
 from iqstate.scanning import take_while_at_least, take_while_below
 
-_seal, _seal_pairs, _unseal, _unseal_all = sealing.PYTHON
+_seal, _seal_pairs, _unseal, _unseal_all, _unseal_below, _unseal_at_least = sealing.PYTHON
 # Both implementations: the one in use (compiled where iqstate-speedups is built) and the
 # Python definitions; each is checked against the format itself, and against the other.
 IMPLEMENTATIONS = pytest.mark.parametrize(
     ("seal", "seal_pairs", "unseal", "unseal_all"),
     [
         (sealing.seal, sealing.seal_pairs, sealing.unseal, sealing.unseal_all),
-        sealing.PYTHON,
+        sealing.PYTHON[:4],
     ],
+    ids=["in-use", "python"],
+)
+SCANS = pytest.mark.parametrize(
+    ("unseal_below", "unseal_at_least"),
+    [(sealing.unseal_below, sealing.unseal_at_least), (_unseal_below, _unseal_at_least)],
     ids=["in-use", "python"],
 )
 Fn = Callable[..., Any]
@@ -145,3 +150,80 @@ def test_bytes_like_keys_and_values_are_sealed_as_their_bytes(
     ]
     assert unseal(Key(b"key"), sealed) == b"value"
     assert unseal_all([(Key(b"key"), sealed)]) == [(b"key", b"value")]
+
+
+def fresh(records: list[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+    """The records as an engine's cursor yields them: new objects nobody else holds."""
+    return ((key, bytes(bytearray(stored))) for key, stored in records)
+
+
+ranges = st.tuples(
+    st.dictionaries(st.binary(max_size=4), st.binary(max_size=200), max_size=60),
+    st.none() | st.binary(max_size=4),
+    st.booleans(),
+)
+
+
+@SCANS
+@given(ranges)
+def test_a_checked_scan_reads_up_to_its_bound_and_unseals(
+    unseal_below: Fn, unseal_at_least: Fn, case: tuple[dict[bytes, bytes], bytes | None, bool]
+) -> None:
+    contents, bound, inclusive = case
+    pairs = sorted(contents.items())
+    sealed = [(key, _seal(key, value)) for key, value in pairs]
+    below = [(k, v) for k, v in pairs if bound is None or k < bound or (inclusive and k == bound)]
+    at_least = [(k, v) for k, v in reversed(pairs) if bound is None or k >= bound]
+    assert unseal_below(fresh(sealed), bound, inclusive) == below
+    assert unseal_at_least(fresh(sealed[::-1]), bound) == at_least
+    kept = list(sealed)
+    assert unseal_below(iter(sealed), bound, inclusive) == below
+    assert unseal_at_least(reversed(sealed), bound) == at_least
+    assert sealed == kept, "records the caller still holds are left as they were"
+
+
+@SCANS
+@given(ranges.filter(lambda case: bool(case[0])), st.data())
+def test_a_checked_scan_finds_a_damaged_record_within_its_bound(
+    unseal_below: Fn,
+    unseal_at_least: Fn,
+    case: tuple[dict[bytes, bytes], bytes | None, bool],
+    data: st.DataObject,
+) -> None:
+    contents, bound, inclusive = case
+    sealed = sorted((key, _seal(key, value)) for key, value in contents.items())
+    index = data.draw(st.integers(0, len(sealed) - 1))
+    key, stored = sealed[index]
+    sealed[index] = (key, stored[:-1] + bytes([stored[-1] ^ 1]))
+    within = bound is None or key < bound or (inclusive and key == bound)
+    below = unseal_below(fresh(sealed), bound, inclusive)
+    assert (below is None) == within, "damage is found where read, and only there"
+    assert (unseal_at_least(fresh(sealed[::-1]), bound) is None) == (bound is None or key >= bound)
+
+
+@SCANS
+def test_a_checked_scan_passes_on_its_iterators_error(
+    unseal_below: Fn, unseal_at_least: Fn
+) -> None:
+    def failing() -> Iterator[tuple[bytes, bytes]]:
+        yield b"a", _seal(b"a", b"1")
+        raise OSError("page not found")
+
+    with pytest.raises(OSError, match="page not found"):
+        unseal_below(failing(), b"z", True)
+    with pytest.raises(OSError, match="page not found"):
+        unseal_at_least(failing(), None)
+
+
+@pytest.mark.skipif(not sealing.COMPILED, reason="iqstate-speedups is not built here")
+def test_the_compiled_scans_refuse_what_is_not_records_of_bytes() -> None:
+    with pytest.raises(TypeError, match="records must be \\(key, stored\\) tuples of bytes"):
+        sealing.unseal_below(iter([(b"k", "v")]), None, True)  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="records must be"):
+        sealing.unseal_at_least([[b"k", b"vvvvv"]], None)  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="bound must be bytes-like, not int"):
+        sealing.unseal_below([], 5, True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not iterable"):
+        sealing.unseal_below(5, None, True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="unseal_below takes 3 arguments"):
+        sealing.unseal_below([], None)  # type: ignore[call-arg]

@@ -7,10 +7,10 @@ CRC-32 of key, value and tag together is a constant (`RESIDUE`), so checking a r
 costs one CRC over what was read. Stores written before sealing are sealed once, in one
 transaction, when first opened (`FORMAT` marks a sealed store).
 
-`seal`, `seal_pairs`, `unseal` and `unseal_all` are `iqstate-speedups`' C functions where
-it is built (one call for a record or a whole scan, no Python step per record), else the
-Python definitions below; both take bytes-like keys and values, compute the same bytes
-and give the same answers.
+`seal`, `seal_pairs`, `unseal`, `unseal_all`, `unseal_below` and `unseal_at_least` are
+`iqstate-speedups`' C functions where it is built (one call for a record or a whole scan,
+no Python step per record), else the Python definitions below; both take bytes-like keys
+and values, compute the same bytes and give the same answers.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import itertools
 from collections.abc import Callable, Iterable
 from operator import add, itemgetter
 from zlib import crc32
+
+from iqstate.scanning import take_while_at_least, take_while_below
 
 FORMAT_KEY = b"format"
 FORMAT = b"sealed-crc32"
@@ -61,16 +63,44 @@ def _unseal_all(pairs: list[Pair]) -> list[Pair] | None:
     return [(key, stored[:-TAG]) for key, stored in pairs]
 
 
-PYTHON = (_seal, _seal_pairs, _unseal, _unseal_all)
+def _unseal_below(
+    records: Iterable[Pair], upper: bytes | None, inclusive: bool
+) -> list[Pair] | None:
+    """The records of the ascending `records` up to `upper` (to the end when `None`),
+    unsealed; `None` when any record's checksum fails. An engine's cursor goes in as it is:
+    the compiled function reads, bounds and checks it in one call."""
+    if upper is None:
+        return _unseal_all(list(records))
+    return _unseal_all(take_while_below(iter(records), upper, inclusive)[0])
+
+
+def _unseal_at_least(records: Iterable[Pair], lower: bytes | None) -> list[Pair] | None:
+    """The records of the descending `records` down to `lower` (inclusive; to the end when
+    `None`), unsealed; `None` when any record's checksum fails."""
+    if lower is None:
+        return _unseal_all(list(records))
+    return _unseal_all(take_while_at_least(iter(records), lower)[0])
+
+
+PYTHON = (_seal, _seal_pairs, _unseal, _unseal_all, _unseal_below, _unseal_at_least)
 """The pure-Python definitions, whether or not the compiled ones are in use (for tests)."""
 
 seal: Callable[[bytes, bytes], bytes]
 seal_pairs: Callable[[Iterable[tuple[bytes, bytes | None]]], list[tuple[bytes, bytes | None]]]
 unseal: Callable[[bytes, bytes], bytes | None]
 unseal_all: Callable[[list[Pair]], list[Pair] | None]
+unseal_below: Callable[[Iterable[Pair], bytes | None, bool], list[Pair] | None]
+unseal_at_least: Callable[[Iterable[Pair], bytes | None], list[Pair] | None]
 try:
-    from iqstate_speedups.sealing import seal, seal_pairs, unseal, unseal_all
+    from iqstate_speedups.sealing import (
+        seal,
+        seal_pairs,
+        unseal,
+        unseal_all,
+        unseal_at_least,
+        unseal_below,
+    )
 except ImportError:  # not built here: the same answers in Python
-    seal, seal_pairs, unseal, unseal_all = PYTHON
+    seal, seal_pairs, unseal, unseal_all, unseal_below, unseal_at_least = PYTHON
 COMPILED = seal is not _seal
 """Whether the C functions of `iqstate-speedups` are in use."""

@@ -259,6 +259,132 @@ done:
     return values;
 }
 
+/* `key` against `bound`, as bytes compare: negative, zero or positive. */
+static int
+compare_keys(PyObject *key, const View *bound)
+{
+    Py_ssize_t key_size = PyBytes_GET_SIZE(key);
+    Py_ssize_t common = key_size < bound->size ? key_size : bound->size;
+    int order = memcmp(PyBytes_AS_STRING(key), bound->data, (size_t)common);
+    if (order != 0) {
+        return order;
+    }
+    return (key_size > bound->size) - (key_size < bound->size);
+}
+
+/* The record `pair` (a reference the caller gives up) unsealed, as a new reference:
+ * `(key, value)`; NULL with `*damaged` set when its checksum fails, or with an exception.
+ * A record nobody else holds (as an engine's iterator yields it) is reused: its value is
+ * shortened in place, no new tuple or bytes made. */
+static PyObject *
+unseal_record(PyObject *pair, int *damaged)
+{
+    PyObject *key = PyTuple_GET_ITEM(pair, 0), *stored = PyTuple_GET_ITEM(pair, 1);
+    Py_ssize_t stored_size = PyBytes_GET_SIZE(stored);
+    if (!intact(PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), PyBytes_AS_STRING(stored),
+                stored_size)) {
+        *damaged = 1;
+        Py_DECREF(pair);
+        return NULL;
+    }
+    if (Py_REFCNT(pair) == 1 && Py_REFCNT(stored) == 1 && PyBytes_CheckExact(stored)) {
+        PyTuple_SET_ITEM(pair, 1, NULL); /* the tuple's reference is now this one */
+        if (_PyBytes_Resize(&stored, stored_size - TAG) < 0) {
+            Py_DECREF(pair); /* _PyBytes_Resize freed the value */
+            return NULL;
+        }
+        PyTuple_SET_ITEM(pair, 1, stored);
+        return pair;
+    }
+    PyObject *value = PyBytes_FromStringAndSize(PyBytes_AS_STRING(stored), stored_size - TAG);
+    PyObject *entry = value == NULL ? NULL : PyTuple_Pack(2, key, value);
+    Py_XDECREF(value);
+    Py_DECREF(pair);
+    return entry;
+}
+
+/* The records of `records`, unsealed, while their keys are on the near side of `bound`
+ * (every record when it is None): below it when ascending, above it when descending, or
+ * equal when `inclusive`. None when a record's checksum fails. */
+static PyObject *
+unseal_while(PyObject *records, PyObject *bound, int inclusive, int descending)
+{
+    View bound_view = {0};
+    int bounded = bound != Py_None;
+    if (bounded && view_of(bound, "bound", &bound_view) < 0) {
+        return NULL;
+    }
+    PyObject *iterator = PyObject_GetIter(records);
+    PyObject *values = iterator == NULL ? NULL : PyList_New(0);
+    PyObject *pair;
+    while (values != NULL && (pair = PyIter_Next(iterator)) != NULL) {
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) ||
+            !PyBytes_Check(PyTuple_GET_ITEM(pair, 1))) {
+            Py_DECREF(pair);
+            PyErr_SetString(PyExc_TypeError, "records must be (key, stored) tuples of bytes");
+            Py_CLEAR(values);
+            break;
+        }
+        if (bounded) {
+            int order = compare_keys(PyTuple_GET_ITEM(pair, 0), &bound_view);
+            int beyond = descending ? order < 0 : order > 0;
+            if (beyond || (order == 0 && !inclusive)) {
+                Py_DECREF(pair);
+                break;
+            }
+        }
+        int damaged = 0;
+        PyObject *entry = unseal_record(pair, &damaged);
+        if (entry == NULL) {
+            Py_SETREF(values, damaged ? Py_NewRef(Py_None) : NULL);
+            break;
+        }
+        int appended = PyList_Append(values, entry);
+        Py_DECREF(entry);
+        if (appended < 0) {
+            Py_CLEAR(values);
+        }
+    }
+    if (values != NULL && values != Py_None && PyErr_Occurred()) {
+        Py_CLEAR(values); /* the iterator raised */
+    }
+    Py_XDECREF(iterator);
+    release_view(&bound_view);
+    return values;
+}
+
+PyDoc_STRVAR(unseal_below_doc,
+"unseal_below(records, upper, inclusive, /)\n--\n\n"
+"`(key, value)` for each `(key, stored)` of the ascending iterable `records` up to\n"
+"`upper` (to the end when None), or None when a record's checksum does not match.");
+
+static PyObject *
+unseal_below(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "unseal_below takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    int inclusive = PyObject_IsTrue(args[2]);
+    return inclusive < 0 ? NULL : unseal_while(args[0], args[1], inclusive, 0);
+}
+
+PyDoc_STRVAR(unseal_at_least_doc,
+"unseal_at_least(records, lower, /)\n--\n\n"
+"`(key, value)` for each `(key, stored)` of the descending iterable `records` down to\n"
+"`lower`, inclusive (to the end when None), or None when a record's checksum does not\n"
+"match.");
+
+static PyObject *
+unseal_at_least(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_count("unseal_at_least", nargs) < 0) {
+        return NULL;
+    }
+    return unseal_while(args[0], args[1], 1, 1);
+}
+
 PyDoc_STRVAR(crc32_doc,
 "crc32(data, value=0, /)\n--\n\n"
 "zlib.crc32(data, value), computed as the seals compute it (with the CPU's carry-less\n"
@@ -293,6 +419,9 @@ static PyMethodDef methods[] = {
     {"seal_pairs", seal_pairs, METH_O, seal_pairs_doc},
     {"unseal", (PyCFunction)(void (*)(void))unseal, METH_FASTCALL, unseal_doc},
     {"unseal_all", unseal_all, METH_O, unseal_all_doc},
+    {"unseal_below", (PyCFunction)(void (*)(void))unseal_below, METH_FASTCALL, unseal_below_doc},
+    {"unseal_at_least", (PyCFunction)(void (*)(void))unseal_at_least, METH_FASTCALL,
+     unseal_at_least_doc},
     {"crc32", (PyCFunction)(void (*)(void))crc32_of_data, METH_FASTCALL, crc32_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -36,7 +36,15 @@ from iqstate.persistent import (
 from iqstate.persistent_window import PersistentWindowStore
 from iqstate.runtime.lock import DirectoryLock
 from iqstate.scanning import take_while_at_least, take_while_below
-from iqstate.sealing import FORMAT, FORMAT_KEY, seal, seal_pairs, unseal, unseal_all
+from iqstate.sealing import (
+    FORMAT,
+    FORMAT_KEY,
+    seal,
+    seal_pairs,
+    unseal,
+    unseal_at_least,
+    unseal_below,
+)
 from iqstate_lmdb.environment import (
     DATA_DB,
     OFFSETS_DB,
@@ -246,21 +254,26 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
     ) -> list[Pair]:
         try:
-            pairs = self._cursor_scan(lower, upper, reverse, upper_inclusive)
+            values = self._cursor_scan(lower, upper, reverse, upper_inclusive, checked=True)
+            if values is not None:
+                return values
+            # A record failed its checksum: read the range as stored to name it.
+            for key, stored in self._cursor_scan(lower, upper, reverse, upper_inclusive) or ():
+                self._checked(key, stored)  # raises, naming the damaged record
         except lmdb.Error as error:
             raise lmdb_error(self._path, error) from error
-        values = unseal_all(pairs)
-        if values is None:
-            for key, value in pairs:
-                self._checked(key, value)  # raises, naming the damaged record
-            raise damaged(self._path, "holds a damaged record")  # not reached: one raised
-        return values
+        raise damaged(self._path, "holds a damaged record")  # not reached: one raised
 
     def _cursor_scan(
-        self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
-    ) -> list[Pair]:
-        """The stored records in the range, read in growing chunks of C-level cursor steps,
-        each chunk cut at the far bound by a bisection."""
+        self,
+        lower: bytes | None,
+        upper: bytes | None,
+        reverse: bool,
+        upper_inclusive: bool,
+        checked: bool = False,
+    ) -> list[Pair] | None:
+        """The records in the range, read from the cursor in C: `checked`, their values
+        unsealed (`None` when one fails its checksum); otherwise as stored."""
         with self._env.begin(db=self._data) as txn:
             cursor = txn.cursor()
             if reverse:
@@ -277,12 +290,16 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                     found = cursor.last()
                 if not found:
                     return []
+                if checked:
+                    return unseal_at_least(cursor.iterprev(), lower)
                 if lower is None:
                     return list(cursor.iterprev())
                 return take_while_at_least(cursor.iterprev(), lower)[0]
             found = cursor.set_range(lower) if lower is not None else cursor.first()
             if not found:
                 return []
+            if checked:
+                return unseal_below(cursor.iternext(), upper, upper_inclusive)
             if upper is None:
                 return list(cursor.iternext())
             return take_while_below(cursor.iternext(), upper, upper_inclusive)[0]
