@@ -314,6 +314,15 @@ def metered_range_query(
     bound: PositionBound,
     config: QueryConfig,
 ) -> QueryResult[Any]:
+    lower, upper = query.lower_bound, query.upper_bound
+    if (
+        store._bytes_both_sides
+        and (lower is None or type(lower) is bytes)
+        and (upper is None or type(upper) is bytes)
+    ):
+        # Bytes bounds encode to themselves and the engine's pairs are the answer: the
+        # query goes down as it is and its result comes back as it is.
+        return store.wrapped.query(query, bound, config)
     try:
         raw_query: RangeQuery[bytes, bytes] = RangeQuery(
             store._bound(query.lower_bound), store._bound(query.upper_bound), query.result_order
