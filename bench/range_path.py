@@ -8,7 +8,11 @@ Baselines, in the same process and interleaved with the iqstate runs (best of ea
 * RocksDB: rocksdict `items(from_key=...)`, the first 100 pairs, on a database opened
   with iqstate's own options (the data path, not the options, is what this measures);
 * LMDB: a cursor's `set_range` and the first 100 pairs of `iternext()` in a new read
-  transaction; and, for `KeyQuery`, a `get` on a read transaction kept open.
+  transaction; and, for `KeyQuery`, a `get` on a read transaction kept open. Beside it,
+  the floor of any answer written in Python: that `get` on the values as iqstate seals
+  them, the checksum check (`iqstate.sealing.unseal`) and the IQv2 result objects a
+  caller reads (`StateQueryResult`, `QueryResult`, `only_partition_result()`), with no
+  dispatch, lock or role check at all.
 
     python bench/range_path.py [--keys 300000] [--repeat 5] [--engines memory rocksdb lmdb]
 """
@@ -27,7 +31,15 @@ from typing import Any
 from sortedcontainers import SortedDict
 from timing import calibration_line, timed
 
-from iqstate import Application, KeyQuery, RangeQuery, StateQueryRequest
+from iqstate import (
+    Application,
+    KeyQuery,
+    QueryResult,
+    RangeQuery,
+    StateQueryRequest,
+    StateQueryResult,
+)
+from iqstate.sealing import seal, unseal
 
 BATCH = 10_000
 RANGES = 2_000
@@ -81,12 +93,14 @@ class RawLMDB:
         path.mkdir(parents=True)
         self.env = lmdb.open(str(path), map_size=4 << 30, max_dbs=2, sync=False, metasync=False)
         self.data = self.env.open_db(b"data")
-        self.reader: Any = None
+        self.sealed = self.env.open_db(b"sealed")
+        self.readers: list[Any] = []
 
     def write(self, pairs: list[tuple[bytes, bytes]]) -> None:
         with self.env.begin(write=True) as txn:
             for key, value in pairs:
                 txn.put(key, value, db=self.data)
+                txn.put(key, seal(key, value), db=self.sealed)
 
     def range100(self, lower: bytes, upper: bytes) -> list[tuple[bytes, bytes]]:
         with self.env.begin(db=self.data) as txn:
@@ -94,14 +108,16 @@ class RawLMDB:
             cursor.set_range(lower)
             return list(itertools.islice(cursor.iternext(), 100))
 
-    def open_reader(self) -> Callable[[bytes], Any]:
-        """`get` on one read transaction kept open (the floor of a key lookup)."""
-        self.reader = self.env.begin(db=self.data)
-        return self.reader.get  # type: ignore[no-any-return]
+    def open_reader(self, sealed: bool = False) -> Callable[[bytes], Any]:
+        """`get` on one read transaction kept open (the floor of a key lookup), on the
+        values as stored or as iqstate seals them."""
+        reader = self.env.begin(db=self.sealed if sealed else self.data)
+        self.readers.append(reader)
+        return reader.get  # type: ignore[no-any-return]
 
     def close(self) -> None:
-        if self.reader is not None:
-            self.reader.abort()
+        for reader in self.readers:
+            reader.abort()
         self.env.close()
 
 
@@ -158,23 +174,36 @@ def bench_engine(
             key_requests = [
                 StateQueryRequest.in_store("s").with_query(KeyQuery.with_key(k)) for k in lookups
             ]
-            get = raw.open_reader()
+            get, get_sealed = raw.open_reader(), raw.open_reader(sealed=True)
+            position = app.query(key_requests[0]).position
 
             def raw_gets() -> None:
                 for key in lookups:
                     get(key)
+
+            def python_floor() -> None:
+                for key in lookups:
+                    value = unseal(key, get_sealed(key))
+                    StateQueryResult({0: QueryResult(value, position)}).only_partition_result()
 
             def app_gets() -> None:
                 query = app.query
                 for request in key_requests:
                     query(request).only_partition_result()
 
-            rounds = [(timed(raw_gets), timed(app_gets)) for _ in range(repeat)]
-            raw_s, app_s = (min(c) for c in zip(*rounds, strict=True))
+            rounds = [
+                (timed(raw_gets), timed(app_gets), timed(python_floor)) for _ in range(repeat)
+            ]
+            raw_s, app_s, floor_s = (min(c) for c in zip(*rounds, strict=True))
             print(
                 f"  KeyQuery                iqstate {app_s / LOOKUPS * 1e6:>8.2f} us   raw "
                 f"{raw_s / LOOKUPS * 1e6:>8.2f} us   ratio {app_s / raw_s:.2f}x "
                 "(raw: get on an open read transaction)"
+            )
+            print(
+                f"  KeyQuery Python floor           {floor_s / LOOKUPS * 1e6:>8.2f} us"
+                f"                   ratio {floor_s / raw_s:.2f}x "
+                "(get, unseal, IQv2 result objects; nothing else)"
             )
         app.close()
         raw.close()
