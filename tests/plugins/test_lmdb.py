@@ -260,7 +260,14 @@ def test_a_damaged_value_is_refused_not_served(tmp_path: Path) -> None:
             store.get(b"key-001234")
         with pytest.raises(CorruptStateError, match="damaged record"):
             list(store.range(b"key-001200", b"key-001300"))
+        with pytest.raises(CorruptStateError, match="damaged record"):
+            list(store.reverse_range(b"key-001200", b"key-001300"))
         assert store.get(b"key-001235") == b"%100d" % 1235
+        # ranges that stop short of the damaged record, from either side, are served
+        below = [b"key-%06d" % i for i in range(1200, 1234)]
+        assert [key for key, _ in store.range(b"key-001200", b"key-001233")] == below
+        assert [key for key, _ in store.reverse_range(b"key-001200", b"key-001233")] == below[::-1]
+        assert len(list(store.reverse_range(b"key-001235", None))) == 2000 - 1235
     finally:
         store.close()
 

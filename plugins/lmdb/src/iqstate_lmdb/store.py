@@ -262,7 +262,8 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                 self._checked(key, stored)  # raises, naming the damaged record
         except lmdb.Error as error:
             raise lmdb_error(self._path, error) from error
-        raise damaged(self._path, "holds a damaged record")  # not reached: one raised
+        # Reached only when a commit replaced the damaged record between the two reads.
+        raise damaged(self._path, "held a damaged record in the range read")
 
     def _cursor_scan(
         self,
