@@ -62,6 +62,20 @@ def test_a_loop_reading_on_after_close_raises() -> None:
     assert seen == [(1, "a")]
 
 
+def test_every_read_after_close_raises_not_just_the_first() -> None:
+    iterator = KeyValueIterator.of_rows([(1, "a"), (2, "b"), (3, "c")])
+    loop = iter(iterator)
+    assert next(loop) == (1, "a")
+    iterator.close()
+    for _ in range(2):
+        with pytest.raises(ValueError, match="closed"):
+            next(loop)
+    with pytest.raises(ValueError, match="closed"):
+        list(loop)
+    with pytest.raises(ValueError, match="closed"):
+        next(iterator)
+
+
 def test_a_peeked_pair_is_read_by_loops() -> None:
     iterator = KeyValueIterator.of_rows([(1, "a"), (2, "b")])
     assert iterator.peek_next_key() == 1

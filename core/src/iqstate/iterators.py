@@ -59,7 +59,7 @@ class KeyValueIterator(Generic[K, V]):
             self._apply_conversion()
         if self._rows is None or self._closed or self._peeked is not _NOTHING:
             return self
-        return itertools.chain(self._source, _end_of(self))
+        return itertools.chain(self._source, _EndOf(self))
 
     def __next__(self) -> tuple[K, V]:
         if self._closed:
@@ -149,7 +149,7 @@ class KeyValueIterator(Generic[K, V]):
         self._closed = True
         self._peeked = _NOTHING
         if self._rows is not None:
-            self._rows.clear()  # a loop still reading through `iter()` meets `_end_of`
+            self._rows.clear()  # a loop still reading through `iter()` meets `_EndOf`
         on_close, self._on_close = self._on_close, None
         if on_close is not None:
             on_close()
@@ -170,11 +170,32 @@ class KeyValueIterator(Generic[K, V]):
         self.close()
 
 
-def _end_of(owner: KeyValueIterator[Any, Any]) -> Iterator[Any]:
-    """The end of a `KeyValueIterator`'s C-level chain: reaching it closes the iterator,
-    or, when the iterator was closed meanwhile, raises as reading a closed one does. A
-    generator, so the chain's end costs no StopIteration raised from Python."""
-    if owner.closed:
+class _EndOf:
+    """The end of a `KeyValueIterator`'s C-level chain. `itertools.chain` asks for its
+    iterator only when the pairs have run out: then it closes the `KeyValueIterator` and
+    gives an empty iterator (the loop ends without a `StopIteration` raised from Python),
+    or, when the iterator was closed meanwhile, a reader that raises as reading a closed
+    one does, at every read (the chain keeps an iterator that raised)."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: KeyValueIterator[Any, Any]) -> None:
+        self._owner = owner
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._owner.closed:
+            return _ReadingClosed()
+        self._owner.close()
+        return iter(())
+
+
+class _ReadingClosed:
+    """Reading on from a closed `KeyValueIterator`'s chain."""
+
+    __slots__ = ()
+
+    def __iter__(self) -> _ReadingClosed:
+        return self
+
+    def __next__(self) -> Any:
         raise ValueError("cannot read from a closed KeyValueIterator")
-    owner.close()
-    yield from ()
