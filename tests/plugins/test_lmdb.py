@@ -272,6 +272,32 @@ def test_a_damaged_value_is_refused_not_served(tmp_path: Path) -> None:
         store.close()
 
 
+def test_a_range_whose_damaged_record_was_replaced_meanwhile_is_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first read of a range found a damaged record; a commit replaced it before the
+    re-read that names it: the range is answered as it now is, every record checked."""
+    import iqstate_lmdb.store
+
+    filled(tmp_path, 200)
+    store = open_store(tmp_path)
+    try:
+        first_reads: list[bool] = []
+
+        def damaged_at_first(
+            records: object, upper: bytes | None, inclusive: bool
+        ) -> list[tuple[bytes, bytes]] | None:
+            first_reads.append(True)
+            return None  # what the checked read answers when a checksum fails
+
+        monkeypatch.setattr(iqstate_lmdb.store, "unseal_below", damaged_at_first)
+        pairs = list(store.range(b"key-000010", b"key-000019"))
+        assert first_reads == [True]
+        assert pairs == [(b"key-%06d" % i, b"%100d" % i) for i in range(10, 20)]
+    finally:
+        store.close()
+
+
 def test_a_store_written_before_checksums_is_sealed_when_first_opened(tmp_path: Path) -> None:
     path = tmp_path / "s" / "0" / "lmdb"
     path.mkdir(parents=True)

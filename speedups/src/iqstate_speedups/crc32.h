@@ -8,13 +8,21 @@
 
 #include <stddef.h>
 
+/* Shared between this extension's files only, never exported from its library. */
+#if defined(__GNUC__) || defined(__clang__)
+#define CRC32_INTERNAL __attribute__((visibility("hidden")))
+#else
+#define CRC32_INTERNAL
+#endif
+
 /* Choose the implementation for this CPU; call once before crc32_update. */
-void crc32_choose(void);
+CRC32_INTERNAL void crc32_choose(void);
 
 /* zlib's crc32(crc, data, size). */
-unsigned long crc32_update(unsigned long crc, const unsigned char *data, size_t size);
+CRC32_INTERNAL unsigned long crc32_update(unsigned long crc, const unsigned char *data,
+                                          size_t size);
 
 /* Which implementation crc32_choose chose: "pclmul" or "zlib". */
-const char *crc32_implementation(void);
+CRC32_INTERNAL const char *crc32_implementation(void);
 
 #endif

@@ -84,10 +84,11 @@ intact(const char *key, Py_ssize_t key_size, const char *stored, Py_ssize_t stor
 }
 
 static int
-check_count(const char *name, Py_ssize_t nargs)
+check_count(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
 {
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "%s takes 2 arguments (%zd given)", name, nargs);
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, expected,
+                     nargs);
         return -1;
     }
     return 0;
@@ -130,7 +131,7 @@ PyDoc_STRVAR(seal_doc,
 static PyObject *
 seal(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_count("seal", nargs) < 0) {
+    if (check_count("seal", nargs, 2) < 0) {
         return NULL;
     }
     return seal_value(args[0], args[1]);
@@ -191,7 +192,7 @@ static PyObject *
 unseal(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     View key, stored;
-    if (check_count("unseal", nargs) < 0 || views_of(args[0], args[1], "stored", &key, &stored) < 0) {
+    if (check_count("unseal", nargs, 2) < 0 || views_of(args[0], args[1], "stored", &key, &stored) < 0) {
         return NULL;
     }
     PyObject *value = intact(key.data, key.size, stored.data, stored.size)
@@ -362,8 +363,7 @@ PyDoc_STRVAR(unseal_below_doc,
 static PyObject *
 unseal_below(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "unseal_below takes 3 arguments (%zd given)", nargs);
+    if (check_count("unseal_below", nargs, 3) < 0) {
         return NULL;
     }
     int inclusive = PyObject_IsTrue(args[2]);
@@ -379,7 +379,7 @@ PyDoc_STRVAR(unseal_at_least_doc,
 static PyObject *
 unseal_at_least(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_count("unseal_at_least", nargs) < 0) {
+    if (check_count("unseal_at_least", nargs, 2) < 0) {
         return NULL;
     }
     return unseal_while(args[0], args[1], 1, 1);

@@ -255,15 +255,15 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
     ) -> list[Pair]:
         try:
             values = self._cursor_scan(lower, upper, reverse, upper_inclusive, checked=True)
-            if values is not None:
-                return values
-            # A record failed its checksum: read the range as stored to name it.
-            for key, stored in self._cursor_scan(lower, upper, reverse, upper_inclusive) or ():
-                self._checked(key, stored)  # raises, naming the damaged record
+            if values is None:
+                # A record failed its checksum: read the range as stored, checking each
+                # record, to raise naming it (or, if a commit replaced it meanwhile, to
+                # answer with the range as it now is).
+                stored = self._cursor_scan(lower, upper, reverse, upper_inclusive) or []
+                values = [(key, self._checked(key, value)) for key, value in stored]
         except lmdb.Error as error:
             raise lmdb_error(self._path, error) from error
-        # Reached only when a commit replaced the damaged record between the two reads.
-        raise damaged(self._path, "held a damaged record in the range read")
+        return values
 
     def _cursor_scan(
         self,
