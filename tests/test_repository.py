@@ -1,5 +1,8 @@
 """The repository keeps its promises: CI runs exactly the README's test command."""
 
+import shutil
+import sysconfig
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -23,10 +26,6 @@ def test_ci_runs_the_readme_test_command() -> None:
 def test_the_compiled_paths_are_built_where_a_compiler_is() -> None:
     """The speedups are optional, so a C file that stops compiling would only make iqstate
     slower, silently; where this machine can build them, their absence is an error."""
-    import shutil
-    import sysconfig
-    from importlib.util import find_spec
-
     headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
     if (
         shutil.which("cc") is None

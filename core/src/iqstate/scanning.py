@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from operator import itemgetter
 
 Pair = tuple[bytes, bytes]
@@ -56,3 +56,17 @@ def take_while_at_least(records: Iterator[Pair], lower: bytes) -> tuple[list[Pai
         if len(chunk) < size:
             return taken, False
         size = min(size * 2, LAST_CHUNK)
+
+
+def read_below(records: Iterable[Pair], upper: bytes | None, inclusive: bool) -> list[Pair]:
+    """The ascending `records` up to `upper`, or all of them when it is `None`."""
+    if upper is None:
+        return list(records)
+    return take_while_below(iter(records), upper, inclusive)[0]
+
+
+def read_at_least(records: Iterable[Pair], lower: bytes | None) -> list[Pair]:
+    """The descending `records` down to `lower` (inclusive), or all of them when it is `None`."""
+    if lower is None:
+        return list(records)
+    return take_while_at_least(iter(records), lower)[0]

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from operator import add, itemgetter
 from zlib import crc32
 
-from iqstate.scanning import take_while_at_least, take_while_below
+from iqstate.scanning import read_at_least, read_below
 
 FORMAT_KEY = b"format"
 FORMAT = b"sealed-crc32"
@@ -69,17 +69,13 @@ def _unseal_below(
     """The records of the ascending `records` up to `upper` (to the end when `None`),
     unsealed; `None` when any record's checksum fails. An engine's cursor goes in as it is:
     the compiled function reads, bounds and checks it in one call."""
-    if upper is None:
-        return _unseal_all(list(records))
-    return _unseal_all(take_while_below(iter(records), upper, inclusive)[0])
+    return _unseal_all(read_below(records, upper, inclusive))
 
 
 def _unseal_at_least(records: Iterable[Pair], lower: bytes | None) -> list[Pair] | None:
     """The records of the descending `records` down to `lower` (inclusive; to the end when
     `None`), unsealed; `None` when any record's checksum fails."""
-    if lower is None:
-        return _unseal_all(list(records))
-    return _unseal_all(take_while_at_least(iter(records), lower)[0])
+    return _unseal_all(read_at_least(records, lower))
 
 
 PYTHON = (_seal, _seal_pairs, _unseal, _unseal_all, _unseal_below, _unseal_at_least)

@@ -11,7 +11,7 @@ environment (`iqstate_lmdb.environment`); LMDB's errors while reading become
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,7 +35,7 @@ from iqstate.persistent import (
 )
 from iqstate.persistent_window import PersistentWindowStore
 from iqstate.runtime.lock import DirectoryLock
-from iqstate.scanning import take_while_at_least, take_while_below
+from iqstate.scanning import read_at_least, read_below
 from iqstate.sealing import (
     FORMAT,
     FORMAT_KEY,
@@ -56,6 +56,7 @@ from iqstate_lmdb.environment import (
 from iqstate_lmdb.options import LMDBSettings
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class LMDBKeyValueStore(PersistentKeyValueStore):
@@ -254,12 +255,16 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
     ) -> list[Pair]:
         try:
-            values = self._cursor_scan(lower, upper, reverse, upper_inclusive, checked=True)
+            values = self._cursor_scan(
+                lower, upper, reverse, upper_inclusive, unseal_below, unseal_at_least
+            )
             if values is None:
                 # A record failed its checksum: read the range as stored, checking each
                 # record, to raise naming it (or, if a commit replaced it meanwhile, to
                 # answer with the range as it now is).
-                stored = self._cursor_scan(lower, upper, reverse, upper_inclusive) or []
+                stored = self._cursor_scan(
+                    lower, upper, reverse, upper_inclusive, read_below, read_at_least
+                )
                 values = [(key, self._checked(key, value)) for key, value in stored]
         except lmdb.Error as error:
             raise lmdb_error(self._path, error) from error
@@ -271,10 +276,13 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         upper: bytes | None,
         reverse: bool,
         upper_inclusive: bool,
-        checked: bool = False,
-    ) -> list[Pair] | None:
-        """The records in the range, read from the cursor in C: `checked`, their values
-        unsealed (`None` when one fails its checksum); otherwise as stored."""
+        below: Callable[[Iterator[Pair], bytes | None, bool], R],
+        at_least: Callable[[Iterator[Pair], bytes | None], R],
+    ) -> R | list[Pair]:
+        """The records in the range: the cursor placed at its near end, then `below` or
+        `at_least` reading its C-level iterator to the far end (`unseal_below` and
+        `unseal_at_least` check and unseal them; `read_below` and `read_at_least` give them
+        as stored)."""
         with self._env.begin(db=self._data) as txn:
             cursor = txn.cursor()
             if reverse:
@@ -289,21 +297,9 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                     )
                 else:
                     found = cursor.last()
-                if not found:
-                    return []
-                if checked:
-                    return unseal_at_least(cursor.iterprev(), lower)
-                if lower is None:
-                    return list(cursor.iterprev())
-                return take_while_at_least(cursor.iterprev(), lower)[0]
+                return at_least(cursor.iterprev(), lower) if found else []
             found = cursor.set_range(lower) if lower is not None else cursor.first()
-            if not found:
-                return []
-            if checked:
-                return unseal_below(cursor.iternext(), upper, upper_inclusive)
-            if upper is None:
-                return list(cursor.iternext())
-            return take_while_below(cursor.iternext(), upper, upper_inclusive)[0]
+            return below(cursor.iternext(), upper, upper_inclusive) if found else []
 
     def _count(self) -> int:
         with self._env.begin(db=self._data) as txn:
