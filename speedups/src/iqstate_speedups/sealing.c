@@ -83,6 +83,35 @@ intact(const char *key, Py_ssize_t key_size, const char *stored, Py_ssize_t stor
     return stored_size >= TAG && crc_of(key, key_size, stored, stored_size) == RESIDUE;
 }
 
+/* Whether `pair` is a record as a scan reads it: a `(key, stored)` tuple of bytes. */
+static int
+is_record(PyObject *pair)
+{
+    return PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+           PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) && PyBytes_Check(PyTuple_GET_ITEM(pair, 1));
+}
+
+/* Whether the record `pair` (see is_record) passes its checksum. */
+static int
+record_intact(PyObject *pair)
+{
+    PyObject *key = PyTuple_GET_ITEM(pair, 0), *stored = PyTuple_GET_ITEM(pair, 1);
+    return intact(PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), PyBytes_AS_STRING(stored),
+                  PyBytes_GET_SIZE(stored));
+}
+
+/* A new `(key, value)` tuple for the intact record `pair`: its value without the tag. */
+static PyObject *
+unsealed_copy(PyObject *pair)
+{
+    PyObject *key = PyTuple_GET_ITEM(pair, 0), *stored = PyTuple_GET_ITEM(pair, 1);
+    PyObject *value =
+        PyBytes_FromStringAndSize(PyBytes_AS_STRING(stored), PyBytes_GET_SIZE(stored) - TAG);
+    PyObject *entry = value == NULL ? NULL : PyTuple_Pack(2, key, value);
+    Py_XDECREF(value);
+    return entry;
+}
+
 static int
 check_count(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
 {
@@ -226,29 +255,20 @@ unseal_all(PyObject *module, PyObject *pairs)
     }
     PyObject *values = NULL;
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *pair = items[i];
-        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
-            !PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) ||
-            !PyBytes_Check(PyTuple_GET_ITEM(pair, 1))) {
+        if (!is_record(items[i])) {
             PyErr_SetString(PyExc_TypeError, "unseal_all takes (key, stored) tuples of bytes");
             goto done;
         }
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *key = PyTuple_GET_ITEM(items[i], 0), *stored = PyTuple_GET_ITEM(items[i], 1);
-        if (!intact(PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), PyBytes_AS_STRING(stored),
-                    PyBytes_GET_SIZE(stored))) {
+        if (!record_intact(items[i])) {
             values = Py_NewRef(Py_None);
             goto done;
         }
     }
     values = PyList_New(count);
     for (Py_ssize_t i = 0; values != NULL && i < count; i++) {
-        PyObject *key = PyTuple_GET_ITEM(items[i], 0), *stored = PyTuple_GET_ITEM(items[i], 1);
-        PyObject *value =
-            PyBytes_FromStringAndSize(PyBytes_AS_STRING(stored), PyBytes_GET_SIZE(stored) - TAG);
-        PyObject *entry = value == NULL ? NULL : PyTuple_Pack(2, key, value);
-        Py_XDECREF(value);
+        PyObject *entry = unsealed_copy(items[i]);
         if (entry == NULL) {
             Py_CLEAR(values);
             break;
@@ -280,26 +300,22 @@ compare_keys(PyObject *key, const View *bound)
 static PyObject *
 unseal_record(PyObject *pair, int *damaged)
 {
-    PyObject *key = PyTuple_GET_ITEM(pair, 0), *stored = PyTuple_GET_ITEM(pair, 1);
-    Py_ssize_t stored_size = PyBytes_GET_SIZE(stored);
-    if (!intact(PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), PyBytes_AS_STRING(stored),
-                stored_size)) {
+    if (!record_intact(pair)) {
         *damaged = 1;
         Py_DECREF(pair);
         return NULL;
     }
+    PyObject *stored = PyTuple_GET_ITEM(pair, 1);
     if (Py_REFCNT(pair) == 1 && Py_REFCNT(stored) == 1 && PyBytes_CheckExact(stored)) {
         PyTuple_SET_ITEM(pair, 1, NULL); /* the tuple's reference is now this one */
-        if (_PyBytes_Resize(&stored, stored_size - TAG) < 0) {
+        if (_PyBytes_Resize(&stored, PyBytes_GET_SIZE(stored) - TAG) < 0) {
             Py_DECREF(pair); /* _PyBytes_Resize freed the value */
             return NULL;
         }
         PyTuple_SET_ITEM(pair, 1, stored);
         return pair;
     }
-    PyObject *value = PyBytes_FromStringAndSize(PyBytes_AS_STRING(stored), stored_size - TAG);
-    PyObject *entry = value == NULL ? NULL : PyTuple_Pack(2, key, value);
-    Py_XDECREF(value);
+    PyObject *entry = unsealed_copy(pair);
     Py_DECREF(pair);
     return entry;
 }
@@ -319,9 +335,7 @@ unseal_while(PyObject *records, PyObject *bound, int inclusive, int descending)
     PyObject *values = iterator == NULL ? NULL : PyList_New(0);
     PyObject *pair;
     while (values != NULL && (pair = PyIter_Next(iterator)) != NULL) {
-        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
-            !PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) ||
-            !PyBytes_Check(PyTuple_GET_ITEM(pair, 1))) {
+        if (!is_record(pair)) {
             Py_DECREF(pair);
             PyErr_SetString(PyExc_TypeError, "records must be (key, stored) tuples of bytes");
             Py_CLEAR(values);
