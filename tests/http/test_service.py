@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -11,8 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from iqstate_http import start_background
 
-from iqstate import ACTIVE, Application, Assignment, HostInfo, StaticAssignment
-from iqstate.runtime import partition_for_bytes
+from iqstate import Application
 
 
 def test_key_lookup(client: httpx.Client) -> None:
@@ -26,28 +24,6 @@ def test_key_lookup(client: httpx.Client) -> None:
     assert "by-id" in bad.json()["error"]["message"] and "int" in bad.json()["error"]["message"]
     unknown = client.get("/v1/stores/nope/keys/x")
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_store"
-
-
-def test_key_lookup_names_the_partition_of_a_key_hosted_elsewhere(tmp_path: Path) -> None:
-    here, there = HostInfo("localhost", 7001), HostInfo("localhost", 7002)
-    cluster = {here: Assignment({"s": {0: ACTIVE}}), there: Assignment({"s": {1: ACTIVE}})}
-    application = Application(
-        "split", tmp_path, application_server=str(here), assignment=StaticAssignment(cluster)
-    )
-    application.key_value_store("s", 2)
-    keys = {partition_for_bytes(f"k{i}".encode(), 2): f"k{i}" for i in range(20)}
-    with application:
-        with application.begin_batch(batch_id=1) as batch:
-            batch.put("s", keys[0], "here")
-        server = start_background(application)
-        try:
-            with httpx.Client(base_url=server.url, timeout=10) as http:
-                local = http.get(f"/v1/stores/s/keys/{keys[0]}").json()
-                elsewhere = http.get(f"/v1/stores/s/keys/{keys[1]}").json()
-        finally:
-            server.stop()
-    assert local["value"] == "here" and local["partition"] == 0
-    assert elsewhere["value"] is None and elsewhere["partition"] == 1
 
 
 def test_iqv2_query_per_partition(client: httpx.Client) -> None:

@@ -313,6 +313,7 @@ def _post_query(
         "partitions": [partition],
         "bound": bound.to_map(),
         "require_active": require_active,
+        "scope": "local",  # this instance's replica, as Kafka's KafkaStreams#query
     }
     answer = httpx.post(url + "/v1/query", json=body, timeout=5).json()
     result: dict[str, Any] = answer["partitions"][str(partition)]

@@ -63,9 +63,13 @@ def iqstate_register_commands(register: Any) -> None:
 def iqstate_register_query_codecs(register: Any) -> None:
     """Register JSON codecs for query types, for the HTTP service.
 
-    `register(name, query_type, decode, encode)`: `decode(body, key_from_json)` builds the
-    query from its JSON object (`key_from_json(value)` turns a JSON key into the store's
-    key type); `encode(result, to_json)` turns a successful result into JSON
-    (`to_json(value)` encodes one key or value). `decode` and `encode` may be import paths,
-    imported when the HTTP service first uses them.
+    `register(name, query_type, decode, encode, resume=None)`: `decode(body, key_from_json)`
+    builds the query from its JSON object (`key_from_json(value)` turns a JSON key into the
+    store's key type); `encode(result, to_json)` turns a successful result into JSON
+    (`to_json(value)` encodes one key or value). A query whose result is rows ordered by
+    key, each encoded as a list whose first item is the key, may give `resume(query, key,
+    serialize_key) -> (query, within)`: a query of its rows from `key` on (inclusive), and
+    `within(key_bytes)`, false once they leave the original query's (or `None`); the
+    service then pages it across partitions (`"merge": true`). `decode`, `encode` and
+    `resume` may be import paths, imported when the HTTP service first uses them.
     """

@@ -101,6 +101,11 @@ class QueryCodec:
     decode: Callable[..., Any]
     encode: Callable[..., Any]
     plugin: str
+    resume: Callable[..., Any] | None = None
+    """For a query whose rows are ordered by key (a range-type query): `resume(query, key,
+    serialize_key) -> (query, within)`, a query of the same rows from `key` on (inclusive),
+    and `within(key_bytes)`, false once its rows have left the original query's (`None`
+    when they never do). The HTTP service pages such queries (`"merge": true`)."""
 
 
 @dataclass
@@ -132,14 +137,13 @@ class PluginRegistry:
 
     def _codec_registrar(
         self, plugin: str
-    ) -> Callable[
-        [str, type[Query[Any]], Callable[..., Any] | str, Callable[..., Any] | str], None
-    ]:
+    ) -> Callable[..., None]:
         def register(
             name: str,
             query_type: type[Query[Any]],
             decode: Callable[..., Any] | str,
             encode: Callable[..., Any] | str,
+            resume: Callable[..., Any] | str | None = None,
         ) -> None:
             if name in self.query_codecs:
                 owner = self.query_codecs[name].plugin
@@ -153,6 +157,7 @@ class PluginRegistry:
                 lazy(decode, f"{role}, decode"),
                 lazy(encode, f"{role}, encode"),
                 plugin,
+                None if resume is None else lazy(resume, f"{role}, resume"),
             )
 
         return register

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -27,21 +28,34 @@ log = logging.getLogger("iqstate_http")
 
 
 class ApiError(Exception):
-    """An error answer: HTTP status, a short code, a message for people, extra headers."""
+    """An error answer: HTTP status, a short code, a message for people, extra headers,
+    and `details`: more fields of the error object (a merged page's failed partitions)."""
 
     def __init__(
-        self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
         self.headers = dict(headers or {})
+        self.details = dict(details or {})
 
 
 def error_response(
-    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    details: Mapping[str, Any] | None = None,
 ) -> JSONResponse:
     return JSONResponse(
-        {"error": {"code": code, "message": message}}, status_code=status, headers=headers
+        {"error": {"code": code, "message": message, **(details or {})}},
+        status_code=status,
+        headers=headers,
     )
 
 
@@ -60,7 +74,7 @@ def api_error(exc: Exception) -> ApiError | None:
 
 async def on_api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message, exc.headers)
+    return error_response(exc.status, exc.code, exc.message, exc.headers, exc.details)
 
 
 async def on_http_error(request: Request, exc: Exception) -> Response:

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 DEFAULT_MAX_BODY = 1024 * 1024
 """Request bodies over this many bytes are answered 413 (the service's `max_body`)."""
 
+DEFAULT_MAX_ROWS = 100_000
+"""Unmerged range answers over this many rows are answered 422 (the service's `max_rows`)."""
+
 
 def _default_max_connections() -> int:
     """1,000, or half the process's file descriptor limit if that is lower: the stores'

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import uvicorn
 
 from iqstate import Application
-from iqstate_http.limits import DEFAULT_MAX_BODY, ConnectionLimits
+from iqstate_http.admission import RangeLimits
+from iqstate_http.limits import DEFAULT_MAX_BODY, DEFAULT_MAX_ROWS, ConnectionLimits
 from iqstate_http.protocol import LimitedHttpToolsProtocol
 from iqstate_http.service import QueryService
 
@@ -31,10 +32,10 @@ def _config(
     host: str,
     port: int,
     token: str | None,
-    max_body: int,
     limits: ConnectionLimits | None,
+    service: QueryService,
 ) -> uvicorn.Config:
-    asgi = QueryService(app, token=token, max_body=max_body).asgi()
+    asgi = service.asgi()
     if token is None and not _is_loopback(host):
         log.warning("serving %s on %s without a bearer token: anyone who can reach it can read "
                     "every store", app.application_id, host)  # fmt: skip
@@ -57,9 +58,17 @@ def serve(
     token: str | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     limits: ConnectionLimits | None = None,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    range_limits: RangeLimits | None = None,
+    forward_timeout: float = 10.0,
 ) -> None:
-    """Serve `app` until interrupted (listens on localhost unless told otherwise)."""
-    uvicorn.Server(_config(app, host, port, token, max_body, limits)).run()
+    """Serve `app` until interrupted (listens on localhost unless told otherwise).
+
+    `max_rows` caps an unmerged range answer (422 beyond it), `range_limits` how many
+    range requests run and wait at once, `forward_timeout` how long a request forwarded to
+    another instance may take (seconds)."""
+    service = QueryService(app, token, max_body, max_rows, range_limits, forward_timeout)
+    uvicorn.Server(_config(app, host, port, token, limits, service)).run()
 
 
 @dataclass
@@ -83,9 +92,13 @@ def start_background(
     token: str | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     limits: ConnectionLimits | None = None,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    range_limits: RangeLimits | None = None,
+    forward_timeout: float = 10.0,
 ) -> BackgroundServer:
-    """Start the service in a daemon thread; `port=0` picks a free port."""
-    server = uvicorn.Server(_config(app, host, port, token, max_body, limits))
+    """Start the service in a daemon thread; `port=0` picks a free port (options as `serve`)."""
+    service = QueryService(app, token, max_body, max_rows, range_limits, forward_timeout)
+    server = uvicorn.Server(_config(app, host, port, token, limits, service))
     thread = threading.Thread(target=server.run, name="iqstate-http", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -14,22 +14,24 @@ scan never stalls the requests around it.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import parse_qs, quote
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from iqstate import Application, KeyQuery, StateQueryRequest
+from iqstate import Application, FailureReason, KeyQuery, StateQueryRequest
 from iqstate.runtime.metadata import InstanceStatus, StreamsMetadata
 from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec, WindowStoreSpec
 from iqstate_http import jsonin
+from iqstate_http.admission import Gate, RangeLimits
 from iqstate_http.codecs import (
     BadRequest,
     Codecs,
@@ -42,8 +44,13 @@ from iqstate_http.codecs import (
     to_json,
 )
 from iqstate_http.errors import HANDLERS, ApiError, api_error
-from iqstate_http.limits import DEFAULT_MAX_BODY
+from iqstate_http.forwarding import FORWARDED_HEADER, Forwarded, Forwarder
+from iqstate_http.limits import DEFAULT_MAX_BODY, DEFAULT_MAX_ROWS
 from iqstate_http.openapi import openapi_document
+from iqstate_http.paging import page_limit
+from iqstate_http.placement import reason_of
+from iqstate_http.query_runner import QueryOptions, QueryRunner
+from iqstate_http.replica_choice import RUNNING, Replica, ReplicaChoice
 
 PAGE = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
 _CHALLENGE = 'Bearer realm="iqstate"'
@@ -87,6 +94,8 @@ def _status_json(status: InstanceStatus) -> dict[str, Any]:
 
 
 _KEY_ROUTE_PREFIX = "/v1/stores/"
+_RUNNING_BODY = b'{"value":%b,"partition":%d,"position":%b,"host":%b,"role":"RUNNING","lag":0}'
+"""The key route's answer from this instance's running active (the busiest answer)."""
 
 
 class KeyRouteFirst:
@@ -99,7 +108,12 @@ class KeyRouteFirst:
         self.service, self.routed = service, routed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):
+        if (
+            scope["type"] == "http"
+            and scope["method"] == "GET"
+            and not scope.get("root_path")
+            and not scope.get("query_string")
+        ):
             body = self.service.key_body_or_none(scope["path"])
             if body is not None:
                 await send(
@@ -124,7 +138,8 @@ class _KeyLookup:
         self.service = service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.service.key_response(scope)(scope, receive, send)
+        response = await self.service.key_response(scope)
+        await response(scope, receive, send)
 
 
 def serde_name(serde: Any) -> str:
@@ -139,6 +154,7 @@ def store_json(spec: StoreSpec) -> dict[str, Any]:
         "key_serde": serde_name(spec.key_serde),
         "value_serde": serde_name(spec.value_serde),
     }
+    described["partitioner"] = "default" if spec.partitioner is None else "custom"
     if isinstance(spec, WindowStoreSpec):
         described["window_size_ms"] = spec.window_size_ms
         described["retention_ms"] = spec.retention_ms
@@ -150,6 +166,32 @@ def _flag(body: dict[str, Any], field: str) -> bool:
     if not isinstance(value, bool):
         raise BadRequest(f"{field!r} must be true or false")
     return value
+
+
+def _acceptable_lag(value: Any) -> int | None:
+    """`acceptable_lag`: offsets a standby may be behind; `None` reads running actives only."""
+    if value is None:
+        return None
+    number = jsonin.integer(value) if not isinstance(value, str) else None
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        number = int(value)
+    if number is None or number < 0:
+        raise BadRequest("'acceptable_lag' must be a number of offsets >= 0, or null")
+    return number
+
+
+def _one(values: list[str] | None) -> str | None:
+    if not values:
+        return None
+    if len(values) > 1:
+        raise BadRequest("'acceptable_lag' is given more than once")
+    return values[0]
+
+
+def _cursor_text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise BadRequest("'cursor' must be the 'next' string of a previous page")
 
 
 def _partitions(spec: StoreSpec, value: Any) -> list[int] | None:
@@ -181,14 +223,29 @@ class QueryService:
     """
 
     def __init__(
-        self, app: Application, token: str | None = None, max_body: int = DEFAULT_MAX_BODY
+        self,
+        app: Application,
+        token: str | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+        max_rows: int = DEFAULT_MAX_ROWS,
+        range_limits: RangeLimits | None = None,
+        forward_timeout: float = 10.0,
     ) -> None:
         if token is not None and not token.strip():
             raise ValueError("the bearer token is empty: give a real token, or none")
+        if max_rows < 1:
+            raise ValueError("max_rows must be at least 1")
         self.app = app
         self.token = token
         self.max_body = max_body
+        self.max_rows = max_rows
         self.codecs = Codecs(app.plugins)
+        self.replicas = ReplicaChoice(app)
+        self.forwarder = Forwarder(timeout=forward_timeout)
+        self.runner = QueryRunner(app, self.codecs, self.replicas, self.forwarder)
+        limits = range_limits or RangeLimits()
+        self._ranges, self._forwarded_ranges = Gate(limits), Gate(limits)
+        self._host_json = json_bytes(str(app.host_info))
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -251,22 +308,6 @@ class QueryService:
                 raise
             raise mapped from exc
 
-    def _result_json(self, query: Any, result: Any) -> dict[str, Any]:
-        partitions: dict[str, Any] = {}
-        for partition, partition_result in sorted(result.partition_results.items()):
-            entry: dict[str, Any] = {"position": position_to_json(partition_result.position)}
-            if partition_result.is_success:
-                entry["ok"] = True
-                entry["value"] = self.codecs.encode(query, partition_result)
-            else:
-                entry["ok"] = False
-                entry["failure"] = partition_result.failure_reason.name
-                entry["message"] = partition_result.failure_message
-            if partition_result.execution_info:
-                entry["execution_info"] = partition_result.execution_info
-            partitions[str(partition)] = entry
-        return {"partitions": partitions, "position": position_to_json(result.position)}
-
     # -- routes ----------------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
@@ -284,52 +325,115 @@ class QueryService:
         if not isinstance(body.get("store"), str):
             raise ApiError(400, "bad_request", "'store' (a store name) is required")
         spec = self._spec(body["store"])
-
-        def run() -> bytes:
-            query = self.codecs.decode(spec, body.get("query"))
-            request_ = StateQueryRequest.in_store(spec.name).with_query(query)
-            partitions = _partitions(spec, body.get("partitions"))
-            if partitions is not None:
-                request_ = request_.with_partitions(partitions)
-            request_ = request_.with_position_bound(bound_from_json(body.get("bound")))
-            if _flag(body, "require_active"):
-                request_ = request_.require_active()
-            if _flag(body, "execution_info"):
-                request_ = request_.enable_execution_info()
-            result = self.app.query(request_)
-            # Encoding reads the results' iterators: store work too, so it stays here.
-            return json_bytes({"store": spec.name, **self._result_json(query, result)})
-
-        answer = await run_in_threadpool(self._guard, run)
+        forwarded = FORWARDED_HEADER in request.headers
+        options = self._guard(lambda: self._query_options(spec, body, forwarded, request))
+        try:
+            if options.query_json["type"] in ("key", "window_key"):
+                answer = await self.runner.answer(options)
+            else:
+                async with (self._forwarded_ranges if forwarded else self._ranges).admitted():
+                    answer = await self.runner.answer(options)
+        except Exception as exc:
+            mapped = api_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
         return Response(answer, media_type="application/json")
 
-    def key_response(self, scope: Scope) -> Response:
-        """`GET /v1/stores/{store}/keys/{key}` through Starlette's routing: a request with a
-        token to check, a `HEAD`, or one `KeyRouteFirst` left to it (errors raise as in every
-        other route)."""
-        if self.token is not None:
-            self._check_token_in(Headers(scope=scope))
-        params = scope["path_params"]
-        return Response(
-            self._key_body(params["store"], params["key"]), media_type="application/json"
+    def _query_options(
+        self, spec: StoreSpec, body: dict[str, Any], forwarded: bool, request: Request
+    ) -> QueryOptions:
+        """A `POST /v1/query` body, read and checked (`BadRequest` says what is wrong)."""
+        scope = body.get("scope", "cluster")
+        if scope not in ("cluster", "local"):
+            raise BadRequest("'scope' must be 'cluster' or 'local'")
+        merge = _flag(body, "merge")
+        if not merge and ("cursor" in body or "limit" in body):
+            raise BadRequest("'cursor' and 'limit' page a merged answer: add \"merge\": true")
+        max_rows = body.get("max_rows")
+        if max_rows is None:
+            max_rows = self.max_rows
+        elif (number := jsonin.integer(max_rows)) is None or not 1 <= number <= self.max_rows:
+            raise BadRequest(f"'max_rows' must be an integer from 1 to {self.max_rows}")
+        else:
+            max_rows = number
+        query = self.codecs.decode(spec, body.get("query"))
+        return QueryOptions(
+            spec=spec,
+            query=query,
+            query_json=body["query"],
+            partitions=_partitions(spec, body.get("partitions")),
+            bound=bound_from_json(body.get("bound")),
+            require_active=_flag(body, "require_active"),
+            execution_info=_flag(body, "execution_info"),
+            acceptable_lag=_acceptable_lag(body.get("acceptable_lag")),
+            local_only=forwarded or scope == "local",
+            max_rows=max_rows,
+            merge=merge,
+            limit=page_limit(body.get("limit")) if merge else 0,
+            cursor=_cursor_text(body.get("cursor")),
+            authorization=request.headers.get("authorization"),
         )
 
+    async def key_response(self, scope: Scope) -> Response:
+        """`GET /v1/stores/{store}/keys/{key}` through Starlette's routing: a request with a
+        token to check, a `HEAD`, an `acceptable_lag`, a key this instance does not answer
+        as a running active (forwarded), or one `KeyRouteFirst` left to it for its error."""
+        headers = Headers(scope=scope)
+        if self.token is not None:
+            self._check_token_in(headers)
+        params = scope["path_params"]
+        spec = self._key_value_spec(params["store"])
+        key = self._guard(lambda: key_from_path(spec, params["key"]))
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        lag = self._guard(lambda: _acceptable_lag(_one(query.get("acceptable_lag"))))
+        forwarded = FORWARDED_HEADER in headers
+        if lag is None and (body := self._local_key_body(spec, key, None)) is not None:
+            return Response(body, media_type="application/json")
+        partition = spec.partition_of(key, spec.key_serde.serialize(key))
+        candidates = self.replicas.candidates(spec.name, partition, lag)
+        if forwarded:  # one hop: this instance's replica or nothing
+            candidates = [replica for replica in candidates if replica.local]
+        failure: tuple[str, str] | None = None
+        for replica in candidates:
+            if replica.local:
+                body = self._local_key_body(spec, key, replica)
+                if body is not None:
+                    return Response(body, media_type="application/json")
+                failure = ("not_active", f"the replica on {replica.host} may not answer now")
+                continue
+            path = scope.get("raw_path") or quote(scope["path"]).encode()
+            if lag is not None:
+                path += b"?acceptable_lag=%d" % lag
+            answer = await self.forwarder.get(
+                replica.host, path.decode("latin-1"), headers.get("authorization")
+            )
+            if isinstance(answer, Forwarded):
+                return Response(answer.body, media_type="application/json")
+            if answer.unreachable:
+                self.replicas.invalidate()
+            failure = (reason_of(answer.code).lower(), answer.message)
+        if failure is None:
+            reason, message = self.replicas.why_none(spec.name, partition, lag, forwarded)
+            failure = (reason.name.lower(), message)
+        raise ApiError(503, *failure)
+
     def key_body_or_none(self, path: str) -> bytes | None:
-        """The body of a `GET` of the key route at `path` when it is a plain 200 answer;
-        None for any other path, when a token must be checked, or when the answer is an
-        error (the routed app then answers the request, with the error's response)."""
+        """The body of a `GET` of the key route at `path` when this instance answers it as
+        the key's running active; None for any other path, when a token must be checked,
+        or when the answer is forwarded or an error (the routed app then answers it)."""
         if self.token is not None or not path.startswith(_KEY_ROUTE_PREFIX):
             return None
-        store, found, key = path[len(_KEY_ROUTE_PREFIX) :].partition("/keys/")
+        store, found, key_text = path[len(_KEY_ROUTE_PREFIX) :].partition("/keys/")
         if not found or not store or "/" in store:
             return None
         try:
-            return self._key_body(store, key)
+            spec = self._key_value_spec(store)
+            return self._local_key_body(spec, key_from_path(spec, key_text), None)
         except Exception:
             return None
 
-    def _key_body(self, store: str, key_text: str) -> bytes:
-        """The key route's JSON body: `{"value", "partition", "position"}`."""
+    def _key_value_spec(self, store: str) -> StoreSpec:
         spec = self._spec(store)
         if not isinstance(spec, KeyValueStoreSpec):
             raise ApiError(
@@ -338,29 +442,45 @@ class QueryService:
                 f"store {spec.name!r} is a {spec.store_type} store: look its keys up with a "
                 "'window_key' query (POST /v1/query)",
             )
+        return spec
+
+    def _local_key_body(self, spec: StoreSpec, key: Any, replica: Replica | None) -> bytes | None:
+        """The key route's JSON body answered by this instance's replica of the key's
+        partition: its running active (`replica` None or running), or the standby or
+        restoring `replica` a request's `acceptable_lag` accepts. None when this instance
+        has no such replica; an error that is this replica's own is an `ApiError` 503."""
+        request = StateQueryRequest.in_store(spec.name).with_query(KeyQuery.with_key(key))
+        if replica is None or replica.state == RUNNING:
+            request = request.require_active()
         try:
-            key = key_from_path(spec, key_text)
-            result = self.app.query(
-                StateQueryRequest.in_store(spec.name).with_query(KeyQuery.with_key(key))
-            )
+            result = self.app.query(request)
         except Exception as exc:
             mapped = api_error(exc)
             if mapped is None:
                 raise
             raise mapped from exc
         answers = result.partition_results  # only the key's partition, if hosted here
-        if answers:
-            ((partition, answer),) = answers.items()
-        else:
-            partition, answer = spec.partition_of(key, spec.key_serde.serialize(key)), None
-        if answer is not None and answer.is_failure:
+        if not answers:
+            return None
+        ((partition, answer),) = answers.items()
+        if answer.is_failure:
+            if answer.failure_reason in (FailureReason.NOT_ACTIVE, FailureReason.NOT_PRESENT):
+                return None
             raise ApiError(503, answer.failure_reason.name.lower(), answer.failure_message)
         # The position's JSON is cached.
-        value = b"null" if answer is None else json_bytes(to_json(answer.result))
-        return b'{"value":%b,"partition":%d,"position":%b}' % (
-            value,
-            partition,
-            position_json_bytes(result.position),
+        value = json_bytes(to_json(answer.result))
+        position = position_json_bytes(result.position)
+        if replica is None or replica.state == RUNNING:
+            return _RUNNING_BODY % (value, partition, position, self._host_json)
+        return json_bytes(
+            {
+                "value": to_json(answer.result),
+                "partition": partition,
+                "position": position_to_json(result.position),
+                "host": replica.host,
+                "role": replica.state,
+                "lag": replica.lag,
+            }
         )
 
     async def stores(self, request: Request) -> Response:
@@ -486,4 +606,9 @@ class QueryService:
             Route("/", self.page),
             Route("/openapi.json", self.openapi),
         ]
-        return Starlette(routes=routes, exception_handlers=dict(HANDLERS))
+        return Starlette(routes=routes, exception_handlers=dict(HANDLERS), lifespan=self._lifespan)
+
+    @asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        yield
+        await self.forwarder.aclose()

@@ -8,9 +8,10 @@ store answers through its `KeyValueStore.prefix_scan` (registered once, for the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from iqstate import KeyValueIterator, PositionBound, Query, QueryConfig, QueryResult
+from iqstate import KeyValueIterator, PositionBound, Query, QueryConfig, QueryResult, RangeQuery
 from iqstate.dispatch import answer
 from iqstate.errors import SerializationError
 from iqstate.hookspecs import hookimpl
@@ -83,6 +84,15 @@ def _encode(result: Any, to_json: Any) -> Any:
         return [[to_json(key), to_json(value)] for key, value in pairs]
 
 
+def _resume(
+    query: PrefixScanQuery[Any, Any], key: Any, serialize_key: Callable[[Any], bytes]
+) -> tuple[Query[Any], Callable[[bytes], bool]]:
+    """The prefix's keys from `key` on: a range from `key`, read while keys keep the prefix
+    (a prefix's keys are contiguous in byte order)."""
+    prefix = serialize_key(query.prefix)
+    return RangeQuery.with_lower_bound(key), lambda key_bytes: key_bytes.startswith(prefix)
+
+
 @hookimpl
 def iqstate_register_query_codecs(register: Any) -> None:
-    register("prefix_scan", PrefixScanQuery, _decode, _encode)
+    register("prefix_scan", PrefixScanQuery, _decode, _encode, _resume)

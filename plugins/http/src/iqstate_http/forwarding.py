@@ -1,0 +1,148 @@
+"""Requests one instance sends another on a caller's behalf (SPEC 8.1).
+
+A forwarded request carries `x-iqstate-forwarded`, and an instance answers such a request
+from its own replicas only: one hop at most, never a loop. The caller's `Authorization`
+header goes with it. Connections are pooled and kept alive, one pool per service. Every
+way a forwarded request can fail (refused connection, timeout, an error answer) comes
+back as a `ForwardFailure` the caller turns into per-partition failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.from_thread
+import httpx
+
+FORWARDED_HEADER = "x-iqstate-forwarded"
+
+
+@dataclass(frozen=True)
+class ForwardFailure:
+    """A forwarded request that got no usable answer: `code` is the failure's reason in
+    the API's spelling (`not_present`, `not_active`, `not_up_to_bound`, ...), `message`
+    says which instance and what happened; `unreachable` when no answer came at all."""
+
+    code: str
+    message: str
+    unreachable: bool = False
+    status: int = 503
+    partitions: dict[str, Any] | None = None
+    """Per-partition failures a merged page's 503 named, by partition number."""
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """A forwarded request's successful answer: its status and body."""
+
+    status: int
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Forwarder:
+    """Sends forwarded requests over one pool of keep-alive connections."""
+
+    def __init__(self, timeout: float = 10.0, max_connections: int = 64) -> None:
+        self._timeout = timeout
+        self._max_connections = max_connections
+        self._client: httpx.AsyncClient | None = None
+        self.sent = 0
+        """Forwarded requests sent since the service started."""
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:  # made in the server's event loop, on first use
+            self._client = httpx.AsyncClient(
+                timeout=self._timeout,
+                limits=httpx.Limits(
+                    max_connections=self._max_connections,
+                    max_keepalive_connections=self._max_connections,
+                ),
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    @staticmethod
+    def _headers(authorization: str | None) -> dict[str, str]:
+        headers = {FORWARDED_HEADER: "1"}
+        if authorization is not None:
+            headers["authorization"] = authorization
+        return headers
+
+    async def get(
+        self, host: str, path: str, authorization: str | None
+    ) -> Forwarded | ForwardFailure:
+        """`GET http://host{path}` (path with its query string), forwarded."""
+        return await self._send("GET", host, path, None, authorization)
+
+    async def post(
+        self, host: str, path: str, body: dict[str, Any], authorization: str | None
+    ) -> Forwarded | ForwardFailure:
+        """`POST http://host{path}` with a JSON body, forwarded."""
+        return await self._send("POST", host, path, body, authorization)
+
+    def post_from_thread(
+        self, host: str, path: str, body: dict[str, Any], authorization: str | None
+    ) -> Forwarded | ForwardFailure:
+        """`post`, called from one of the server's worker threads."""
+        return anyio.from_thread.run(self.post, host, path, body, authorization)
+
+    def post_all_from_thread(
+        self, calls: list[tuple[str, dict[str, Any]]], authorization: str | None
+    ) -> list[Forwarded | ForwardFailure]:
+        """`post` of each `(host, body)` to `/v1/query`, at once, from a worker thread."""
+
+        async def post_all() -> list[Forwarded | ForwardFailure]:
+            return list(
+                await asyncio.gather(
+                    *(self.post(host, "/v1/query", body, authorization) for host, body in calls)
+                )
+            )
+
+        return anyio.from_thread.run(post_all)
+
+    async def _send(
+        self,
+        method: str,
+        host: str,
+        path: str,
+        body: dict[str, Any] | None,
+        authorization: str | None,
+    ) -> Forwarded | ForwardFailure:
+        self.sent += 1
+        try:
+            response = await self._http().request(
+                method, f"http://{host}{path}", json=body, headers=self._headers(authorization)
+            )
+        except httpx.HTTPError as error:
+            return ForwardFailure(
+                "not_present",
+                f"instance {host} could not be reached: {type(error).__name__}",
+                unreachable=True,
+            )
+        if response.status_code == 200:
+            return Forwarded(200, response.content)
+        return _failure_of(host, response)
+
+
+def _failure_of(host: str, response: httpx.Response) -> ForwardFailure:
+    """An error answer of `host` as a failure: its code and message when it sent JSON."""
+    try:
+        error = response.json()["error"]
+        code, message = str(error["code"]), str(error["message"])
+        partitions = error.get("partitions")
+    except (ValueError, KeyError, TypeError):
+        code, message, partitions = "http_error", response.text[:200], None
+    if response.status_code != 503:
+        message = f"instance {host} answered {response.status_code} ({code}): {message}"
+        code = "not_present" if response.status_code >= 500 else code
+    return ForwardFailure(code, message, status=response.status_code, partitions=partitions)

@@ -1,0 +1,240 @@
+"""Merged pages of range-type queries across partitions (SPEC 8.2).
+
+A page is at most `limit` rows of every requested partition, merged in the query's key
+order (the order of the serialized keys, as within a partition), and `next`: a cursor
+for the following page, or `None` after the last row. A cursor holds the last key
+returned and the merged position of the pages so far; the next page reads every
+partition from just after that key, at a bound of at least that position, so paging never
+goes back in time and no key comes twice, whichever instance answers.
+
+Each partition is read lazily: this instance's partitions from their stores' iterators,
+the others in chunks from the instances hosting them (forwarded merged pages of their
+partitions, each about its share of `limit` rows), so an instance holds about one page of
+rows per request, whatever the store's size.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import heapq
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from operator import itemgetter
+from types import TracebackType
+from typing import Any
+
+from iqstate import Position, Query, ResultOrder
+from iqstate.plugins import QueryCodec
+from iqstate_http.codecs import BadRequest, position_from_json, position_to_json, to_json
+
+DEFAULT_LIMIT = 1000
+MAX_LIMIT = 100_000
+
+Row = tuple[bytes, Any]
+"""A row of a page: its key's bytes (the merge order) and its JSON form."""
+
+
+class PartitionsFailed(Exception):
+    """Partitions of a merged page that could not answer: `{partition: (reason, message)}`."""
+
+    def __init__(self, failures: dict[int, tuple[str, str]]) -> None:
+        named = "; ".join(f"partition {p}: {r}: {m}" for p, (r, m) in sorted(failures.items()))
+        super().__init__(f"the page needs every partition, and these could not answer: {named}")
+        self.failures = failures
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a page ended: the last key returned (serialized) and the position read so far."""
+
+    after: bytes
+    position: Position
+
+
+def fingerprint(store: str, query_json: Any) -> str:
+    """What a cursor is for: the store and the query as the caller sent it."""
+    text = json.dumps([store, query_json], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def encode_cursor(cursor: Cursor, query_fingerprint: str) -> str:
+    document = {
+        "v": 1,
+        "f": query_fingerprint,
+        "k": base64.b64encode(cursor.after).decode("ascii"),
+        "p": position_to_json(cursor.position),
+    }
+    text = json.dumps(document, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(text).decode("ascii").rstrip("=")
+
+
+def decode_cursor(text: Any, query_fingerprint: str) -> Cursor:
+    """A cursor a page returned as `next`; `BadRequest` for anything else."""
+    if not isinstance(text, str) or len(text) > 64 * 1024:
+        raise BadRequest("'cursor' must be the 'next' string of a previous page")
+    try:
+        document = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+        after = base64.b64decode(document["k"], validate=True)
+        position = position_from_json(document["p"] or {})
+        version, owner = document["v"], document["f"]
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise BadRequest(
+            "malformed 'cursor': send the 'next' of a previous page as it is"
+        ) from None
+    if version != 1 or owner != query_fingerprint:
+        raise BadRequest(
+            "the 'cursor' belongs to another query: send it with the store and query of the "
+            "page that returned it"
+        )
+    return Cursor(after, position)
+
+
+def page_limit(value: Any) -> int:
+    if value is None:
+        return DEFAULT_LIMIT
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIMIT:
+        raise BadRequest(f"'limit' must be an integer from 1 to {MAX_LIMIT}")
+    return value
+
+
+class _OneRow:
+    """One `(key, value)` row as the closeable iterator a codec's `encode` reads."""
+
+    def __init__(self, key: Any, value: Any) -> None:
+        self._row = (key, value)
+
+    def __enter__(self) -> _OneRow:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        yield self._row
+
+    def close(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Pager:
+    """How one query type is paged: its order, how to resume it, how a row is encoded."""
+
+    codec: QueryCodec
+
+    @staticmethod
+    def descending(query: Query[Any]) -> bool:
+        return getattr(query, "result_order", None) is ResultOrder.DESCENDING
+
+    def resumed(
+        self, query: Query[Any], key: Any, serialize_key: Callable[[Any], bytes]
+    ) -> tuple[Query[Any], Callable[[bytes], bool] | None]:
+        assert self.codec.resume is not None
+        resumed: tuple[Query[Any], Callable[[bytes], bool] | None] = self.codec.resume(
+            query, key, serialize_key
+        )
+        return resumed
+
+    def row(self, key: Any, value: Any) -> Any:
+        """The JSON form of one row, as the codec writes rows (its first item the key)."""
+        if self.codec.plugin == "iqstate-http" and self.codec.name == "range":
+            return [to_json(key), to_json(value)]
+        return self.codec.encode(_OneRow(key, value), to_json)[0]
+
+
+def pager_for(codec: QueryCodec | None) -> Pager:
+    if codec is None or codec.resume is None:
+        raise BadRequest(
+            '"merge": true pages range-type queries (those ordered by key, such as range and '
+            "prefix_scan); this query's answer is not ordered by key"
+        )
+    return Pager(codec)
+
+
+def local_rows(
+    partition: int,
+    rows: Any,
+    serialize_key: Callable[[Any], bytes],
+    pager: Pager,
+    within: Callable[[bytes], bool] | None,
+    after: bytes | None,
+    descending: bool,
+) -> Iterator[Row]:
+    """One local partition's rows after `after`, in order; a read that fails is this
+    partition's `STORE_EXCEPTION`."""
+    try:
+        for key, value in rows:
+            key_bytes = serialize_key(key)
+            if within is not None and not within(key_bytes):
+                return
+            if after is not None and (key_bytes >= after if descending else key_bytes <= after):
+                continue
+            yield key_bytes, pager.row(key, value)
+    except Exception as exc:
+        raise PartitionsFailed(
+            {partition: ("STORE_EXCEPTION", f"{type(exc).__name__}: {exc}")}
+        ) from exc
+    finally:
+        rows.close()
+
+
+ChunkFetch = Callable[[str | None], dict[str, Any]]
+"""Fetches a remote instance's next chunk from a cursor (`None`: the request's own); the
+chunk is a merged page's JSON (`rows`, `next`, `position`), or raises `PartitionsFailed`."""
+
+
+class RemoteRows:
+    """One remote instance's partitions, merged by that instance, read chunk by chunk."""
+
+    def __init__(
+        self,
+        first: dict[str, Any],
+        fetch: ChunkFetch,
+        key_bytes: Callable[[Any], bytes],
+    ) -> None:
+        self._chunk = first
+        self._fetch = fetch
+        self._key_bytes = key_bytes
+        self.position = position_from_json(first.get("position") or {})
+
+    def __iter__(self) -> Iterator[Row]:
+        chunk = self._chunk
+        while True:
+            for row in chunk["rows"]:
+                yield self._key_bytes(row[0]), row
+            cursor = chunk.get("next")
+            if cursor is None:
+                return
+            chunk = self._fetch(cursor)
+            self.position = self.position.merge(position_from_json(chunk.get("position") or {}))
+
+
+def chunk_size(limit: int, share: int, of: int) -> int:
+    """Rows to ask of an instance holding `share` of the page's `of` partitions: its share
+    of `limit`, and some slack for uneven keys, never more than `limit`."""
+    return min(limit, math.ceil(limit * share / of) + 16)
+
+
+def merge_page(
+    sources: list[Iterator[Row]], limit: int, descending: bool
+) -> tuple[list[Any], bytes | None, bool]:
+    """The first `limit` rows of the merged sources: their JSON forms, the last row's key,
+    and whether rows remain after them."""
+    merged = heapq.merge(*sources, key=itemgetter(0), reverse=descending)
+    rows: list[Any] = []
+    last: bytes | None = None
+    for key_bytes, row in merged:
+        if len(rows) == limit:
+            return rows, last, True
+        rows.append(row)
+        last = key_bytes
+    return rows, last, False

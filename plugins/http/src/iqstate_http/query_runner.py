@@ -1,0 +1,433 @@
+"""`POST /v1/query` for the whole cluster (SPEC 8.1, 8.2).
+
+A request of `"scope": "cluster"` (the default) is answered for every requested partition,
+wherever it lives: this instance's replicas answer what they may, the rest is forwarded to
+the instances whose replicas may (`ReplicaChoice`), one request per instance, in
+parallel, round after round until each partition has an answer or has run out of
+replicas (`Placement`). `"scope": "local"` and forwarded requests are answered from this
+instance's replicas only. `"merge": true` answers one merged page (`paging`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from iqstate import (
+    Application,
+    FailureReason,
+    Position,
+    PositionBound,
+    Query,
+    QueryResult,
+    StateQueryRequest,
+)
+from iqstate.runtime.querying import locate_key
+from iqstate.runtime.spec import StoreSpec
+from iqstate_http.codecs import (
+    Codecs,
+    json_bytes,
+    key_from_json,
+    position_from_json,
+    position_to_json,
+)
+from iqstate_http.errors import ApiError
+from iqstate_http.forwarding import Forwarded, Forwarder, ForwardFailure
+from iqstate_http.local_answers import LocalAnswers, TooManyRows, failure_entry
+from iqstate_http.paging import (
+    Cursor,
+    PartitionsFailed,
+    RemoteRows,
+    chunk_size,
+    decode_cursor,
+    encode_cursor,
+    fingerprint,
+    local_rows,
+    merge_page,
+    pager_for,
+)
+from iqstate_http.placement import Placement, reason_of
+from iqstate_http.replica_choice import Replica, ReplicaChoice
+
+_KEYED = ("key", "window_key")
+
+
+@dataclass(frozen=True)
+class QueryOptions:
+    """One `POST /v1/query`, read and checked."""
+
+    spec: StoreSpec
+    query: Query[Any]
+    query_json: Any
+    partitions: list[int] | None
+    bound: PositionBound
+    require_active: bool
+    execution_info: bool
+    acceptable_lag: int | None
+    local_only: bool
+    max_rows: int
+    merge: bool = False
+    limit: int = 0
+    cursor: str | None = None
+    authorization: str | None = None
+
+    @property
+    def store(self) -> str:
+        return self.spec.name
+
+    @property
+    def answers_as_active(self) -> bool:
+        """Whether only a running active may answer: asked so, or no lag accepted (cluster
+        scope without `acceptable_lag` reads actives only)."""
+        return self.require_active or (not self.local_only and self.acceptable_lag is None)
+
+    def forwarded_body(self, partitions: list[int]) -> dict[str, Any]:
+        """The request an instance hosting `partitions` answers from its own replicas."""
+        return {
+            "store": self.store,
+            "query": self.query_json,
+            "partitions": partitions,
+            "bound": position_to_json(self.bound.position) or None,
+            "require_active": self.answers_as_active,
+            "execution_info": self.execution_info,
+            "acceptable_lag": self.acceptable_lag,
+            "scope": "local",
+            "max_rows": self.max_rows,
+        }
+
+
+def _merged_position(entries: dict[str, dict[str, Any]]) -> Position:
+    position = Position.empty()
+    for entry in entries.values():
+        if entry.get("position"):
+            position = position.merge(position_from_json(entry["position"]))
+    return position
+
+
+def _reason(failure: ForwardFailure) -> str:
+    return reason_of(failure.code)
+
+
+class QueryRunner:
+    """Answers `POST /v1/query` (see the module doc)."""
+
+    def __init__(
+        self, app: Application, codecs: Codecs, choice: ReplicaChoice, forwarder: Forwarder
+    ) -> None:
+        self.app, self.codecs, self.choice, self.forwarder = app, codecs, choice, forwarder
+
+    async def answer(self, options: QueryOptions) -> bytes:
+        if options.merge:
+            return await run_in_threadpool(self._merged_page, options)
+        if options.local_only:
+            entries = await run_in_threadpool(self._local_entries, options, options.partitions)
+        else:
+            entries = await self._cluster_entries(options)
+        rows = sum(len(e["value"]) for e in entries.values() if isinstance(e.get("value"), list))
+        if rows > options.max_rows:
+            raise _too_many(TooManyRows(options.max_rows))
+        return json_bytes(
+            {
+                "store": options.store,
+                "partitions": dict(sorted(entries.items(), key=lambda item: int(item[0]))),
+                "position": position_to_json(_merged_position(entries)),
+            }
+        )
+
+    # -- this instance's replicas ----------------------------------------------------------
+
+    def _request(
+        self, options: QueryOptions, query: Query[Any], partitions: list[int] | None
+    ) -> StateQueryRequest[Any]:
+        request = StateQueryRequest.in_store(options.store).with_query(query)
+        if partitions is not None:
+            request = request.with_partitions(partitions)
+        request = request.with_position_bound(options.bound)
+        if options.answers_as_active:
+            request = request.require_active()
+        if options.execution_info:
+            request = request.enable_execution_info()
+        return request
+
+    def _local_results(
+        self, options: QueryOptions, query: Query[Any], partitions: list[int] | None
+    ) -> tuple[dict[int, QueryResult[Any]], dict[int, Replica | None]]:
+        """This instance's answers, each from a replica that may give it: one whose lag is
+        over `acceptable_lag` answers `NOT_ACTIVE` instead."""
+        results = dict(self.app.query(self._request(options, query, partitions)).partition_results)
+        replicas = {p: self.choice.local(options.store, p) for p in results}
+        lag = options.acceptable_lag
+        if lag is not None:
+            for partition, replica in replicas.items():
+                if replica is not None and not replica.within(lag):
+                    answered = results[partition]
+                    if answered.is_success and hasattr(answered.result, "close"):
+                        answered.result.close()
+                    failure: QueryResult[Any] = QueryResult.for_failure(
+                        FailureReason.NOT_ACTIVE,
+                        f"partition {partition} of store {options.store!r} is "
+                        f"{replica.state} here, {replica.lag} records behind: over "
+                        f"acceptable_lag {lag}",
+                    )
+                    failure.position = answered.position
+                    results[partition] = failure
+        return results, replicas
+
+    def _local_entries(
+        self, options: QueryOptions, partitions: list[int] | None
+    ) -> dict[str, dict[str, Any]]:
+        results, replicas = self._local_results(options, options.query, partitions)
+        try:
+            return LocalAnswers(self.codecs, self.choice.this_host, options.max_rows).entries(
+                options.query, results, replicas
+            )
+        except TooManyRows as exc:
+            raise _too_many(exc) from exc
+
+    # -- the cluster -----------------------------------------------------------------------
+
+    def _wanted(self, options: QueryOptions) -> list[int]:
+        if options.partitions is not None:
+            return options.partitions
+        if options.query_json.get("type") in _KEYED:
+            located = locate_key(options.spec, getattr(options.query, "key", None))
+            if located is not None:
+                return [located[0]]
+        return list(range(options.spec.partitions))
+
+    async def _cluster_entries(self, options: QueryOptions) -> dict[str, dict[str, Any]]:
+        placement = Placement(
+            self.choice, options.store, self._wanted(options), options.acceptable_lag
+        )
+        while rounds := placement.next_round():
+            asked = list(rounds.items())
+            answers = await asyncio.gather(*(self._ask(options, r, ps) for r, ps in asked))
+            for (replica, partitions), answer in zip(asked, answers, strict=True):
+                if isinstance(answer, ForwardFailure):
+                    if answer.status == 422:
+                        raise ApiError(422, answer.code, answer.message)
+                    if answer.unreachable:
+                        self.choice.invalidate()
+                    for partition in partitions:
+                        placement.retry(
+                            partition,
+                            failure_entry(_reason(answer), answer.message, replica.host, replica),
+                        )
+                    continue
+                for partition in partitions:
+                    entry = answer.get(str(partition)) or failure_entry(
+                        "NOT_PRESENT", f"{replica.host} did not answer partition {partition}",
+                        replica.host, replica,
+                    )  # fmt: skip
+                    placement.record(partition, entry)
+        return {str(p): entry for p, entry in placement.final.items()}
+
+    async def _ask(
+        self, options: QueryOptions, replica: Replica, partitions: list[int]
+    ) -> dict[str, dict[str, Any]] | ForwardFailure:
+        if replica.local:
+            local = replace(options, local_only=False)
+            return await run_in_threadpool(self._local_entries, local, partitions)
+        answer = await self.forwarder.post(
+            replica.host, "/v1/query", options.forwarded_body(partitions), options.authorization
+        )
+        if isinstance(answer, ForwardFailure):
+            return answer
+        entries: dict[str, dict[str, Any]] = answer.json()["partitions"]
+        return entries
+
+    # -- merged pages ----------------------------------------------------------------------
+
+    def _merged_page(self, options: QueryOptions) -> bytes:
+        spec = options.spec
+        pager = pager_for(self.codecs.by_type.get(type(options.query)))
+        descending = pager.descending(options.query)
+        query_fingerprint = fingerprint(spec.name, options.query_json)
+        cursor = (
+            None if options.cursor is None else decode_cursor(options.cursor, query_fingerprint)
+        )
+        if cursor is not None:
+            options = replace(
+                options,
+                bound=PositionBound.at(cursor.position.merge(options.bound.position)),
+            )
+        serialize = spec.key_serde.serialize
+        query, within = options.query, None
+        if cursor is not None:
+            query, within = pager.resumed(
+                options.query, spec.key_serde.deserialize(cursor.after), serialize
+            )
+        wanted = options.partitions or list(range(spec.partitions))
+        placement = Placement(
+            self.choice, spec.name, wanted, options.acceptable_lag, options.local_only
+        )
+        sources: list[Any] = []
+        position = Position.empty() if cursor is None else cursor.position
+        remotes: list[RemoteRows] = []
+        while rounds := placement.next_round():
+            local = [p for r, ps in rounds.items() if r.local for p in ps]
+            remote = [(r, ps) for r, ps in rounds.items() if not r.local]
+            if local:
+                results, replicas = self._local_results(options, query, local)
+                for partition, result in sorted(results.items()):
+                    if result.is_failure:
+                        placement.record(
+                            partition,
+                            failure_entry(
+                                result.failure_reason.name, result.failure_message,
+                                self.choice.this_host, replicas.get(partition),
+                            ),
+                        )  # fmt: skip
+                        continue
+                    placement.record(partition, {"ok": True})
+                    position = position.merge(result.position)
+                    sources.append(
+                        local_rows(
+                            partition, result.result, serialize, pager, within,
+                            None if cursor is None else cursor.after, descending,
+                        )
+                    )  # fmt: skip
+            firsts = self._first_chunks(options, remote, len(wanted))
+            for (replica, partitions), first in zip(remote, firsts, strict=True):
+                self._place_chunk(placement, replica, partitions, first)
+                if isinstance(first, Forwarded):
+                    remote_rows = RemoteRows(
+                        first.json(),
+                        self._chunk_fetch(options, replica, partitions, len(wanted)),
+                        lambda key: _key_bytes(spec, key),
+                    )
+                    remotes.append(remote_rows)
+                    sources.append(iter(remote_rows))
+        failed = {
+            p: (e["failure"], e["message"]) for p, e in placement.final.items() if not e["ok"]
+        }
+        if failed:
+            for source in sources:
+                source.close()
+            raise _unavailable(PartitionsFailed(failed))
+        try:
+            rows, last, more = merge_page(sources, options.limit, descending)
+        except PartitionsFailed as exc:
+            raise _unavailable(exc) from exc
+        finally:
+            for source in sources:
+                source.close()
+        for remote_rows in remotes:
+            position = position.merge(remote_rows.position)
+        following = (
+            encode_cursor(Cursor(last, position), query_fingerprint)
+            if more and last is not None
+            else None
+        )
+        return json_bytes(
+            {
+                "store": spec.name,
+                "rows": rows,
+                "next": following,
+                "position": position_to_json(position),
+            }
+        )
+
+    def _merged_body(
+        self, options: QueryOptions, partitions: list[int], limit: int, cursor: str | None
+    ) -> dict[str, Any]:
+        return {
+            **options.forwarded_body(partitions),
+            "merge": True,
+            "limit": limit,
+            "cursor": cursor,
+        }
+
+    def _first_chunks(
+        self, options: QueryOptions, remote: list[tuple[Replica, list[int]]], of: int
+    ) -> list[Forwarded | ForwardFailure]:
+        if not remote:
+            return []
+        calls = [
+            (
+                replica.host,
+                self._merged_body(
+                    options, ps, chunk_size(options.limit, len(ps), of), options.cursor
+                ),
+            )
+            for replica, ps in remote
+        ]
+        return self.forwarder.post_all_from_thread(calls, options.authorization)
+
+    def _place_chunk(
+        self,
+        placement: Placement,
+        replica: Replica,
+        partitions: list[int],
+        first: Forwarded | ForwardFailure,
+    ) -> None:
+        """Record a remote instance's first chunk: its partitions answered, or each one's
+        failure (a partition the instance did not name failing is asked there again)."""
+        if isinstance(first, Forwarded):
+            for partition in partitions:
+                placement.record(partition, {"ok": True})
+            return
+        if first.status == 422 or (first.status == 400 and not first.unreachable):
+            raise ApiError(first.status, first.code, first.message)
+        if first.unreachable:
+            self.choice.invalidate()
+        named = first.partitions or {}
+        for partition in partitions:
+            detail = named.get(str(partition))
+            if detail is not None:
+                placement.record(
+                    partition,
+                    failure_entry(detail["failure"], detail["message"], replica.host, replica),
+                )
+            elif named:
+                placement.again(partition)
+            else:
+                placement.retry(
+                    partition, failure_entry(_reason(first), first.message, replica.host, replica)
+                )
+
+    def _chunk_fetch(
+        self, options: QueryOptions, replica: Replica, partitions: list[int], of: int
+    ) -> Any:
+        limit = chunk_size(options.limit, len(partitions), of)
+
+        def fetch(cursor: str | None) -> dict[str, Any]:
+            body = self._merged_body(options, partitions, limit, cursor)
+            answer = self.forwarder.post_from_thread(
+                replica.host, "/v1/query", body, options.authorization
+            )
+            if isinstance(answer, ForwardFailure):
+                named = answer.partitions or {}
+                raise PartitionsFailed(
+                    {
+                        p: (
+                            named[str(p)]["failure"] if str(p) in named else _reason(answer),
+                            named[str(p)]["message"] if str(p) in named else answer.message,
+                        )
+                        for p in partitions
+                    }
+                )
+            chunk: dict[str, Any] = answer.json()
+            return chunk
+
+        return fetch
+
+
+def _key_bytes(spec: StoreSpec, key_json: Any) -> bytes:
+    """A row's key as the store orders it: its JSON form read for the key serde."""
+    return spec.key_serde.serialize(key_from_json(spec, key_json))
+
+
+def _too_many(exc: TooManyRows) -> ApiError:
+    return ApiError(422, "too_many_rows", str(exc))
+
+
+def _unavailable(exc: PartitionsFailed) -> ApiError:
+    partitions = {
+        str(p): {"failure": reason, "message": message}
+        for p, (reason, message) in exc.failures.items()
+    }
+    return ApiError(503, "partitions_unavailable", str(exc), details={"partitions": partitions})

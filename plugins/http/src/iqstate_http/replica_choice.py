@@ -1,0 +1,134 @@
+"""Which replica answers a store partition, for requests that may reach any instance (SPEC 8.1).
+
+The cluster's replicas come from `Application.cluster_status()` (this instance's own lags
+from its partitions, the others' as their heartbeats reported them), read again at most
+every `max_age` seconds, and at once after `invalidate()` (a forward that failed).
+
+Who may answer, in the order they are asked:
+1. the partition's running active;
+2. with `acceptable_lag`, the standbys whose lag is within it, least lag first;
+3. with `acceptable_lag`, a restoring active whose lag is within it.
+Without `acceptable_lag` only the running active answers. A replica of this instance that
+may answer goes before the remote ones of its rank, and a local standby within the lag
+before a remote active: an answer that needs no hop.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from iqstate import Application, FailureReason
+
+RUNNING, RESTORING, STANDBY = "RUNNING", "RESTORING", "STANDBY"
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replica of a store partition: where it is, its state, its lag (None: unknown)."""
+
+    host: str
+    local: bool
+    state: str
+    lag: int | None
+
+    def within(self, acceptable_lag: int | None) -> bool:
+        """Whether this replica may answer a request that accepts `acceptable_lag`."""
+        if self.state == RUNNING:
+            return True
+        return acceptable_lag is not None and self.lag is not None and self.lag <= acceptable_lag
+
+    def rank(self) -> tuple[int, int]:
+        """The order replicas that may answer are asked in (see the module doc)."""
+        if self.local and self.state in (RUNNING, STANDBY):
+            return (0, 0)
+        tier = {RUNNING: 1, STANDBY: 2}.get(self.state, 3)
+        return (tier, self.lag or 0)
+
+
+class ReplicaChoice:
+    """The replicas of every store partition in the cluster, cached for `max_age` seconds."""
+
+    def __init__(self, app: Application, max_age: float = 0.5) -> None:
+        self._app = app
+        self._max_age = max_age
+        self._replicas: dict[tuple[str, int], list[Replica]] = {}
+        self._read_at = -float("inf")
+
+    @property
+    def this_host(self) -> str:
+        return str(self._app.host_info)
+
+    def invalidate(self) -> None:
+        """Read the cluster again before the next choice (a replica did not answer)."""
+        self._read_at = -float("inf")
+
+    def _table(self) -> dict[tuple[str, int], list[Replica]]:
+        now = time.monotonic()
+        if now - self._read_at > self._max_age:
+            this = self.this_host
+            table: dict[tuple[str, int], list[Replica]] = {}
+            for status in self._app.cluster_status():
+                if not status.live:
+                    continue
+                host = str(status.host_info)
+                for store, partitions in status.replicas.items():
+                    for partition, replica in partitions.items():
+                        table.setdefault((store, partition), []).append(
+                            Replica(host, host == this, replica.state, replica.lag)
+                        )
+            self._replicas, self._read_at = table, now
+        return self._replicas
+
+    def replicas(self, store: str, partition: int) -> list[Replica]:
+        """Every live replica of the partition, in no particular order."""
+        return self._table().get((store, partition), [])
+
+    def local(self, store: str, partition: int) -> Replica | None:
+        """This instance's replica of the partition, if it hosts one."""
+        for replica in self.replicas(store, partition):
+            if replica.local:
+                return replica
+        return None
+
+    def candidates(self, store: str, partition: int, acceptable_lag: int | None) -> list[Replica]:
+        """The replicas that may answer, in the order to ask them (see the module doc)."""
+        eligible = [r for r in self.replicas(store, partition) if r.within(acceptable_lag)]
+        return sorted(eligible, key=Replica.rank)
+
+    def local_candidates(
+        self, store: str, partition: int, acceptable_lag: int | None
+    ) -> list[Replica]:
+        """This instance's replica, when it may answer a request of `scope: local` (any
+        hosted replica, as Kafka's `KafkaStreams#query`; within `acceptable_lag` if given)."""
+        replica = self.local(store, partition)
+        if replica is None or (acceptable_lag is not None and not replica.within(acceptable_lag)):
+            return []
+        return [replica]
+
+    def why_none(
+        self, store: str, partition: int, acceptable_lag: int | None, local_only: bool = False
+    ) -> tuple[FailureReason, str]:
+        """Why no replica of the partition may answer: the failure to report."""
+        replicas = self.replicas(store, partition)
+        where = f"partition {partition} of store {store!r}"
+        if local_only:
+            replicas = [r for r in replicas if r.local]
+            if not replicas:
+                return FailureReason.NOT_PRESENT, f"{where} is not hosted on {self.this_host}"
+        if not replicas:
+            return FailureReason.NOT_PRESENT, f"no live instance hosts {where}"
+        held = ", ".join(
+            f"{r.state} on {r.host} (lag {'unknown' if r.lag is None else r.lag})"
+            for r in sorted(replicas, key=lambda r: r.host)
+        )
+        if acceptable_lag is None:
+            return (
+                FailureReason.NOT_ACTIVE,
+                f"{where} has no running active replica ({held}); pass acceptable_lag to "
+                "read a standby",
+            )
+        return (
+            FailureReason.NOT_ACTIVE,
+            f"no replica of {where} is running or within acceptable_lag {acceptable_lag} ({held})",
+        )

@@ -1,0 +1,238 @@
+"""Any instance answers any request (SPEC 8.1, 8.2): two instances of one cluster, each the
+running active of half the partitions and a standby of the other half (two_instances.py).
+The real-broker tests of the same behaviour are in tests/kafka/test_cluster_forwarding.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from iqstate_http.admission import RangeLimits
+from two_instances import PARTITIONS, POSITION, ROWS, two_instances
+
+from iqstate.runtime import partition_for_bytes
+from iqstate.serdes import Serde
+
+
+def partition_of(key: str) -> int:
+    return partition_for_bytes(key.encode(), PARTITIONS)
+
+
+def post(url: str, body: dict[str, Any], **kwargs: Any) -> httpx.Response:
+    return httpx.post(url + "/v1/query", json={"store": "counts", **body}, timeout=30, **kwargs)
+
+
+def test_every_instance_answers_every_key_with_its_true_value(tmp_path: Path) -> None:
+    with two_instances(tmp_path) as (a, b):
+        for url in (a.url, b.url):
+            for key in list(ROWS)[:60]:
+                answer = httpx.get(f"{url}/v1/stores/counts/keys/{key}", timeout=10).json()
+                owner = a if partition_of(key) % 2 == 0 else b
+                assert answer["value"] == ROWS[key], (url, key, answer)
+                assert answer["partition"] == partition_of(key)
+                assert answer["host"] == str(owner.host) and answer["role"] == "RUNNING"
+                assert answer["position"] == {"src": {"0": 100}}
+            absent = httpx.get(f"{url}/v1/stores/counts/keys/no-such-key", timeout=10)
+            assert absent.status_code == 200 and absent.json()["value"] is None
+
+
+def test_a_forwarded_lookup_whose_owner_is_gone_is_a_503_never_a_false_absent(
+    tmp_path: Path,
+) -> None:
+    with two_instances(tmp_path, standby_lag=5) as (a, b):
+        b.server.stop()
+        theirs = next(k for k in ROWS if partition_of(k) % 2 == 1)
+        refused = httpx.get(f"{a.url}/v1/stores/counts/keys/{theirs}", timeout=10)
+        assert refused.status_code == 503, refused.text
+        error = refused.json()["error"]
+        assert error["code"] in ("not_present", "not_active")
+        assert str(b.host) in error["message"] or "acceptable_lag" in error["message"]
+        # A's own standby of that partition answers once the caller accepts its lag.
+        stale_ok = httpx.get(
+            f"{a.url}/v1/stores/counts/keys/{theirs}?acceptable_lag=5", timeout=10
+        ).json()
+        assert stale_ok["value"] == ROWS[theirs]
+        assert stale_ok["role"] == "STANDBY" and stale_ok["lag"] == 5
+        too_stale = httpx.get(f"{a.url}/v1/stores/counts/keys/{theirs}?acceptable_lag=4")
+        assert too_stale.status_code == 503
+        bad = httpx.get(f"{a.url}/v1/stores/counts/keys/{theirs}?acceptable_lag=-1")
+        assert bad.status_code == 400 and "acceptable_lag" in bad.json()["error"]["message"]
+
+
+def test_a_query_covers_every_partition_from_any_instance_and_local_scope_stays_local(
+    tmp_path: Path,
+) -> None:
+    with two_instances(tmp_path) as (a, b):
+        for url in (a.url, b.url):
+            answer = post(url, {"query": {"type": "range"}}).json()
+            assert sorted(answer["partitions"], key=int) == [str(p) for p in range(PARTITIONS)]
+            rows = {k: v for e in answer["partitions"].values() for k, v in e["value"]}
+            assert rows == ROWS
+            for partition, entry in answer["partitions"].items():
+                owner = a if int(partition) % 2 == 0 else b
+                assert entry["host"] == str(owner.host) and entry["role"] == "RUNNING", entry
+                assert entry["lag"] == 0
+            assert answer["position"] == {"src": {"0": 100}}
+        local = post(a.url, {"query": {"type": "range"}, "scope": "local"}).json()
+        # Kafka's semantics: every replica hosted here answers, standbys included.
+        assert sorted(local["partitions"], key=int) == [str(p) for p in range(PARTITIONS)]
+        roles = {int(p): e["role"] for p, e in local["partitions"].items()}
+        assert roles == {p: "RUNNING" if p % 2 == 0 else "STANDBY" for p in range(PARTITIONS)}
+        assert all(e["host"] == str(a.host) for e in local["partitions"].values())
+        key = next(k for k in ROWS if partition_of(k) % 2 == 1)
+        keyed = post(a.url, {"query": {"type": "key", "key": key}}).json()
+        assert list(keyed["partitions"]) == [str(partition_of(key))]
+        assert keyed["partitions"][str(partition_of(key))]["value"] == ROWS[key]
+        assert keyed["partitions"][str(partition_of(key))]["host"] == str(b.host)
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending"])
+def test_merged_pages_return_every_key_once_in_order_across_instances(
+    tmp_path: Path, order: str
+) -> None:
+    with two_instances(tmp_path) as (a, b):
+        query = {"type": "range", "lower": "key-0100", "upper": "key-0499", "order": order}
+        seen: list[str] = []
+        cursor = None
+        urls = [a.url, b.url]
+        pages = 0
+        while True:
+            body: dict[str, Any] = {"query": query, "merge": True, "limit": 37}
+            if cursor is not None:
+                body["cursor"] = cursor
+            page = post(urls[pages % 2], body).json()  # each page from the other instance
+            assert len(page["rows"]) <= 37
+            assert page["position"] == {"src": {"0": 100}}
+            seen.extend(k for k, _ in page["rows"])
+            pages += 1
+            cursor = page["next"]
+            if cursor is None:
+                break
+        expected = sorted(k for k in ROWS if "key-0100" <= k <= "key-0499")
+        assert seen == (expected if order == "ascending" else expected[::-1])
+        assert pages == -(-len(expected) // 37)
+
+
+def test_merged_pages_of_a_prefix_scan(tmp_path: Path) -> None:
+    with two_instances(tmp_path) as (a, b):
+        query = {"type": "prefix_scan", "prefix": "key-02"}
+        first = post(a.url, {"query": query, "merge": True, "limit": 40}).json()
+        second = post(b.url, {"query": query, "merge": True, "cursor": first["next"]}).json()
+        keys = [k for k, _ in first["rows"] + second["rows"]]
+        assert keys == sorted(k for k in ROWS if k.startswith("key-02"))
+        assert second["next"] is None
+
+
+def test_cursors_are_checked(tmp_path: Path) -> None:
+    with two_instances(tmp_path) as (a, _):
+        page = post(a.url, {"query": {"type": "range"}, "merge": True, "limit": 5}).json()
+        other_query = post(
+            a.url,
+            {"query": {"type": "range", "lower": "key-0300"}, "merge": True,
+             "cursor": page["next"]},
+        )  # fmt: skip
+        assert other_query.status_code == 400
+        assert "another query" in other_query.json()["error"]["message"]
+        garbage = post(a.url, {"query": {"type": "range"}, "merge": True, "cursor": "!!"})
+        assert garbage.status_code == 400 and "cursor" in garbage.json()["error"]["message"]
+        unmerged_cursor = post(a.url, {"query": {"type": "range"}, "cursor": page["next"]})
+        assert unmerged_cursor.status_code == 400
+        not_a_range = post(a.url, {"query": {"type": "key", "key": "x"}, "merge": True})
+        assert not_a_range.status_code == 400 and "range" in not_a_range.json()["error"]["message"]
+        for limit in (0, 100_001, "10", True):
+            bad = post(a.url, {"query": {"type": "range"}, "merge": True, "limit": limit})
+            assert bad.status_code == 400, limit
+
+
+def test_an_unmerged_answer_over_max_rows_is_a_422_that_says_to_page(tmp_path: Path) -> None:
+    with two_instances(tmp_path, max_rows=250) as (a, b):
+        for url in (a.url, b.url):
+            refused = post(url, {"query": {"type": "range"}})
+            assert refused.status_code == 422, refused.text
+            error = refused.json()["error"]
+            assert error["code"] == "too_many_rows" and '"merge": true' in error["message"]
+        small = post(a.url, {"query": {"type": "range", "upper": "key-0099"}})
+        assert small.status_code == 200
+        lowered = post(a.url, {"query": {"type": "range", "upper": "key-0099"}, "max_rows": 10})
+        assert lowered.status_code == 422
+
+
+class _Fragile(Serde[Any]):
+    """int64 values, except that the value 13 cannot be read back (a damaged record)."""
+
+    name = "fragile"
+
+    def serialize(self, value: Any) -> bytes:
+        return json.dumps(value).encode()
+
+    def deserialize(self, data: bytes) -> Any:
+        if data == b"13":
+            raise ValueError("unreadable record")
+        return json.loads(data)
+
+
+def test_one_bad_record_fails_its_partition_only(tmp_path: Path) -> None:
+    rows = {f"key-{i:04d}": i for i in range(60)}
+    damaged = partition_of("key-0013")
+    with two_instances(tmp_path, rows=rows, value_serde=_Fragile()) as (a, b):
+        for url in (a.url, b.url):
+            answer = post(url, {"query": {"type": "range"}})
+            assert answer.status_code == 200, answer.text
+            entries = answer.json()["partitions"]
+            assert entries[str(damaged)]["ok"] is False
+            assert entries[str(damaged)]["failure"] == "STORE_EXCEPTION"
+            assert "unreadable record" in entries[str(damaged)]["message"]
+            healthy = {k: v for p, e in entries.items() if e["ok"] for k, v in e["value"]}
+            assert healthy == {k: v for k, v in rows.items() if partition_of(k) != damaged}
+            page = post(url, {"query": {"type": "range"}, "merge": True})
+            assert page.status_code == 503
+            assert str(damaged) in page.json()["error"]["partitions"]
+
+
+def test_range_requests_beyond_the_limits_wait_or_get_503_with_retry_after(
+    tmp_path: Path,
+) -> None:
+    limits = RangeLimits(max_active=1, max_waiting=1, wait_timeout=0.5)
+    rows = {f"key-{i:05d}": i for i in range(30_000)}
+    with two_instances(tmp_path, rows=rows, range_limits=limits) as (a, _):
+        statuses: list[int] = []
+        retry_after: list[str | None] = []
+
+        def full_range() -> None:
+            answer = post(a.url, {"query": {"type": "range"}})
+            statuses.append(answer.status_code)
+            retry_after.append(answer.headers.get("retry-after"))
+
+        threads = [threading.Thread(target=full_range) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert 200 in statuses and 503 in statuses, statuses
+        assert all(r == "1" for s, r in zip(statuses, retry_after, strict=True) if s == 503)
+        # Key lookups are never held back by ranges.
+        assert httpx.get(f"{a.url}/v1/stores/counts/keys/key-00001").json()["value"] == 1
+
+
+def test_forwarded_requests_carry_the_token(tmp_path: Path) -> None:
+    with two_instances(tmp_path, token="s3cret") as (a, b):
+        theirs = next(k for k in ROWS if partition_of(k) % 2 == 1)
+        headers = {"Authorization": "Bearer s3cret"}
+        found = httpx.get(f"{a.url}/v1/stores/counts/keys/{theirs}", headers=headers).json()
+        assert found["value"] == ROWS[theirs] and found["host"] == str(b.host)
+        assert httpx.get(f"{a.url}/v1/stores/counts/keys/{theirs}").status_code == 401
+        answer = post(a.url, {"query": {"type": "range"}}, headers=headers).json()
+        assert {k for e in answer["partitions"].values() for k, _ in e["value"]} == set(ROWS)
+
+
+def test_position_of_answers(tmp_path: Path) -> None:
+    with two_instances(tmp_path) as (a, _):
+        answer = post(a.url, {"query": {"type": "range"}, "bound": POSITION}).json()
+        assert all(e["ok"] for e in answer["partitions"].values())
+        beyond = post(a.url, {"query": {"type": "range"}, "bound": {"src": {"0": 101}}}).json()
+        assert all(e["failure"] == "NOT_UP_TO_BOUND" for e in beyond["partitions"].values())
