@@ -30,6 +30,7 @@ class Instance:
     app: Application
     server: BackgroundServer
     host: HostInfo
+    assignment: StaticAssignment
 
     @property
     def url(self) -> str:
@@ -73,7 +74,7 @@ def two_instances(
                 batch.put_all("counts", list((rows if rows is not None else ROWS).items()))
             assignment.rebalance(cluster)
             server = start_background(app, port=host.port, **service)
-            started.append(Instance(app, server, host))
+            started.append(Instance(app, server, host, assignment))
         yield started[0], started[1]
     finally:
         for instance in started:

@@ -1,0 +1,507 @@
+"""What `RemoteQueryClient` and `AsyncRemoteQueryClient` do, without doing any I/O (SPEC 8.3).
+
+Each operation is a plan: a generator that yields the HTTP calls to make next (several
+at once when they can run in parallel) and is sent their replies, until it returns its
+answer. The synchronous client runs plans with a thread pool, the asyncio client with
+`asyncio.gather`; the logic is written once, here.
+
+The client keeps a view of the cluster: every instance with the partitions it hosts
+(`/v1/metadata`), and every store's partitions, serdes and partitioner (`/v1/stores`),
+read again when it is older than `metadata_max_age` or when an answer shows the layout
+moved (`NOT_PRESENT`, `NOT_ACTIVE`, another instance answered, a connection failure). With
+the view it computes a key's partition itself (for the default partitioner) and sends a
+keyed query straight to the instance hosting the partition: one request in the steady
+state. Any instance answers for the whole cluster (it forwards what it does not host), so
+a stale view costs a hop, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import time
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from iqstate import (
+    FailureReason,
+    KeyQuery,
+    KeyValueIterator,
+    Position,
+    PositionBound,
+    Query,
+    QueryResult,
+    RangeQuery,
+    ResultOrder,
+    StateQueryRequest,
+    StateQueryResult,
+    Windowed,
+    WindowKeyQuery,
+    WindowRangeQuery,
+)
+from iqstate.errors import IqstateError
+from iqstate.plugins import default_registry
+from iqstate.runtime.partitioner import partition_for_bytes
+from iqstate.serdes import Serde
+from iqstate_http.codecs import position_from_json, position_to_json
+
+
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request to make: method, absolute URL, JSON body."""
+
+    method: str
+    url: str
+    json: Any = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """Its answer: the status and JSON body, or `error` (the exception's type name) when
+    no answer came."""
+
+    status: int = 0
+    body: Any = None
+    error: str | None = None
+
+    @property
+    def answered(self) -> bool:
+        return self.error is None
+
+
+Plan = Generator[list[Call], list[Reply], Any]
+"""An operation: yields calls, is sent their replies, returns its answer."""
+
+
+def run_plan(plan: Plan, send: Callable[[list[Call]], list[Reply]]) -> Any:
+    """Run `plan` to its answer, making its calls with `send`."""
+    try:
+        calls = next(plan)
+        while True:
+            calls = plan.send(send(calls))
+    except StopIteration as done:
+        return done.value
+
+
+def _key_json(key: Any) -> Any:
+    return base64.b64encode(key).decode("ascii") if isinstance(key, bytes) else key
+
+
+def query_json(query: Query[Any]) -> dict[str, Any]:
+    """The JSON form of a built-in query."""
+    if isinstance(query, KeyQuery):
+        return {"type": "key", "key": _key_json(query.key), "skip_cache": query.is_skip_cache}
+    if isinstance(query, RangeQuery):
+        return {
+            "type": "range",
+            "lower": None if query.lower_bound is None else _key_json(query.lower_bound),
+            "upper": None if query.upper_bound is None else _key_json(query.upper_bound),
+            "order": query.result_order.value,
+        }
+    if isinstance(query, WindowKeyQuery):
+        return {"type": "window_key", "key": _key_json(query.key), "time_from": query.time_from,
+                "time_to": query.time_to}  # fmt: skip
+    if isinstance(query, WindowRangeQuery):
+        return {"type": "window_range", "time_from": query.time_from, "time_to": query.time_to}
+    raise TypeError(f"RemoteQueryClient has no JSON form for {type(query).__name__}")
+
+
+def _value(query: Query[Any], value: Any) -> Any:
+    if isinstance(query, RangeQuery | WindowKeyQuery):
+        return KeyValueIterator([tuple(pair) for pair in value])
+    if isinstance(query, WindowRangeQuery):
+        return KeyValueIterator(
+            [(Windowed(w["key"], w["start"], w["end"]), w["value"]) for w in value]
+        )
+    return value
+
+
+_REASONS = {
+    "not_active": FailureReason.NOT_ACTIVE,
+    "not_present": FailureReason.NOT_PRESENT,
+    "not_up_to_bound": FailureReason.NOT_UP_TO_BOUND,
+    "store_exception": FailureReason.STORE_EXCEPTION,
+}
+_LAYOUT_MOVED = frozenset({FailureReason.NOT_PRESENT, FailureReason.NOT_ACTIVE})
+
+
+def _url(instance: dict[str, Any]) -> str:
+    return f"http://{instance['host']}:{instance['port']}"
+
+
+def _error_message(reply: Reply) -> str:
+    try:
+        return str(reply.body["error"]["message"])
+    except (TypeError, KeyError):
+        return f"HTTP {reply.status}"
+
+
+def _unreachable(url: str, reply: Reply) -> QueryResult[Any]:
+    return QueryResult.for_failure(
+        FailureReason.NOT_PRESENT, f"instance {url} could not be reached: {reply.error}"
+    )
+
+
+@dataclass
+class StoreInfo:
+    """What the client knows of a store: partitions, and the key serde when it can
+    compute a key's partition itself (default partitioner, a serde it has)."""
+
+    name: str
+    partitions: int
+    key_serde_name: str
+    key_serde: Serde[Any] | None
+
+    def partition_of(self, key: Any) -> int | None:
+        if self.key_serde is None:
+            return None
+        try:
+            return partition_for_bytes(self.key_serde.serialize(key), self.partitions)
+        except Exception:  # a key the serde refuses: the service says why
+            return None
+
+    def key_path(self, key: Any) -> str | None:
+        """The key as the key route's path segment; None when it has no path form."""
+        name = self.key_serde_name
+        if name == "string" and isinstance(key, str) and key:
+            text = key
+        elif name == "int64" and isinstance(key, int) and not isinstance(key, bool):
+            text = str(key)
+        elif name == "float64" and isinstance(key, float) and math.isfinite(key):
+            text = json.dumps(key)
+        elif name == "bytes" and isinstance(key, bytes):
+            text = base64.b64encode(key).decode("ascii")
+        elif name == "json":
+            try:
+                text = json.dumps(key, separators=(",", ":"), allow_nan=False)
+            except (TypeError, ValueError):
+                return None
+        else:
+            return None
+        return quote(text, safe="")
+
+
+@dataclass
+class ClusterView:
+    """The cluster as last read: instances (`/v1/metadata`) and stores (`/v1/stores`)."""
+
+    instances: list[dict[str, Any]]
+    stores: dict[str, StoreInfo]
+    read_at: float
+    active: dict[tuple[str, int], str] = field(default_factory=dict)
+    """The URL of each store partition's active instance."""
+
+    def __post_init__(self) -> None:
+        for instance in self.instances:
+            for store, partitions in instance["active"].items():
+                for partition in partitions:
+                    self.active[(store, partition)] = _url(instance)
+
+    def urls(self) -> list[str]:
+        return [_url(instance) for instance in self.instances]
+
+
+class ClientLogic:
+    """The routing client's state and plans (see the module doc)."""
+
+    def __init__(self, url: str, metadata_max_age: float) -> None:
+        if not metadata_max_age > 0:
+            raise ValueError("metadata_max_age must be a positive number of seconds")
+        self.seeds = [url.rstrip("/")]
+        self.metadata_max_age = metadata_max_age
+        self.view: ClusterView | None = None
+        self._serdes: dict[str, Serde[Any] | None] = {}
+        self._turn = 0
+
+    # -- the view ----------------------------------------------------------------------------
+
+    def _serde(self, name: str) -> Serde[Any] | None:
+        if name not in self._serdes:
+            try:
+                self._serdes[name] = default_registry().serde(name)
+            except IqstateError:
+                self._serdes[name] = None  # a serde only the service has
+        return self._serdes[name]
+
+    def refresh(self) -> Plan:
+        """Read the view from the first seed that answers; `ConnectionError` when none does."""
+        errors = []
+        for seed in list(self.seeds):
+            metadata, stores = yield [
+                Call("GET", f"{seed}/v1/metadata"),
+                Call("GET", f"{seed}/v1/stores"),
+            ]
+            if metadata.status == 200 and stores.status == 200:
+                self._install(metadata.body, stores.body)
+                return self.view
+            failed = metadata if metadata.status != 200 else stores
+            errors.append(f"{seed}: {failed.error or f'HTTP {failed.status}'}")
+        raise ConnectionError(f"no iqstate instance answered discovery ({'; '.join(errors)})")
+
+    def _install(self, instances: list[dict[str, Any]], stores: dict[str, Any]) -> None:
+        infos = {}
+        for name, described in stores.items():
+            default = described.get("partitioner", "default") == "default"
+            serde_name = str(described["key_serde"])
+            infos[name] = StoreInfo(
+                name,
+                int(described["partitions"]),
+                serde_name,
+                self._serde(serde_name) if default else None,
+            )
+        self.view = ClusterView(instances, infos, time.monotonic())
+        for url in self.view.urls():  # every known instance can answer discovery next time
+            if url not in self.seeds:
+                self.seeds.append(url)
+
+    def current_view(self) -> Plan:
+        """The view, read again first when it is older than `metadata_max_age`."""
+        view = self.view
+        if view is None or time.monotonic() - view.read_at > self.metadata_max_age:
+            view = yield from self.refresh()
+        return view
+
+    def moved(self) -> None:
+        """An answer showed the layout moved: read the view again before the next query."""
+        if self.view is not None:
+            self.view.read_at = -math.inf
+
+    def any_instance(self, avoid: str | None = None) -> str:
+        """A live instance to send a request any instance answers (in turn)."""
+        assert self.view is not None
+        urls = (
+            [url for url in self.view.urls() if url != avoid]
+            or [seed for seed in self.seeds if seed != avoid]
+            or self.seeds
+        )
+        self._turn += 1
+        return urls[self._turn % len(urls)]
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def query(self, request: StateQueryRequest[Any], acceptable_lag: int | None) -> Plan:
+        """Answer an IQv2 request (SPEC 8.3): a plain key lookup by the key route, the rest
+        by `POST /v1/query` to the instances hosting the partitions, in parallel."""
+        query_body = query_json(request.query)  # raises TypeError before any I/O
+        view = yield from self.current_view()
+        store = view.stores.get(request.store_name)
+        partition = None
+        if (
+            store is not None
+            and request.is_all_partitions
+            and isinstance(request.query, KeyQuery | WindowKeyQuery)
+        ):
+            partition = store.partition_of(request.query.key)
+        if (
+            store is not None
+            and partition is not None
+            and isinstance(request.query, KeyQuery)
+            and not request.query.is_skip_cache
+            and request.position_bound.is_unbounded()
+            and not request.is_require_active
+            and not request.is_execution_info_enabled
+            and (path := store.key_path(request.query.key)) is not None
+        ):
+            return (yield from self._key_lookup(store, partition, path, acceptable_lag))
+        return (yield from self._post(request, query_body, store, partition, acceptable_lag))
+
+    def _key_lookup(
+        self, store: StoreInfo, partition: int, path: str, acceptable_lag: int | None
+    ) -> Plan:
+        assert self.view is not None
+        target = self.view.active.get((store.name, partition)) or self.any_instance()
+        suffix = f"/v1/stores/{quote(store.name, safe='')}/keys/{path}"
+        if acceptable_lag is not None:
+            suffix += f"?acceptable_lag={acceptable_lag}"
+        (reply,) = yield [Call("GET", target + suffix)]
+        if not reply.answered:
+            self.moved()
+            yield from self.current_view()
+            target, failed = self.any_instance(avoid=target), target
+            (reply,) = yield [Call("GET", target + suffix)]
+            if not reply.answered:
+                return StateQueryResult({partition: _unreachable(failed, reply)})
+        if reply.status == 200:
+            body = reply.body
+            result: QueryResult[Any] = QueryResult.for_result(body["value"])
+            result.position = position_from_json(body["position"])
+            if f"http://{body.get('host')}" != target:
+                self.moved()
+            return StateQueryResult({int(body["partition"]): result})
+        if reply.status == 503:
+            code = str((reply.body or {}).get("error", {}).get("code", ""))
+            reason = _REASONS.get(code, FailureReason.NOT_PRESENT)
+            self.moved()
+            return StateQueryResult(
+                {partition: QueryResult.for_failure(reason, _error_message(reply))}
+            )
+        raise ValueError(f"{target} refused the request: {_error_message(reply)}")
+
+    def _post(
+        self,
+        request: StateQueryRequest[Any],
+        query_body: dict[str, Any],
+        store: StoreInfo | None,
+        key_partition: int | None,
+        acceptable_lag: int | None,
+    ) -> Plan:
+        view = self.view
+        assert view is not None
+        bound = request.position_bound
+        common = {
+            "store": request.store_name,
+            "query": query_body,
+            "bound": None if bound.is_unbounded() else position_to_json(bound.position),
+            "require_active": request.is_require_active,
+            "execution_info": request.is_execution_info_enabled,
+            "acceptable_lag": acceptable_lag,
+        }
+        name = request.store_name
+        groups: dict[str, list[int] | None]
+        if not request.is_all_partitions:
+            groups = self._by_active(name, sorted(request.partitions))
+        elif key_partition is not None:  # keyed: the service picks the key's partition
+            groups = {view.active.get((name, key_partition)) or self.any_instance(): None}
+        elif store is not None:
+            groups = self._by_active(name, range(store.partitions))
+        else:  # a store the view does not know yet: any instance answers for all of it
+            groups = {self.any_instance(): None}
+        results: dict[int, QueryResult[Any]] = {}
+        pending = list(groups.items())
+        for attempt in range(2):
+            calls = [
+                Call("POST", f"{url}/v1/query",
+                     {**common, **({} if ps is None else {"partitions": ps})})
+                for url, ps in pending
+            ]  # fmt: skip
+            replies = yield calls
+            retry = []
+            for (url, partitions), reply in zip(pending, replies, strict=True):
+                if not reply.answered:
+                    self.moved()
+                    if attempt == 0:
+                        retry.append((url, partitions))
+                        continue
+                    named = partitions or ([] if key_partition is None else [key_partition])
+                    if not named:
+                        raise ConnectionError(f"no iqstate instance answered: {reply.error}")
+                    for partition in named:
+                        results[partition] = _unreachable(url, reply)
+                    continue
+                results.update(self._answers(url, request, partitions, reply))
+            if not retry:
+                break
+            yield from self.current_view()
+            pending = [(self.any_instance(avoid=url), ps) for url, ps in retry]
+        return StateQueryResult(dict(sorted(results.items())))
+
+    def _by_active(self, store: str, partitions: Iterable[int]) -> dict[str, list[int] | None]:
+        """`partitions` grouped by the instance hosting each as active (any instance for
+        a partition without a known active: it forwards)."""
+        assert self.view is not None
+        by_host: dict[str, list[int] | None] = {}
+        for partition in partitions:
+            url = self.view.active.get((store, partition)) or self.any_instance()
+            listed = by_host.setdefault(url, [])
+            assert listed is not None
+            listed.append(partition)
+        return by_host
+
+    def _answers(
+        self,
+        url: str,
+        request: StateQueryRequest[Any],
+        partitions: list[int] | None,
+        reply: Reply,
+    ) -> dict[int, QueryResult[Any]]:
+        """An instance's answer as per-partition results; a refused request raises."""
+        if reply.status != 200:
+            message = _error_message(reply)
+            if reply.status >= 500:
+                self.moved()
+                return {
+                    p: QueryResult.for_failure(FailureReason.NOT_PRESENT, message)
+                    for p in partitions or ()
+                }
+            raise ValueError(f"{url} refused the request: {message}")
+        results: dict[int, QueryResult[Any]] = {}
+        for key, entry in reply.body["partitions"].items():
+            if entry["ok"]:
+                result: QueryResult[Any] = QueryResult.for_result(
+                    _value(request.query, entry.get("value"))
+                )
+            else:
+                result = QueryResult.for_failure(FailureReason[entry["failure"]], entry["message"])
+                if result.failure_reason in _LAYOUT_MOVED:
+                    self.moved()
+            if entry.get("host") is not None and f"http://{entry['host']}" != url:
+                self.moved()
+            if entry.get("position") is not None:
+                result.position = position_from_json(entry["position"])
+            for info in entry.get("execution_info", ()):
+                result.add_execution_info(f"{url}: {info}")
+            results[int(key)] = result
+        return results
+
+    # -- merged pages ------------------------------------------------------------------------
+
+    def page(
+        self,
+        store: str,
+        query: RangeQuery[Any, Any],
+        page_size: int,
+        acceptable_lag: int | None,
+        cursor: str | None,
+        position: Position,
+    ) -> Plan:
+        """One merged page: `(rows, next cursor, position)`, from any instance."""
+        yield from self.current_view()
+        body = {
+            "store": store,
+            "query": query_json(query),
+            "merge": True,
+            "limit": page_size,
+            "cursor": cursor,
+            "acceptable_lag": acceptable_lag,
+            "bound": None if position.is_empty() else position_to_json(position),
+        }
+        target = self.any_instance()
+        (reply,) = yield [Call("POST", f"{target}/v1/query", body)]
+        if not reply.answered:
+            self.moved()
+            yield from self.current_view()
+            target = self.any_instance(avoid=target)
+            (reply,) = yield [Call("POST", f"{target}/v1/query", body)]
+            if not reply.answered:
+                raise ConnectionError(f"no iqstate instance answered a page: {reply.error}")
+        if reply.status != 200:
+            raise PageError(target, reply.status, _error_message(reply))
+        answer = reply.body
+        return answer["rows"], answer["next"], position_from_json(answer["position"] or {})
+
+
+class PageError(ConnectionError):
+    """A merged page no instance could answer (a `503` naming the partitions that could not
+    answer, or an error the request caused)."""
+
+    def __init__(self, url: str, status: int, message: str) -> None:
+        super().__init__(f"{url} could not answer the page (HTTP {status}): {message}")
+        self.status = status
+
+
+def range_query(lower: Any, upper: Any, order: str) -> RangeQuery[Any, Any]:
+    """The range `RemoteQueryClient.range` pages through."""
+    orders = {"ascending": ResultOrder.ASCENDING, "descending": ResultOrder.DESCENDING}
+    if order not in orders:
+        raise ValueError(f"order must be 'ascending' or 'descending', got {order!r}")
+    return RangeQuery(lower, upper, orders[order])
+
+
+def bounded(request: StateQueryRequest[Any], position: Position) -> StateQueryRequest[Any]:
+    """`request` bounded by everything a session has read, and by its own bound."""
+    return request.with_position_bound(
+        PositionBound.at(position.merge(request.position_bound.position))
+    )
