@@ -19,9 +19,9 @@ from iqstate.runtime.metadata import (
     ReplicaStatus,
     StreamsMetadata,
 )
-from iqstate.runtime.partitioner import Partitioner, partition_for_bytes
+from iqstate.runtime.partitioner import Partitioner, partition_function
 from iqstate.runtime.partitions import HostedPartitions, changelog_partition
-from iqstate.runtime.spec import StoreSpec, checked_partition
+from iqstate.runtime.spec import StoreSpec
 from iqstate.serdes import Serde
 
 
@@ -67,10 +67,14 @@ class MetadataState:
         serializer: Serde[Any] | None,
         partitioner: Partitioner | None,
     ) -> KeyQueryMetadata:
+        # As in Kafka Streams: a given partitioner, else the default partitioner on a given
+        # serializer's bytes, else the store's own partitioning.
         if partitioner is not None:
-            partition = checked_partition(partitioner(key, spec.partitions), spec)
+            choose = partition_function(spec.name, spec.partitions, partitioner)
+            partition = choose(key, b"")  # a partitioner reads the key, never its bytes
         elif serializer is not None:
-            partition = partition_for_bytes(serializer.serialize(key), spec.partitions)
+            choose = partition_function(spec.name, spec.partitions, None)
+            partition = choose(key, serializer.serialize(key))
         else:
             partition = spec.partition_of(key, spec.key_serde.serialize(key))
         active = HostInfo.unavailable()

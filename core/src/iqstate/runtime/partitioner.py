@@ -1,7 +1,13 @@
-"""Kafka's default partitioner: `murmur2(key bytes) & 0x7fffffff % partitions`.
+"""The partitioning rule: which store partition a key belongs to, for every component.
 
-Byte for byte the Java client's `Utils.murmur2`, so a key lands in the partition a Kafka
-producer would choose for the same serialized key. The hash is computed by the compiled
+`partition_function` is the one rule: the runtime's stores, the Spark writers (both write
+paths), the HTTP service and the routing client all take a key's partition from it, so a
+record lands in the partition that serves it. A store of one partition puts every key in 0;
+without a custom partitioner, Kafka's default partitioner picks, `murmur2(key bytes) &
+0x7fffffff % partitions`; a custom partitioner's answer is checked by `checked_partition`.
+
+murmur2 is byte for byte the Java client's `Utils.murmur2`, so a key lands in the partition a
+Kafka producer would choose for the same serialized key. The hash is computed by the compiled
 `murmurhash2` package (a dependency wherever it ships wheels: about 0.1 us a key); where it
 is missing, `murmur2_python` (about 2 us a key) gives the same answers.
 """
@@ -16,8 +22,12 @@ _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK32 = 0xFFFFFFFF
 
-Partitioner = Callable[[Any, int], int]
-"""`partitioner(key, num_partitions) -> partition` for a store's typed keys."""
+Partitioner = Callable[[Any, int], int | set[int] | frozenset[int] | list[int] | tuple[int]]
+"""`partitioner(key, num_partitions) -> partition` for a store's typed keys: one partition
+number, or a collection of exactly one (as Kafka's `StreamPartitioner.partitions` answers)."""
+
+PartitionFunction = Callable[[Any, bytes], int]
+"""`partition_of(key, key_bytes) -> partition`: a store's rule, chosen once per store."""
 
 
 _WORD_UNPACKERS: dict[int, Callable[[bytes], tuple[int, ...]]] = {}
@@ -87,3 +97,54 @@ else:  # pragma: no cover - only where the package ships no wheel
     def murmur2_partitioner(num_partitions: int) -> Callable[[Any, bytes], int]:
         """`(key, key_bytes) -> partition` by Kafka's default partitioner, one call per key."""
         return lambda key, key_bytes: (murmur2_python(key_bytes) & 0x7FFFFFFF) % num_partitions
+
+
+def partition_function(
+    store: str, partitions: int, partitioner: Partitioner | None
+) -> PartitionFunction:
+    """Store `store`'s `partition_of(key, key_bytes)`, its path picked once (it runs per key).
+
+    One partition: always 0 (the partitioner is not asked). No partitioner: Kafka's default
+    partitioner on `key_bytes`. Otherwise the partitioner's answer for `key` (its bytes are
+    not read): a plain int in range at once, anything else as `checked_partition` decides.
+    """
+    if partitions == 1:
+        return _only_partition
+    if partitioner is None:
+        return murmur2_partitioner(partitions)
+
+    def chosen_by_partitioner(key: Any, key_bytes: bytes) -> int:
+        chosen = partitioner(key, partitions)
+        if chosen.__class__ is int and 0 <= chosen < partitions:
+            return chosen
+        return checked_partition(chosen, store, partitions)
+
+    return chosen_by_partitioner
+
+
+def follows_kafka_default(partitions: int, partitioner: Partitioner | None) -> bool:
+    """Whether `partition_function` picks what Kafka's default partitioner does for every
+    key, so a Kafka producer given only the serialized key writes where the store reads."""
+    return partitions == 1 or partitioner is None
+
+
+def checked_partition(chosen: object, store: str, partitions: int) -> int:
+    """A partitioner's answer for store `store`: exactly one partition number in range (an
+    int, or a set, frozenset, list or tuple holding one), else a `ValueError` saying why."""
+    if not isinstance(chosen, int) or isinstance(chosen, bool):
+        picked = list(chosen) if isinstance(chosen, set | frozenset | list | tuple) else None
+        if picked is None or len(picked) != 1:
+            raise ValueError(
+                f"the partitioner of store {store!r} must return one partition, got {chosen!r}"
+            )
+        chosen = picked[0]
+    if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < partitions:
+        raise ValueError(
+            f"the partitioner of store {store!r} returned {chosen!r}; the store has "
+            f"partitions 0..{partitions - 1}"
+        )
+    return chosen
+
+
+def _only_partition(key: Any, key_bytes: bytes) -> int:
+    return 0

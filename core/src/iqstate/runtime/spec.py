@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 from iqstate.engine import Engine
 from iqstate.layers.chain import StoreChain, key_value_chain, window_chain
 from iqstate.lazy import resolved
-from iqstate.runtime.partitioner import Partitioner, murmur2_partitioner
+from iqstate.runtime.partitioner import Partitioner, PartitionFunction, partition_function
 from iqstate.serdes import Serde
 
 StoreType = Literal["key_value", "window"]
@@ -38,14 +38,16 @@ class StoreSpec(ABC):
     partitioner: Partitioner | None = None
     config: Mapping[str, Any] = field(default_factory=dict)
 
-    partition_of: Callable[[Any, bytes], int] = field(init=False, repr=False, compare=False)
-    """`partition_of(key, key_bytes)`: the custom partitioner's choice, or murmur2's."""
+    partition_of: PartitionFunction = field(init=False, repr=False, compare=False)
+    """`partition_of(key, key_bytes)`: the store's partitioning rule (`partition_function`)."""
     store_factory: Callable[..., Any] = field(init=False, repr=False, compare=False)
     """The engine's factory for this type of store, loaded when the store is declared."""
 
     def __post_init__(self) -> None:
         # Chosen once: this runs for every key of every batch and key query.
-        object.__setattr__(self, "partition_of", self._choose_partition_of())
+        object.__setattr__(
+            self, "partition_of", partition_function(self.name, self.partitions, self.partitioner)
+        )
         # An engine registered by import path is imported here, when a store of it is
         # declared: a missing library fails at the declaration, naming plugin and engine.
         object.__setattr__(self, "store_factory", resolved(self._engine_factory()))
@@ -53,14 +55,6 @@ class StoreSpec(ABC):
     @abstractmethod
     def _engine_factory(self) -> Callable[..., Any]:
         """The engine's factory (or the import path standing for it) for this store type."""
-
-    def _choose_partition_of(self) -> Callable[[Any, bytes], int]:
-        partitions, partitioner = self.partitions, self.partitioner
-        if partitions == 1:
-            return lambda key, key_bytes: 0
-        if partitioner is None:
-            return murmur2_partitioner(partitions)
-        return lambda key, key_bytes: checked_partition(partitioner(key, partitions), self)
 
     @abstractmethod
     def build(self) -> StoreChain[Any]:
@@ -145,20 +139,3 @@ class WindowStoreSpec(StoreSpec):
                 f"got {window_start!r}"
             )
         return key_bytes, window_start, value_bytes
-
-
-def checked_partition(chosen: object, spec: StoreSpec) -> int:
-    """A partitioner's answer, which must be exactly one partition number in range."""
-    if not isinstance(chosen, int) or isinstance(chosen, bool):
-        picked = list(chosen) if isinstance(chosen, set | frozenset | list | tuple) else None
-        if picked is None or len(picked) != 1:
-            raise ValueError(
-                f"the partitioner of store {spec.name!r} must return one partition, got {chosen!r}"
-            )
-        chosen = picked[0]
-    if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < spec.partitions:
-        raise ValueError(
-            f"the partitioner of store {spec.name!r} returned {chosen!r}; the store has "
-            f"partitions 0..{spec.partitions - 1}"
-        )
-    return chosen

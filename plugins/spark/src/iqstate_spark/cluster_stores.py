@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from iqstate.plugins import default_registry
 from iqstate.runtime.names import check_name, check_positive_int
-from iqstate.runtime.partitioner import Partitioner, partition_for_bytes
+from iqstate.runtime.partitioner import Partitioner, PartitionFunction, partition_function
 from iqstate.serdes import Serde, Serdes
 
 if TYPE_CHECKING:
@@ -43,24 +43,20 @@ class ChangelogStore:
     value_serde: Serde[Any]
     partitioner: Partitioner | None = field(default=None, compare=False)
 
-    def partition_of(self, key: Any, key_bytes: bytes) -> int:
-        """The store partition of `key`: the custom partitioner's, or Kafka's murmur2."""
-        if self.partitions == 1:
-            return 0
-        if self.partitioner is None:
-            return partition_for_bytes(key_bytes, self.partitions)
-        chosen = self.partitioner(key, self.partitions)
-        if isinstance(chosen, bool) or not isinstance(chosen, int):
-            raise ValueError(
-                f"the partitioner of store {self.name!r} must return one partition number, "
-                f"got {chosen!r}"
-            )
-        if not 0 <= chosen < self.partitions:
-            raise ValueError(
-                f"the partitioner of store {self.name!r} returned {chosen}; the store has "
-                f"partitions 0..{self.partitions - 1}"
-            )
-        return chosen
+    partition_of: PartitionFunction = field(init=False, repr=False, compare=False)
+    """`partition_of(key, key_bytes)`: the store's partitioning rule (`partition_function`),
+    the same as the serving instances'."""
+
+    def __post_init__(self) -> None:
+        # Chosen once: a writer calls it for every row.
+        object.__setattr__(
+            self, "partition_of", partition_function(self.name, self.partitions, self.partitioner)
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Shipped as its declaration; the partition function is chosen again where it lands.
+        declared = (self.name, self.partitions, self.store_type, self.key_serde, self.value_serde)
+        return (ChangelogStore, (*declared, self.partitioner))
 
 
 class ClusterStores:

@@ -2,13 +2,14 @@
 
 `PartitionWrite` is the function given to `DataFrame.mapInArrow`: Spark pickles it, ships it
 to the executors, and calls it with the Arrow record batches of one partition of the
-micro-batch. It serializes each row with the store's serdes, picks the store partition as
-the serving instances do (the store's partitioner, else Kafka's murmur2 of the serialized
-key), and produces the records with `BatchWriter.write_data` (idempotent producer,
-`acks=all`, the batch id in every record's header). It returns only once every record is
-acknowledged, with one row: how many records it wrote. A failure fails the task; Spark
-retries it (duplicates are harmless: the batch's records are applied at its markers, the
-driver writes the markers only after every task has succeeded).
+micro-batch. It serializes each row with the store's serdes, groups the rows by store
+partition (`entries_by_partition`) by the rule the serving instances follow (the store's
+`partition_of`: its partitioner, else Kafka's murmur2 of the serialized key), and produces
+the records with `BatchWriter.write_data` (idempotent producer, `acks=all`, the batch id in
+every record's header). It returns only once every record is acknowledged, with one row: how
+many records it wrote. A failure fails the task; Spark retries it (duplicates are harmless:
+the batch's records are applied at its markers, the driver writes the markers only after
+every task has succeeded).
 
 It carries plain values only (no `KafkaCluster`: its settings are rebuilt on the executor),
 so it pickles anywhere and relies on nothing of the driver's process or files.
@@ -16,7 +17,7 @@ so it pickles anywhere and relies on nothing of the driver's process or files.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,6 @@ import pyarrow as pa
 from iqstate_kafka.cluster import KafkaCluster
 from iqstate_kafka.writer import BatchWriter, Entry
 
-from iqstate.runtime.partitioner import murmur2_partitioner
 from iqstate_spark.cluster_stores import ChangelogStore
 from iqstate_spark.rows import RowColumns
 
@@ -74,48 +74,45 @@ class PartitionWrite:
             cluster, self.application_id, delivery_timeout=self.delivery_timeout, data_only=True
         ) as writer:
             written = writer.write_data(
-                self._chunks(batches),
+                entries_by_partition(self.store, self.columns, batches),
                 batch_id=self.batch_id,
                 stores={self.store.name: self.store.partitions},
             )
         yield pa.RecordBatch.from_pydict({"records": pa.array([written], pa.int64())})
 
-    def _chunks(
-        self, batches: Iterator[pa.RecordBatch]
-    ) -> Iterator[tuple[tuple[str, int], list[Entry]]]:
-        """Each record batch's entries grouped by store partition, serialized."""
-        store, columns = self.store, self.columns
-        serialize_key, serialize_value = store.key_serde.serialize, store.value_serde.serialize
-        partition_of = (
-            murmur2_partitioner(store.partitions)
-            if store.partitioner is None and store.partitions > 1
-            else store.partition_of
-        )
-        for rows in batches:
-            if rows.num_rows == 0:
-                continue
-            columns.check(rows.schema.names)
-            keys = columns.keys(rows)
-            if None in keys:
-                raise ValueError(
-                    f"to_store({store.name!r}): a row has a null key (column "
-                    f"{columns.key!r}); every row needs a key"
+
+def entries_by_partition(
+    store: ChangelogStore, columns: RowColumns, batches: Iterable[pa.RecordBatch]
+) -> Iterator[tuple[tuple[str, int], list[Entry]]]:
+    """Each record batch's rows as `store`'s serialized entries, grouped by store partition
+    (`((store name, partition), entries)`, as `BatchWriter.write_data` takes them)."""
+    serialize_key, serialize_value = store.key_serde.serialize, store.value_serde.serialize
+    partition_of = store.partition_of
+    for rows in batches:
+        if rows.num_rows == 0:
+            continue
+        columns.check(rows.schema.names)
+        keys = columns.keys(rows)
+        if None in keys:
+            raise ValueError(
+                f"to_store({store.name!r}): a row has a null key (column "
+                f"{columns.key!r}); every row needs a key"
+            )
+        values = columns.values(rows)
+        grouped: dict[int, list[Entry]] = {p: [] for p in range(store.partitions)}
+        if columns.window is None:
+            for key, value in zip(keys, values, strict=True):
+                key_bytes = serialize_key(key)
+                grouped[partition_of(key, key_bytes)].append(
+                    (key_bytes, None if value is None else serialize_value(value))
                 )
-            values = columns.values(rows)
-            grouped: dict[int, list[Entry]] = {p: [] for p in range(store.partitions)}
-            if columns.window is None:
-                for key, value in zip(keys, values, strict=True):
-                    key_bytes = serialize_key(key)
-                    grouped[partition_of(key, key_bytes)].append(
-                        (key_bytes, None if value is None else serialize_value(value))
-                    )
-            else:
-                starts = columns.window_starts_ms(rows)
-                for key, start, value in zip(keys, starts, values, strict=True):
-                    key_bytes = serialize_key(key)
-                    grouped[partition_of(key, key_bytes)].append(
-                        (key_bytes, start, None if value is None else serialize_value(value))
-                    )
-            for partition, entries in grouped.items():
-                if entries:
-                    yield (store.name, partition), entries
+        else:
+            starts = columns.window_starts_ms(rows)
+            for key, start, value in zip(keys, starts, values, strict=True):
+                key_bytes = serialize_key(key)
+                grouped[partition_of(key, key_bytes)].append(
+                    (key_bytes, start, None if value is None else serialize_value(value))
+                )
+        for partition, entries in grouped.items():
+            if entries:
+                yield (store.name, partition), entries

@@ -8,11 +8,12 @@ the executors' JVMs and no row visits a Python worker. That takes three things:
   expression reproduces exactly for the column's type (the table below); anything else (a
   plugin's serde, JSON of strings, floats or structs, whose escaping and number formatting
   Spark writes differently) goes through Python;
-- **the partition**: a key-value store with Kafka's default partitioning (murmur2 of the
-  serialized key), which is what the sink's Java producer picks for a record with a key and
-  no partition (`BuiltInPartitioner.partitionForKey`). A window store's record key holds the
-  window start while its partition is chosen by the key alone, and a custom partitioner is
-  Python: both go through Python;
+- **the partition**: a key-value store whose partitioning rule is Kafka's default
+  partitioning (`iqstate.runtime.partitioner.follows_kafka_default`: murmur2 of the
+  serialized key, or a store of one partition), which is what the sink's Java producer picks
+  for a record with a key and no partition (`BuiltInPartitioner.partitionForKey`). A window
+  store's record key holds the window start while its partition is chosen by the key alone,
+  and a custom partitioner of several partitions is Python: both go through Python;
 - **the batch id**: one literal `iqstate.batch` header on every record.
 
 | serde | column type | expression | the serde writes |
@@ -37,6 +38,7 @@ from typing import Any
 
 from iqstate_kafka.format import BATCH_HEADER, MARKER_KEY, batch_headers
 
+from iqstate.runtime.partitioner import follows_kafka_default
 from iqstate.serdes import BytesSerde, Int64Serde, JsonSerde, Serde, StringSerde, serde_name
 from iqstate_spark.cluster_stores import ChangelogStore
 from iqstate_spark.rows import RowColumns
@@ -121,7 +123,7 @@ def spark_records(
             "a window store's changelog key holds the window start but its partition comes "
             "from the key alone, which Spark's Kafka sink cannot pick"
         )
-    if store.partitioner is not None:
+    if not follows_kafka_default(store.partitions, store.partitioner):
         return "the store has a custom partitioner (Python)"
     if not isinstance(columns.value, str):
         return "the value is made of several columns (a JSON object)"
