@@ -41,7 +41,7 @@ def lookup(key: str) -> StateQueryRequest[int]:
 
 def test_one_request_per_key_lookup_in_the_steady_state(tmp_path: Path) -> None:
     keys = list(ROWS)[:50]
-    with two_instances(tmp_path) as (a, b):
+    with two_instances(tmp_path) as (a, _):
         transport = CountingTransport()
         with RemoteQueryClient(a.url, metadata_max_age=60, transport=transport) as client:
             client.query(lookup(keys[0]))  # reads the layout once

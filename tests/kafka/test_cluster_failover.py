@@ -8,11 +8,7 @@ the HTTP API and the routing `RemoteQueryClient`.
 from __future__ import annotations
 
 import itertools
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +18,15 @@ import httpx
 import pytest
 from iqstate_http import RemoteQueryClient, start_background
 from iqstate_kafka import KafkaCluster
+from serving_support import (
+    Instance,
+    every_partition_served,
+    layout,
+    roles,
+    settled,
+    stable,
+    wait_for,
+)
 from support.network import free_port
 
 from iqstate import (
@@ -41,89 +46,6 @@ ACCEPTABLE_LAG = 10_000
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 FAILOVER_TIMEOUT = 30.0  # generous for a loaded 2-core machine; the bench measures the time
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-class Instance:
-    """A serving instance in its own process, started with `iqstate serve --cluster`."""
-
-    def __init__(self, bootstrap: str, app_id: str, state_dir: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._command = [
-            sys.executable, "-m", "iqstate.cli", "serve",
-            "--cluster", bootstrap, "--app-id", app_id,
-            "--application-server", f"127.0.0.1:{self.port}",
-            "--state-dir", str(state_dir), "--standbys", "1", "--store", STORE,
-        ]  # fmt: skip
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            self._command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-
-    def kill(self) -> None:
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
-def roles(url: str) -> list[dict[str, Any]]:
-    """An instance's hosted partitions and their roles; empty while it does not answer."""
-    try:
-        return list(httpx.get(url + "/v1/partitions", timeout=2).json())
-    except (httpx.HTTPError, ValueError):
-        return []
-
-
-def layout(urls: list[str]) -> dict[int, dict[str, list[str]]]:
-    """Per partition, which instances hold it in which role (RUNNING, RESTORING, STANDBY)."""
-    found: dict[int, dict[str, list[str]]] = {p: {} for p in range(PARTITIONS)}
-    for url in urls:
-        for entry in roles(url):
-            found[entry["partition"]].setdefault(entry["role"], []).append(url)
-    return found
-
-
-def settled(urls: list[str]) -> bool:
-    """Every partition has one RUNNING active and one standby on another instance."""
-    for holders in layout(urls).values():
-        running, standbys = holders.get("RUNNING", []), holders.get("STANDBY", [])
-        if len(running) != 1 or len(standbys) != 1 or running == standbys:
-            return False
-    return True
-
-
-def stable(urls: list[str], seconds: float = 3.0) -> bool:
-    """Settled, and the same layout throughout `seconds` (several heartbeats)."""
-    first = layout(urls)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not settled(urls) or layout(urls) != first:
-            return False
-        time.sleep(0.2)
-    return True
-
-
-def every_partition_served(urls: list[str]) -> bool:
-    return all(holders.get("RUNNING") for holders in layout(urls).values())
 
 
 @pytest.fixture
@@ -153,7 +75,7 @@ def test_three_instances_fail_over_and_rejoin(
 ) -> None:
     app, url_a = instance_a
     others = [
-        Instance(kafka_broker.bootstrap_servers, app.application_id, tmp_path / name)
+        Instance(kafka_broker.bootstrap_servers, app.application_id, tmp_path / name, STORE)
         for name in ("b", "c")
     ]
     urls = [url_a, *(other.url for other in others)]
@@ -161,10 +83,10 @@ def test_three_instances_fail_over_and_rejoin(
         for other in others:
             other.start()
         wait_for("three instances with one RUNNING active and one standby per partition",
-                 lambda: settled(urls), timeout=120)  # fmt: skip
+                 lambda: settled(urls, PARTITIONS), timeout=120)  # fmt: skip
         # Warm-up replicas may still hand actives over once caught up: wait until the layout
         # stops changing (the assignment's fixed point) before checking who answers what.
-        wait_for("the layout to stop changing", lambda: stable(urls), timeout=120)
+        wait_for("the layout to stop changing", lambda: stable(urls, PARTITIONS), timeout=120)
 
         for batch_id in range(1, 6):
             with app.begin_batch(position={"events": {0: batch_id}}, batch_id=batch_id) as batch:
@@ -172,7 +94,7 @@ def test_three_instances_fail_over_and_rejoin(
         last = Position.from_map({"events": {0: 5}})
 
         # Each partition's standby reaches the batch's position bound.
-        for partition, holders in layout(urls).items():
+        for partition, holders in layout(urls, PARTITIONS).items():
             standby = holders["STANDBY"][0]
             wait_for(
                 f"partition {partition}'s standby to reach the bound",
@@ -218,7 +140,7 @@ def test_three_instances_fail_over_and_rejoin(
         killed.kill()
         survivors = urls[:2]
         deadline = time.monotonic() + FAILOVER_TIMEOUT
-        while not every_partition_served(survivors):
+        while not every_partition_served(survivors, PARTITIONS):
             read_everything()  # answered by standbys or failed per partition, never raises
             assert time.monotonic() < deadline, f"no failover within {FAILOVER_TIMEOUT} s"
         read_everything()
@@ -236,7 +158,9 @@ def test_three_instances_fail_over_and_rejoin(
         # read through the routing client is answered for every partition meanwhile.
         killed.start()
         rejoined = time.monotonic() + 120
-        while not (settled(urls) and any(r["role"] == "RUNNING" for r in roles(killed.url))):
+        while not (
+            settled(urls, PARTITIONS) and any(r["role"] == "RUNNING" for r in roles(killed.url))
+        ):
             request = StateQueryRequest.in_store("counts").with_query(RangeQuery.with_no_bounds())
             answers = session.query(request, acceptable_lag=ACCEPTABLE_LAG).partition_results
             unserved = sorted(

@@ -1,0 +1,100 @@
+"""Serving instances on the real broker, in their own processes, and what a test waits for:
+every partition with one RUNNING active and one standby, a layout that stopped changing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from support.network import free_port
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class Instance:
+    """A serving instance in its own process, started with `iqstate serve --cluster`."""
+
+    def __init__(self, bootstrap: str, app_id: str, state_dir: Path, store: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._command = [
+            sys.executable, "-m", "iqstate.cli", "serve",
+            "--cluster", bootstrap, "--app-id", app_id,
+            "--application-server", f"127.0.0.1:{self.port}",
+            "--state-dir", str(state_dir), "--standbys", "1", "--store", store,
+        ]  # fmt: skip
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            self._command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    def kill(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def roles(url: str) -> list[dict[str, Any]]:
+    """An instance's hosted partitions and their roles; empty while it does not answer."""
+    try:
+        return list(httpx.get(url + "/v1/partitions", timeout=2).json())
+    except (httpx.HTTPError, ValueError):
+        return []
+
+
+def layout(urls: list[str], partitions: int) -> dict[int, dict[str, list[str]]]:
+    """Per partition, which instances hold it in which role (RUNNING, RESTORING, STANDBY)."""
+    found: dict[int, dict[str, list[str]]] = {p: {} for p in range(partitions)}
+    for url in urls:
+        for entry in roles(url):
+            found[entry["partition"]].setdefault(entry["role"], []).append(url)
+    return found
+
+
+def settled(urls: list[str], partitions: int) -> bool:
+    """Every partition has one RUNNING active and one standby on another instance."""
+    for holders in layout(urls, partitions).values():
+        running, standbys = holders.get("RUNNING", []), holders.get("STANDBY", [])
+        if len(running) != 1 or len(standbys) != 1 or running == standbys:
+            return False
+    return True
+
+
+def stable(urls: list[str], partitions: int, seconds: float = 3.0) -> bool:
+    """Settled, and the same layout throughout `seconds` (several heartbeats)."""
+    first = layout(urls, partitions)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not settled(urls, partitions) or layout(urls, partitions) != first:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def every_partition_served(urls: list[str], partitions: int) -> bool:
+    return all(holders.get("RUNNING") for holders in layout(urls, partitions).values())
