@@ -11,17 +11,20 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
+import httpx
 import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
+from iqstate_http import RemoteQueryClient, RemoteServiceError, start_background
 from iqstate_kafka import KafkaCluster
 from iqstate_spark import ClusterStores
 from iqstate_spark.executor_write import entries_by_partition
 from iqstate_spark.rows import RowColumns
 from iqstate_spark.spark_records import SparkRecords, spark_records
 
-from iqstate import Application
+from iqstate import Application, KeyQuery, StateQueryRequest
 from iqstate.runtime import partition_for_bytes
 
 ACCEPTED = ("int", "set", "frozenset", "list", "tuple")
@@ -93,8 +96,9 @@ def partitions_by_component(
     (string keys, `partitions`, `partitioner`), or the error it refused them with.
 
     Every component that picks a key's partition belongs here, so that the tests below hold
-    it to the others: the runtime's store and discovery, the Spark writers' Python path, and
-    (to be added) the HTTP service and the routing client.
+    it to the others: the runtime's store and discovery, the Spark writers' Python path, the
+    HTTP service's key route and the routing client (its own rule where it computes the
+    partition itself, else the partition it was answered for).
     """
     stores = ClusterStores(KafkaCluster("127.0.0.1:9"), "rule")
     writer = stores.key_value_store("s", partitions, partitioner=partitioner)
@@ -117,7 +121,41 @@ def partitions_by_component(
                     lambda key: writer.partition_of(key, writer.key_serde.serialize(key)), keys
                 ),
                 "spark writer tasks": writer_tasks(stores, keys),
+                **served(app, keys),
             }
+
+
+def served(app: Application, keys: Sequence[str]) -> dict[str, Chosen]:
+    """The partitions the HTTP service answers `keys` from, and the routing client's."""
+    server = start_background(app)
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as http:
+
+            def answered(key: str) -> int:
+                response = http.get(f"/v1/stores/s/keys/{quote(key, safe='')}")
+                if response.status_code != 200:
+                    message = response.json()["error"]["message"]
+                    raise ValueError(message.removeprefix("ValueError: "))
+                return int(response.json()["partition"])
+
+            service = outcome(answered, keys)
+        with RemoteQueryClient(server.url) as client:
+
+            def routed(key: str) -> int:
+                computed = client.partition_for("s", key)
+                if computed is not None:
+                    return computed
+                request = StateQueryRequest.in_store("s").with_query(KeyQuery.with_key(key))
+                try:
+                    (partition,) = client.query(request).partition_results
+                except RemoteServiceError as error:
+                    raise ValueError(error.message.removeprefix("ValueError: ")) from None
+                return partition
+
+            client_side = outcome(routed, keys)
+    finally:
+        server.stop()
+    return {"http service": service, "routing client": client_side}
 
 
 def expected(partitions: int, shape: str | None, keys: Sequence[str]) -> list[int]:

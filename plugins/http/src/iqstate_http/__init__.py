@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING
 from iqstate.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from iqstate_http.admission import RangeLimits
     from iqstate_http.client import (
         AsyncRemoteQueryClient,
         AsyncRemoteSession,
         RemoteQueryClient,
         RemoteSession,
     )
+    from iqstate_http.client_plan import PageError, RemoteServiceError
     from iqstate_http.limits import ConnectionLimits
     from iqstate_http.server import BackgroundServer, serve, start_background
     from iqstate_http.service import QueryService
@@ -24,8 +26,11 @@ __all__ = [
     "AsyncRemoteSession",
     "BackgroundServer",
     "ConnectionLimits",
+    "PageError",
     "QueryService",
+    "RangeLimits",
     "RemoteQueryClient",
+    "RemoteServiceError",
     "RemoteSession",
     "serve",
     "start_background",
@@ -40,6 +45,8 @@ __getattr__, __dir__ = lazy_exports(
             "RemoteQueryClient",
             "RemoteSession",
         ],
+        "iqstate_http.admission": ["RangeLimits"],
+        "iqstate_http.client_plan": ["PageError", "RemoteServiceError"],
         "iqstate_http.limits": ["ConnectionLimits"],
         "iqstate_http.server": ["BackgroundServer", "serve", "start_background"],
         "iqstate_http.service": ["QueryService"],

@@ -131,6 +131,14 @@ class RemoteQueryClient:
         result: StateQueryResult[Any] = self._run(self._logic.query(request, acceptable_lag))
         return result
 
+    def partition_for(self, store: str, key: Any) -> int | None:
+        """The partition of `key` in `store` as this client computes it (the runtime's
+        rule, from the store's partitions and key serde); None when only the service can
+        say (a custom partitioner, a serde this client lacks, an unknown store)."""
+        view = self._run(self._logic.current_view())
+        info = view.stores.get(store)
+        return None if info is None else info.partition_of(key)
+
     def range(
         self,
         store: str,
@@ -228,6 +236,12 @@ class AsyncRemoteQueryClient:
         """Answer `request` for the whole cluster (see `RemoteQueryClient.query`)."""
         result: StateQueryResult[Any] = await self._run(self._logic.query(request, acceptable_lag))
         return result
+
+    async def partition_for(self, store: str, key: Any) -> int | None:
+        """The partition of `key` as this client computes it (see `RemoteQueryClient`)."""
+        view = await self._run(self._logic.current_view())
+        info = view.stores.get(store)
+        return None if info is None else info.partition_of(key)
 
     async def range(
         self,

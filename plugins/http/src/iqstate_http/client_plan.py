@@ -44,7 +44,7 @@ from iqstate import (
 )
 from iqstate.errors import IqstateError
 from iqstate.plugins import default_registry
-from iqstate.runtime.partitioner import partition_for_bytes
+from iqstate.runtime.partitioner import PartitionFunction, partition_function
 from iqstate.serdes import Serde
 from iqstate_http.codecs import position_from_json, position_to_json
 
@@ -148,20 +148,29 @@ def _unreachable(url: str, reply: Reply) -> QueryResult[Any]:
 @dataclass
 class StoreInfo:
     """What the client knows of a store: partitions, and the key serde when it can
-    compute a key's partition itself (default partitioner, a serde it has)."""
+    compute a key's partition itself (Kafka's default partitioning, a serde it has)."""
 
     name: str
     partitions: int
     key_serde_name: str
     key_serde: Serde[Any] | None
+    partition_function: PartitionFunction = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # The runtime's own rule (iqstate.runtime.partitioner): a store the service says
+        # follows Kafka's default partitioning has no partitioner the client would need.
+        self.partition_function = partition_function(self.name, self.partitions, None)
 
     def partition_of(self, key: Any) -> int | None:
+        """The key's partition, or None when the service must say (a custom partitioner,
+        a serde the client lacks, a key the serde refuses)."""
         if self.key_serde is None:
             return None
         try:
-            return partition_for_bytes(self.key_serde.serialize(key), self.partitions)
+            key_bytes = self.key_serde.serialize(key)
         except Exception:  # a key the serde refuses: the service says why
             return None
+        return self.partition_function(key, key_bytes)
 
     def key_path(self, key: Any) -> str | None:
         """The key as the key route's path segment; None when it has no path form."""
@@ -244,7 +253,7 @@ class ClientLogic:
     def _install(self, instances: list[dict[str, Any]], stores: dict[str, Any]) -> None:
         infos = {}
         for name, described in stores.items():
-            default = described.get("partitioner", "default") == "default"
+            default = described.get("partitioner") == "default"
             serde_name = str(described["key_serde"])
             infos[name] = StoreInfo(
                 name,
@@ -331,6 +340,8 @@ class ClientLogic:
             if f"http://{body.get('host')}" != target:
                 self.moved()
             return StateQueryResult({int(body["partition"]): result})
+        if reply.status == 500:
+            raise RemoteServiceError(target, _error_message(reply))
         if reply.status == 503:
             code = str((reply.body or {}).get("error", {}).get("code", ""))
             reason = _REASONS.get(code, FailureReason.NOT_PRESENT)
@@ -363,8 +374,10 @@ class ClientLogic:
         groups: dict[str, list[int] | None]
         if not request.is_all_partitions:
             groups = self._by_active(name, sorted(request.partitions))
-        elif key_partition is not None:  # keyed: the service picks the key's partition
-            groups = {view.active.get((name, key_partition)) or self.any_instance(): None}
+        elif isinstance(request.query, KeyQuery | WindowKeyQuery):  # the service picks the
+            # key's partition; sent to its active when the client knows it
+            known = None if key_partition is None else view.active.get((name, key_partition))
+            groups = {known or self.any_instance(): None}
         elif store is not None:
             groups = self._by_active(name, range(store.partitions))
         else:  # a store the view does not know yet: any instance answers for all of it
@@ -420,7 +433,9 @@ class ClientLogic:
         """An instance's answer as per-partition results; a refused request raises."""
         if reply.status != 200:
             message = _error_message(reply)
-            if reply.status >= 500:
+            if reply.status == 500:
+                raise RemoteServiceError(url, message)
+            if reply.status > 500:
                 self.moved()
                 return {
                     p: QueryResult.for_failure(FailureReason.NOT_PRESENT, message)
@@ -481,6 +496,15 @@ class ClientLogic:
             raise PageError(target, reply.status, _error_message(reply))
         answer = reply.body
         return answer["rows"], answer["next"], position_from_json(answer["position"] or {})
+
+
+class RemoteServiceError(RuntimeError):
+    """An instance failed to answer for a reason of its own (HTTP 500): `message` is its
+    explanation (for example a store's partitioner refusing a key)."""
+
+    def __init__(self, url: str, message: str) -> None:
+        super().__init__(f"{url} failed to answer: {message}")
+        self.message = message
 
 
 class PageError(ConnectionError):

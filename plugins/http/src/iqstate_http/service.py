@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from iqstate import Application, FailureReason, KeyQuery, StateQueryRequest
 from iqstate.runtime.metadata import InstanceStatus, StreamsMetadata
+from iqstate.runtime.partitioner import follows_kafka_default
 from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec, WindowStoreSpec
 from iqstate_http import jsonin
 from iqstate_http.admission import Gate, RangeLimits
@@ -154,7 +155,9 @@ def store_json(spec: StoreSpec) -> dict[str, Any]:
         "key_serde": serde_name(spec.key_serde),
         "value_serde": serde_name(spec.value_serde),
     }
-    described["partitioner"] = "default" if spec.partitioner is None else "custom"
+    described["partitioner"] = (
+        "default" if follows_kafka_default(spec.partitions, spec.partitioner) else "custom"
+    )
     if isinstance(spec, WindowStoreSpec):
         described["window_size_ms"] = spec.window_size_ms
         described["retention_ms"] = spec.retention_ms
