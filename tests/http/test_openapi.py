@@ -3,6 +3,7 @@ finds no request the service answers differently from what the document says."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,13 @@ from openapi_spec_validator import validate
 from iqstate import Application
 
 ST = [sys.executable, "-c", "from schemathesis.cli import schemathesis; schemathesis()"]
+HOOKED = {
+    **os.environ,
+    "SCHEMATHESIS_HOOKS": "schemathesis_hooks",
+    "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+}
+"""Schemathesis with tests/http/schemathesis_hooks.py: generated requests carry no cursor."""
+CONFIG = Path(__file__).parent / "schemathesis.toml"
 
 
 def test_document_lists_every_route_and_the_stores(client: httpx.Client) -> None:
@@ -38,8 +46,13 @@ def test_document_lists_every_route_and_the_stores(client: httpx.Client) -> None
     assert "post" in paths["/v1/metadata/key"]
     stores = paths["/v1/metadata/stores/{store}"]["get"]["parameters"][0]["schema"]["enum"]
     assert stores == ["by-id", "counts", "docs", "per-minute", "raw"]
-    [by_id_key] = paths["/v1/stores/by-id/keys/{key}"]["get"]["parameters"]
+    by_id_key, lag = paths["/v1/stores/by-id/keys/{key}"]["get"]["parameters"]
     assert by_id_key["schema"]["type"] == "integer"
+    assert lag["name"] == "acceptable_lag" and lag["in"] == "query"
+    bodies = document["components"]["schemas"]["QueryRequest"]["oneOf"]
+    fields = {field for body in bodies for field in body["properties"]}
+    assert {"scope", "acceptable_lag", "merge", "limit", "cursor", "max_rows"} <= fields
+    assert "422" in paths["/v1/query"]["post"]["responses"]
     assert document["components"]["securitySchemes"]["bearer"] == {
         "type": "http",
         "scheme": "bearer",
@@ -69,10 +82,11 @@ def test_schemathesis_finds_nothing(app: Application, tmp_path: Path, token: str
     auth = ["-H", f"Authorization: Bearer {token}"] if token else []
     try:
         run = subprocess.run(
-            [*ST, "run", server.url + "/openapi.json", "--checks", "all", "--max-examples", "20",
+            [*ST, "--config-file", str(CONFIG), "run", server.url + "/openapi.json",
+             "--checks", "all", "--max-examples", "20",
              "--seed", "1", "--workers", "1", "--generation-database", "none", "--no-color",
              "--request-timeout", "10", "--report-dir", str(tmp_path), *auth],
-            capture_output=True, text=True, timeout=300, cwd=tmp_path,
+            capture_output=True, text=True, timeout=300, cwd=tmp_path, env=HOOKED,
         )  # fmt: skip
     finally:
         server.stop()

@@ -15,6 +15,8 @@ from typing import Any
 from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec, WindowStoreSpec
 from iqstate_http.codecs import BASE64, BUILTIN_CODECS, INT64_MAX, INT64_MIN, Codecs
 from iqstate_http.jsonin import MAX_DEPTH
+from iqstate_http.limits import DEFAULT_MAX_ROWS
+from iqstate_http.paging import MAX_LIMIT
 
 _INT64 = {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX}
 _FLOAT64_MAX = 1.7976931348623157e308
@@ -70,6 +72,11 @@ _STORE = {
         "partitions": {"type": "integer"},
         "key_serde": {"type": "string"},
         "value_serde": {"type": "string"},
+        "partitioner": {
+            "enum": ["default", "custom"],
+            "description": "default: Kafka's murmur2 of the serialized key (clients may "
+            "compute a key's partition); custom: only the service knows",
+        },
         "window_size_ms": {"type": "integer"},
         "retention_ms": {"type": "integer"},
     },
@@ -146,12 +153,30 @@ _HEALTH = {
     "required": ["status", "state"],
     "properties": {"status": {"enum": ["ok", "unavailable"]}, "state": {"type": "string"}},
 }
+_ROLE = {"enum": ["RUNNING", "RESTORING", "STANDBY", None]}
+_ANSWERED_BY = {
+    "host": {"type": "string", "description": "host:port of the instance that answered"},
+    "role": {**_ROLE, "description": "the answering replica's role (null: none answered)"},
+    "lag": {"type": ["integer", "null"], "description": "its changelog lag (null: unknown)"},
+}
 _KEY_ANSWER = {
     "type": "object",
-    "required": ["value", "partition", "position"],
+    "required": ["value", "partition", "position", "host", "role", "lag"],
     "properties": {
         "value": {"description": "the value as JSON; null for an absent key"},
         "partition": {"type": "integer"},
+        "position": _NULLABLE_POSITION,
+        **_ANSWERED_BY,
+    },
+}
+_PAGE = {
+    "type": "object",
+    "required": ["store", "rows", "next", "position"],
+    "description": 'a merged page ("merge": true)',
+    "properties": {
+        "store": {"type": "string"},
+        "rows": {"type": "array", "items": {"type": "array"}},
+        "next": {"type": ["string", "null"], "description": "the next page's cursor"},
         "position": _NULLABLE_POSITION,
     },
 }
@@ -174,6 +199,7 @@ _QUERY_ANSWER = {
                     "message": {"type": "string"},
                     "position": _NULLABLE_POSITION,
                     "execution_info": {"type": "array", "items": {"type": "string"}},
+                    **_ANSWERED_BY,
                 },
             },
         },
@@ -186,7 +212,14 @@ _ERROR = {
         "error": {
             "type": "object",
             "required": ["code", "message"],
-            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "partitions": {
+                    "type": "object",
+                    "description": "a merged page's partitions that could not answer",
+                },
+            },
         }
     },
 }
@@ -194,8 +227,21 @@ _ERROR_TEXTS = {
     "400": "malformed request: a field, a key or a partition the store does not accept",
     "404": "unknown store",
     "413": "request body over the limit",
+    "422": "an unmerged answer over max_rows rows (too_many_rows): page it with merge",
     "500": "an unexpected failure (the connection is closed after it)",
-    "503": "the application is not running, or the partition cannot answer",
+    "503": "the application is not running, no replica of a partition may answer, or the "
+    "instance is busy with range requests (busy, with Retry-After)",
+}
+
+
+_PAGED = frozenset({"range"})
+"""The built-in query types a merged page answers (plugins add theirs, undescribed)."""
+_ACCEPTABLE_LAG = {
+    "name": "acceptable_lag",
+    "in": "query",
+    "required": False,
+    "description": "offsets a standby may lag and still answer (default: the running active)",
+    "schema": {"type": "integer", "minimum": 0},
 }
 
 
@@ -239,23 +285,73 @@ def _queries(spec: StoreSpec) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def _query_request(spec: StoreSpec) -> dict[str, Any]:
+def _query_requests(spec: StoreSpec, max_rows: int) -> list[dict[str, Any]]:
+    """A store's request bodies: an answer per partition, and (for key-value stores) a
+    merged page of a range."""
     partition = {"type": "integer", "minimum": 0, "maximum": spec.partitions - 1}
-    return {
-        "type": "object",
-        "required": ["store", "query"],
-        "properties": {
-            "store": {"const": spec.name},
-            "query": _one_of(_queries(spec)),
-            "partitions": {
-                "description": "the partitions to ask (default: all)",
-                "anyOf": [{"type": "array", "items": partition}, {"type": "null"}],
-            },
-            "bound": {**_NULLABLE_POSITION, "description": "the position to be up to"},
-            "require_active": {"type": "boolean"},
-            "execution_info": {"type": "boolean"},
+    common = {
+        "store": {"const": spec.name},
+        "partitions": {
+            "description": "the partitions to ask (default: all)",
+            "anyOf": [{"type": "array", "items": partition}, {"type": "null"}],
+        },
+        "bound": {**_NULLABLE_POSITION, "description": "the position to be up to"},
+        "require_active": {"type": "boolean"},
+        "execution_info": {"type": "boolean"},
+        "scope": {
+            "enum": ["cluster", "local"],
+            "description": "cluster (default): every partition, wherever it lives; local: "
+            "this instance's replicas only",
+        },
+        "acceptable_lag": {
+            "anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}],
+            "description": "offsets a standby may lag and still answer (null: running actives "
+            "only)",
+        },
+        "max_rows": {
+            "anyOf": [{"type": "integer", "minimum": 1, "maximum": max_rows}, {"type": "null"}],
+            "description": "the most rows of this answer (null: the service's max_rows)",
         },
     }
+    requests = [
+        {
+            "type": "object",
+            "required": ["store", "query"],
+            "properties": {
+                **common,
+                "query": _one_of(_queries(spec)),
+                "merge": {"const": False},
+            },
+            "not": {"anyOf": [{"required": ["limit"]}, {"required": ["cursor"]}]},
+        }
+    ]
+    ranges = [q for q in _queries(spec) if q["properties"]["type"]["const"] in _PAGED]
+    if ranges:
+        requests.append(
+            {
+                "type": "object",
+                "required": ["store", "query", "merge"],
+                "description": "one page of rows merged across partitions in key order",
+                "properties": {
+                    **common,
+                    "query": _one_of(ranges),
+                    "merge": {"const": True},
+                    "limit": {
+                        "anyOf": [
+                            {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+                            {"type": "null"},
+                        ],
+                        "description": "rows of the page (null: 1,000)",
+                    },
+                    "cursor": {
+                        "type": ["string", "null"],
+                        "description": "the 'next' of the previous page, as it came (null "
+                        "or empty: the first page)",
+                    },
+                },
+            }
+        )
+    return requests
 
 
 def _path_key(spec: StoreSpec) -> dict[str, Any] | None:
@@ -306,7 +402,7 @@ class _Operations:
         public: bool = False,
         media: str = "application/json",
     ) -> dict[str, Any]:
-        codes = ["400", "404", "500", "503"] + (["413"] if body is not None else [])
+        codes = ["400", "404", "500", "503"] + (["413", "422"] if body is not None else [])
         operation: dict[str, Any] = {
             "summary": summary,
             "responses": {
@@ -327,9 +423,14 @@ class _Operations:
 
 
 def openapi_document(
-    stores: Mapping[str, StoreSpec], codecs: Codecs, *, secured: bool
+    stores: Mapping[str, StoreSpec],
+    codecs: Codecs,
+    *,
+    secured: bool,
+    max_rows: int = DEFAULT_MAX_ROWS,
 ) -> dict[str, Any]:
-    """The document for a service over `stores` (`secured`: it requires a bearer token)."""
+    """The document for a service over `stores` (`secured`: it requires a bearer token;
+    `max_rows`: the most rows of an unmerged answer)."""
     ops = _Operations(secured)
     specs = [stores[name] for name in sorted(stores)]
     store_parameter = {
@@ -348,7 +449,7 @@ def openapi_document(
         "/v1/query": {
             "post": {
                 **ops.operation(
-                    "run an IQv2 request", _QUERY_ANSWER,
+                    "run an IQv2 request", {"anyOf": [_QUERY_ANSWER, _PAGE]},
                     body={"$ref": "#/components/schemas/QueryRequest"},
                 ),
                 "description": "Per-partition failures are results with \"ok\": false. "
@@ -389,7 +490,7 @@ def openapi_document(
         if isinstance(spec, KeyValueStoreSpec):
             paths[f"/v1/stores/{spec.name}/keys/{{key}}"] = {
                 "get": ops.operation(f"look a key of {spec.name!r} up", _KEY_ANSWER,
-                                     parameters=[key])
+                                     parameters=[key, _ACCEPTABLE_LAG])
             }  # fmt: skip
     key_place = [
         {
@@ -407,7 +508,9 @@ def openapi_document(
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {
                 "Error": _ERROR,
-                "QueryRequest": _one_of([_query_request(spec) for spec in specs]),
+                "QueryRequest": _one_of(
+                    [body for spec in specs for body in _query_requests(spec, max_rows)]
+                ),
                 "KeyPlaceRequest": _one_of(key_place),
             },
         },

@@ -192,7 +192,10 @@ def _one(values: list[str] | None) -> str | None:
 
 
 def _cursor_text(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
+    """A page's `cursor`: the `next` of the previous page; null or empty for the first."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
         return value
     raise BadRequest("'cursor' must be the 'next' string of a previous page")
 
@@ -585,7 +588,12 @@ class QueryService:
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(
-            openapi_document(self.app.stores, self.codecs, secured=self.token is not None)
+            openapi_document(
+                self.app.stores,
+                self.codecs,
+                secured=self.token is not None,
+                max_rows=self.max_rows,
+            )
         )
 
     def asgi(self) -> ASGIApp:
