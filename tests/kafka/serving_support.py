@@ -8,13 +8,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from iqstate_http import start_background
+from iqstate_kafka import KafkaCluster
 from support.network import free_port
+
+from iqstate import Application
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
@@ -98,3 +103,27 @@ def stable(urls: list[str], partitions: int, seconds: float = 3.0) -> bool:
 
 def every_partition_served(urls: list[str], partitions: int) -> bool:
     return all(holders.get("RUNNING") for holders in layout(urls, partitions).values())
+
+
+@contextmanager
+def in_process_instance(
+    bootstrap: str, app_id: str, state_dir: Path, partitions: int
+) -> Iterator[tuple[Application, str]]:
+    """A serving instance in the test process (it also writes the batches): its application
+    with a RocksDB key-value store `counts` of int64 values, one standby, and its URL."""
+    port = free_port()
+    app = Application(
+        app_id,
+        state_dir,
+        application_server=f"127.0.0.1:{port}",
+        num_standby_replicas=1,
+        cluster=KafkaCluster(bootstrap),
+    )
+    app.key_value_store("counts", partitions, engine="rocksdb", value_serde="int64")
+    app.start()
+    server = start_background(app, port=port)
+    try:
+        yield app, f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+        app.close()

@@ -16,18 +16,17 @@ from typing import Any
 
 import httpx
 import pytest
-from iqstate_http import RemoteQueryClient, start_background
-from iqstate_kafka import KafkaCluster
+from iqstate_http import RemoteQueryClient
 from serving_support import (
     Instance,
     every_partition_served,
+    in_process_instance,
     layout,
     roles,
     settled,
     stable,
     wait_for,
 )
-from support.network import free_port
 
 from iqstate import (
     Application,
@@ -52,21 +51,10 @@ FAILOVER_TIMEOUT = 30.0  # generous for a loaded 2-core machine; the bench measu
 def instance_a(
     kafka_broker: Any, unique_name: Callable[[str], str], tmp_path: Path
 ) -> Iterator[tuple[Application, str]]:
-    app_id = unique_name("failover")
-    port = free_port()
-    app = Application(
-        app_id,
-        tmp_path / "a",
-        application_server=f"127.0.0.1:{port}",
-        num_standby_replicas=1,
-        cluster=KafkaCluster(kafka_broker.bootstrap_servers),
-    )
-    app.key_value_store("counts", PARTITIONS, engine="rocksdb", value_serde="int64")
-    app.start()
-    server = start_background(app, port=port)
-    yield app, f"http://127.0.0.1:{port}"
-    server.stop()
-    app.close()
+    with in_process_instance(
+        kafka_broker.bootstrap_servers, unique_name("failover"), tmp_path / "a", PARTITIONS
+    ) as instance:
+        yield instance
 
 
 @pytest.mark.iqstate_slow

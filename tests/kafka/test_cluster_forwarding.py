@@ -15,10 +15,15 @@ from typing import Any
 
 import httpx
 import pytest
-from iqstate_http import RemoteQueryClient, start_background
-from iqstate_kafka import KafkaCluster
-from serving_support import Instance, every_partition_served, settled, stable, wait_for
-from support.network import free_port
+from iqstate_http import RemoteQueryClient
+from serving_support import (
+    Instance,
+    every_partition_served,
+    in_process_instance,
+    settled,
+    stable,
+    wait_for,
+)
 
 from iqstate import Application, KeyQuery, StateQueryRequest
 from iqstate.runtime import partition_for_bytes
@@ -80,34 +85,21 @@ def cluster_of_three(
     kafka_broker: Any, unique_name: Callable[[str], str], tmp_path: Path
 ) -> Iterator[tuple[Application, list[str], list[Instance]]]:
     app_id = unique_name("forwarding")
-    port = free_port()
-    app = Application(
-        app_id,
-        tmp_path / "a",
-        application_server=f"127.0.0.1:{port}",
-        num_standby_replicas=1,
-        cluster=KafkaCluster(kafka_broker.bootstrap_servers),
-    )
-    app.key_value_store("counts", PARTITIONS, engine="rocksdb", value_serde="int64")
-    app.start()
-    server = start_background(app, port=port)
-    others = [
-        Instance(kafka_broker.bootstrap_servers, app_id, tmp_path / name, STORE)
-        for name in ("b", "c")
-    ]
-    urls = [f"http://127.0.0.1:{port}", *(other.url for other in others)]
-    try:
-        for other in others:
-            other.start()
-        wait_for("one RUNNING active and one standby per partition",
-                 lambda: settled(urls, PARTITIONS), timeout=120)  # fmt: skip
-        wait_for("the layout to stop changing", lambda: stable(urls, PARTITIONS), timeout=120)
-        yield app, urls, others
-    finally:
-        for other in others:
-            other.stop()
-        server.stop()
-        app.close()
+    bootstrap = kafka_broker.bootstrap_servers
+    with in_process_instance(bootstrap, app_id, tmp_path / "a", PARTITIONS) as (app, url_a):
+        others = [Instance(bootstrap, app_id, tmp_path / name, STORE) for name in ("b", "c")]
+        urls = [url_a, *(other.url for other in others)]
+        try:
+            for other in others:
+                other.start()
+            wait_for("one RUNNING active and one standby per partition",
+                     lambda: settled(urls, PARTITIONS), timeout=120)  # fmt: skip
+            wait_for("the layout to stop changing",
+                     lambda: stable(urls, PARTITIONS), timeout=120)  # fmt: skip
+            yield app, urls, others
+        finally:
+            for other in others:
+                other.stop()
 
 
 @pytest.mark.iqstate_slow

@@ -33,7 +33,6 @@ from iqstate_http.client_plan import (
     Reply,
     bounded,
     query_json,
-    range_query,
     run_plan,
 )
 
@@ -114,14 +113,8 @@ class RemoteQueryClient:
     def cluster_status(self) -> list[dict[str, Any]]:
         """The cluster as an instance sees it (`GET /v1/cluster`): live instances with each
         replica's role and lag, then instances that recently left or went silent."""
-        errors = []
-        for seed in list(self._logic.seeds):
-            reply = self._send_one(Call("GET", f"{seed}/v1/cluster"))
-            if reply.status == 200:
-                statuses: list[dict[str, Any]] = reply.body
-                return statuses
-            errors.append(f"{seed}: {reply.error or f'HTTP {reply.status}'}")
-        raise ConnectionError(f"no iqstate instance answered cluster status ({'; '.join(errors)})")
+        statuses: list[dict[str, Any]] = self._run(self._logic.cluster_status())
+        return statuses
 
     def query(
         self, request: StateQueryRequest[Any], acceptable_lag: int | None = None
@@ -152,16 +145,9 @@ class RemoteQueryClient:
         """Every `(key, value)` of `store` from `lower` to `upper` (inclusive, either may be
         None), in key order across partitions, read page by page on one monotonic
         session; keys and values in their JSON forms."""
-        query = range_query(lower, upper, order)
-        cursor: str | None = None
-        position = Position.empty()
-        while True:
-            plan = self._logic.page(store, query, page_size, acceptable_lag, cursor, position)
-            rows, cursor, read = self._run(plan)
-            position = position.merge(read)
-            yield from ((key, value) for key, value in rows)
-            if cursor is None:
-                return
+        paging = self._logic.pages(store, lower, upper, order, page_size, acceptable_lag)
+        while (plan := paging.next_page()) is not None:
+            yield from self._run(plan)
 
     def session(self) -> RemoteSession:
         """A session: every query is bounded by the merged position of all earlier results."""
@@ -221,14 +207,8 @@ class AsyncRemoteQueryClient:
 
     async def cluster_status(self) -> list[dict[str, Any]]:
         """The cluster as an instance sees it (`GET /v1/cluster`)."""
-        errors = []
-        for seed in list(self._logic.seeds):
-            reply = await self._send_one(Call("GET", f"{seed}/v1/cluster"))
-            if reply.status == 200:
-                statuses: list[dict[str, Any]] = reply.body
-                return statuses
-            errors.append(f"{seed}: {reply.error or f'HTTP {reply.status}'}")
-        raise ConnectionError(f"no iqstate instance answered cluster status ({'; '.join(errors)})")
+        statuses: list[dict[str, Any]] = await self._run(self._logic.cluster_status())
+        return statuses
 
     async def query(
         self, request: StateQueryRequest[Any], acceptable_lag: int | None = None
@@ -254,17 +234,10 @@ class AsyncRemoteQueryClient:
         acceptable_lag: int | None = None,
     ) -> AsyncIterator[tuple[Any, Any]]:
         """`RemoteQueryClient.range` for asyncio: `async for key, value in client.range(...)`."""
-        query = range_query(lower, upper, order)
-        cursor: str | None = None
-        position = Position.empty()
-        while True:
-            plan = self._logic.page(store, query, page_size, acceptable_lag, cursor, position)
-            rows, cursor, read = await self._run(plan)
-            position = position.merge(read)
-            for row in rows:
-                yield row[0], row[1]
-            if cursor is None:
-                return
+        paging = self._logic.pages(store, lower, upper, order, page_size, acceptable_lag)
+        while (plan := paging.next_page()) is not None:
+            for row in await self._run(plan):
+                yield row
 
     def session(self) -> AsyncRemoteSession:
         """A session: every query is bounded by the merged position of all earlier results."""

@@ -266,6 +266,16 @@ class ClientLogic:
             if url not in self.seeds:
                 self.seeds.append(url)
 
+    def cluster_status(self) -> Plan:
+        """`GET /v1/cluster` from the first seed that answers; `ConnectionError` when none."""
+        errors = []
+        for seed in list(self.seeds):
+            (reply,) = yield [Call("GET", f"{seed}/v1/cluster")]
+            if reply.status == 200:
+                return reply.body
+            errors.append(f"{seed}: {reply.error or f'HTTP {reply.status}'}")
+        raise ConnectionError(f"no iqstate instance answered cluster status ({'; '.join(errors)})")
+
     def current_view(self) -> Plan:
         """The view, read again first when it is older than `metadata_max_age`."""
         view = self.view
@@ -463,6 +473,14 @@ class ClientLogic:
 
     # -- merged pages ------------------------------------------------------------------------
 
+    def pages(
+        self, store: str, lower: Any, upper: Any, order: str, page_size: int,
+        acceptable_lag: int | None,
+    ) -> Paging:  # fmt: skip
+        """The merged pages of a range over `store`, read one after another on one
+        monotonic session (`RemoteQueryClient.range`)."""
+        return Paging(self, store, range_query(lower, upper, order), page_size, acceptable_lag)
+
     def page(
         self,
         store: str,
@@ -496,6 +514,40 @@ class ClientLogic:
             raise PageError(target, reply.status, _error_message(reply))
         answer = reply.body
         return answer["rows"], answer["next"], position_from_json(answer["position"] or {})
+
+
+class Paging:
+    """Where a range's paging stands: the next page's plan, until the last page was read."""
+
+    def __init__(
+        self,
+        logic: ClientLogic,
+        store: str,
+        query: RangeQuery[Any, Any],
+        page_size: int,
+        acceptable_lag: int | None,
+    ) -> None:
+        self._logic, self._store, self._query = logic, store, query
+        self._page_size, self._acceptable_lag = page_size, acceptable_lag
+        self._cursor: str | None = None
+        self._position = Position.empty()
+        self._done = False
+
+    def next_page(self) -> Plan | None:
+        """The plan of the next page (its answer: the page's `(key, value)` rows), or None
+        after the last page."""
+        if self._done:
+            return None
+        return self._read()
+
+    def _read(self) -> Plan:
+        rows, self._cursor, read = yield from self._logic.page(
+            self._store, self._query, self._page_size, self._acceptable_lag,
+            self._cursor, self._position,
+        )  # fmt: skip
+        self._position = self._position.merge(read)
+        self._done = self._cursor is None
+        return [(key, value) for key, value in rows]
 
 
 class RemoteServiceError(RuntimeError):

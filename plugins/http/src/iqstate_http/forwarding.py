@@ -52,8 +52,6 @@ class Forwarder:
         self._timeout = timeout
         self._max_connections = max_connections
         self._client: httpx.AsyncClient | None = None
-        self.sent = 0
-        """Forwarded requests sent since the service started."""
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:  # made in the server's event loop, on first use
@@ -118,7 +116,6 @@ class Forwarder:
         body: dict[str, Any] | None,
         authorization: str | None,
     ) -> Forwarded | ForwardFailure:
-        self.sent += 1
         try:
             response = await self._http().request(
                 method, f"http://{host}{path}", json=body, headers=self._headers(authorization)
