@@ -53,6 +53,7 @@ class ReplicaChoice:
         self._app = app
         self._max_age = max_age
         self._replicas: dict[tuple[str, int], list[Replica]] = {}
+        self._ordered: dict[tuple[str, int, int | None], list[Replica]] = {}
         self._read_at = -float("inf")
 
     @property
@@ -77,7 +78,7 @@ class ReplicaChoice:
                         table.setdefault((store, partition), []).append(
                             Replica(host, host == this, replica.state, replica.lag)
                         )
-            self._replicas, self._read_at = table, now
+            self._replicas, self._ordered, self._read_at = table, {}, now
         return self._replicas
 
     def replicas(self, store: str, partition: int) -> list[Replica]:
@@ -93,8 +94,14 @@ class ReplicaChoice:
 
     def candidates(self, store: str, partition: int, acceptable_lag: int | None) -> list[Replica]:
         """The replicas that may answer, in the order to ask them (see the module doc)."""
-        eligible = [r for r in self.replicas(store, partition) if r.within(acceptable_lag)]
-        return sorted(eligible, key=Replica.rank)
+        table = self._table()
+        ordered = self._ordered.get((store, partition, acceptable_lag))
+        if ordered is None:
+            eligible = [r for r in table.get((store, partition), ()) if r.within(acceptable_lag)]
+            ordered = self._ordered[(store, partition, acceptable_lag)] = sorted(
+                eligible, key=Replica.rank
+            )
+        return ordered
 
     def local_candidates(
         self, store: str, partition: int, acceptable_lag: int | None

@@ -44,7 +44,7 @@ from iqstate_http.codecs import (
     position_to_json,
     to_json,
 )
-from iqstate_http.errors import HANDLERS, ApiError, api_error
+from iqstate_http.errors import HANDLERS, ApiError, api_error, error_response
 from iqstate_http.forwarding import FORWARDED_HEADER, Forwarded, Forwarder
 from iqstate_http.limits import DEFAULT_MAX_BODY, DEFAULT_MAX_ROWS
 from iqstate_http.openapi import openapi_document
@@ -95,27 +95,28 @@ def _status_json(status: InstanceStatus) -> dict[str, Any]:
 
 
 _KEY_ROUTE_PREFIX = "/v1/stores/"
+_FORWARDED = FORWARDED_HEADER.encode()
 _RUNNING_BODY = b'{"value":%b,"partition":%d,"position":%b,"host":%b,"role":"RUNNING","lag":0}'
 """The key route's answer from this instance's running active (the busiest answer)."""
 
 
 class KeyRouteFirst:
     """The service's ASGI app: a `GET` of the key route (the busiest) answered before
-    Starlette's middleware, routing and `Response` (measured in bench/http_service.py);
-    every other request, and every key request whose answer is not a plain 200 (an error, a
-    token to check), goes to the routed app, which answers it as every route answers."""
+    Starlette's middleware, routing and `Response` (measured in bench/http_service.py), from
+    this instance's running active or forwarded to the instance that may answer; every
+    other request, and every key request that is not well formed or needs a token checked,
+    goes to the routed app, which answers it as every route answers."""
 
     def __init__(self, service: QueryService, routed: ASGIApp) -> None:
         self.service, self.routed = service, routed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] == "http"
-            and scope["method"] == "GET"
-            and not scope.get("root_path")
-            and not scope.get("query_string")
-        ):
-            body = self.service.key_body_or_none(scope["path"])
+        if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):
+            try:
+                body = await self.service.key_answer_or_none(scope)
+            except ApiError as error:  # no replica of the key's partition answered
+                await error_response(error.status, error.code, error.message)(scope, receive, send)
+                return
             if body is not None:
                 await send(
                     {
@@ -183,12 +184,14 @@ def _acceptable_lag(value: Any) -> int | None:
     return number
 
 
-def _one(values: list[str] | None) -> str | None:
+def _lag_in(scope: Scope) -> int | None:
+    """The key route's `?acceptable_lag=N`; `BadRequest` when it is malformed or repeated."""
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("acceptable_lag")
     if not values:
         return None
     if len(values) > 1:
         raise BadRequest("'acceptable_lag' is given more than once")
-    return values[0]
+    return _acceptable_lag(values[0])
 
 
 def _cursor_text(value: Any) -> str | None:
@@ -383,51 +386,28 @@ class QueryService:
 
     async def key_response(self, scope: Scope) -> Response:
         """`GET /v1/stores/{store}/keys/{key}` through Starlette's routing: a request with a
-        token to check, a `HEAD`, an `acceptable_lag`, a key this instance does not answer
-        as a running active (forwarded), or one `KeyRouteFirst` left to it for its error."""
+        token to check, a `HEAD`, or one `KeyRouteFirst` left to it for its error."""
         headers = Headers(scope=scope)
         if self.token is not None:
             self._check_token_in(headers)
         params = scope["path_params"]
         spec = self._key_value_spec(params["store"])
         key = self._guard(lambda: key_from_path(spec, params["key"]))
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        lag = self._guard(lambda: _acceptable_lag(_one(query.get("acceptable_lag"))))
-        forwarded = FORWARDED_HEADER in headers
+        lag = self._guard(lambda: _lag_in(scope))
         if lag is None and (body := self._local_key_body(spec, key, None)) is not None:
             return Response(body, media_type="application/json")
-        partition = spec.partition_of(key, spec.key_serde.serialize(key))
-        candidates = self.replicas.candidates(spec.name, partition, lag)
-        if forwarded:  # one hop: this instance's replica or nothing
-            candidates = [replica for replica in candidates if replica.local]
-        failure: tuple[str, str] | None = None
-        for replica in candidates:
-            if replica.local:
-                body = self._local_key_body(spec, key, replica)
-                if body is not None:
-                    return Response(body, media_type="application/json")
-                failure = ("not_active", f"the replica on {replica.host} may not answer now")
-                continue
-            path = scope.get("raw_path") or quote(scope["path"]).encode()
-            if lag is not None:
-                path += b"?acceptable_lag=%d" % lag
-            answer = await self.forwarder.get(
-                replica.host, path.decode("latin-1"), headers.get("authorization")
-            )
-            if isinstance(answer, Forwarded):
-                return Response(answer.body, media_type="application/json")
-            if answer.unreachable:
-                self.replicas.invalidate()
-            failure = (reason_of(answer.code).lower(), answer.message)
-        if failure is None:
-            reason, message = self.replicas.why_none(spec.name, partition, lag, forwarded)
-            failure = (reason.name.lower(), message)
-        raise ApiError(503, *failure)
+        forwarded = FORWARDED_HEADER in headers
+        body = await self._key_elsewhere(
+            spec, key, lag, forwarded, scope, headers.get("authorization")
+        )
+        return Response(body, media_type="application/json")
 
-    def key_body_or_none(self, path: str) -> bytes | None:
-        """The body of a `GET` of the key route at `path` when this instance answers it as
-        the key's running active; None for any other path, when a token must be checked,
-        or when the answer is forwarded or an error (the routed app then answers it)."""
+    async def key_answer_or_none(self, scope: Scope) -> bytes | None:
+        """The body of a `GET` of the key route when it is a 200, answered here or
+        forwarded; `ApiError` (503) when no replica of the key's partition answered; None
+        for any other path, when a token must be checked, or for a request that is not well
+        formed (the routed app then answers it, with its error)."""
+        path = scope["path"]
         if self.token is not None or not path.startswith(_KEY_ROUTE_PREFIX):
             return None
         store, found, key_text = path[len(_KEY_ROUTE_PREFIX) :].partition("/keys/")
@@ -435,9 +415,55 @@ class QueryService:
             return None
         try:
             spec = self._key_value_spec(store)
-            return self._local_key_body(spec, key_from_path(spec, key_text), None)
+            key = key_from_path(spec, key_text)
+            lag = _lag_in(scope) if scope.get("query_string") else None
+            if lag is None:
+                body = self._local_key_body(spec, key, None)
+                if body is not None:
+                    return body
         except Exception:
             return None
+        forwarded = any(name == _FORWARDED for name, _ in scope["headers"])
+        return await self._key_elsewhere(spec, key, lag, forwarded, scope, None)
+
+    async def _key_elsewhere(
+        self,
+        spec: StoreSpec,
+        key: Any,
+        lag: int | None,
+        forwarded: bool,
+        scope: Scope,
+        authorization: str | None,
+    ) -> bytes:
+        """The key route's body from a replica other than this instance's running active: a
+        local standby or restoring replica `lag` accepts, or another instance's (one hop);
+        `ApiError` 503 with the last failure when none answers."""
+        partition = spec.partition_of(key, spec.key_serde.serialize(key))
+        failure: tuple[str, str] | None = None
+        for replica in self.replicas.candidates(spec.name, partition, lag):
+            if replica.local:
+                if replica.state == RUNNING and lag is None:
+                    continue  # asked already
+                body = self._local_key_body(spec, key, replica)
+                if body is not None:
+                    return body
+                failure = ("not_active", f"the replica on {replica.host} may not answer now")
+                continue
+            if forwarded:  # one hop: this instance's replica or nothing
+                continue
+            path = scope.get("raw_path") or quote(scope["path"]).encode()
+            if lag is not None:
+                path += b"?acceptable_lag=%d" % lag
+            answer = await self.forwarder.get(replica.host, path.decode("latin-1"), authorization)
+            if isinstance(answer, Forwarded):
+                return answer.body
+            if answer.unreachable:
+                self.replicas.invalidate()
+            failure = (reason_of(answer.code).lower(), answer.message)
+        if failure is None:
+            reason, message = self.replicas.why_none(spec.name, partition, lag, forwarded)
+            failure = (reason.name.lower(), message)
+        raise ApiError(503, *failure)
 
     def _key_value_spec(self, store: str) -> StoreSpec:
         spec = self._spec(store)
