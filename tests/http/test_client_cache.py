@@ -4,10 +4,11 @@ the steady state, refreshed when the layout moves; `range()` pages a store in ke
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import httpx
-from iqstate_http import AsyncRemoteQueryClient, RemoteQueryClient
+from iqstate_http import AsyncRemoteQueryClient, RangeLimits, RemoteQueryClient
 from two_instances import PARTITIONS, ROWS, layout, two_instances
 
 from iqstate import KeyQuery, RangeQuery, StateQueryRequest
@@ -116,3 +117,22 @@ def test_a_stale_layout_costs_a_hop_not_a_wrong_answer(tmp_path: Path) -> None:
             for key in keys:
                 client.query(lookup(key))
             assert len(transport.paths) == len(keys), transport.paths
+
+
+def test_range_waits_out_a_busy_instance(tmp_path: Path) -> None:
+    """Pages an instance is too busy for (503 with Retry-After) are asked again: every
+    paging caller gets the whole store, in order, once."""
+    limits = RangeLimits(max_active=1, max_waiting=0, wait_timeout=0.1)
+    with two_instances(tmp_path, range_limits=limits) as (a, _):
+        results: list[list[tuple[str, int]]] = []
+
+        def page_through() -> None:
+            with RemoteQueryClient(a.url) as client:
+                results.append(list(client.range("counts", page_size=50)))
+
+        threads = [threading.Thread(target=page_through) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert results == [sorted(ROWS.items())] * 6

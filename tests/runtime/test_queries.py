@@ -31,6 +31,7 @@ from iqstate import (
 )
 from iqstate.engines.memory import MemoryKeyValueStore
 from iqstate.plugins import PluginRegistry, make_plugin_manager
+from iqstate.queries import LimitedRangeQuery
 
 MakeApp = Callable[..., Application]
 HOST = HostInfo("localhost", 7070)
@@ -211,3 +212,30 @@ def test_instance_with_no_partitions(make_app: MakeApp) -> None:
         with app.begin_batch(position={"src": {0: 1}}) as batch:
             pass
         assert batch.applied == frozenset(), "nothing hosted, nothing committed"
+
+
+@pytest.mark.parametrize("engine", ["memory", "rocksdb", "lmdb"])
+@pytest.mark.parametrize("caching", [False, True])
+def test_a_limited_range_is_the_first_pairs_of_the_range_through_every_layer(
+    make_app: MakeApp, engine: str, caching: bool
+) -> None:
+    """`LimitedRangeQuery` (how the HTTP service reads a page) through the metered and
+    caching layers: typed pairs, the range's first `limit`, buffered writes merged in."""
+    app = make_app()
+    app.key_value_store("s", 1, engine=engine, key_serde="int64", caching=caching)
+    app.start()
+    with app.begin_batch(position={"src": {0: 1}}, batch_id=1) as batch:
+        batch.put_all("s", [(k, f"v{k}") for k in range(-20, 20)])
+        batch.delete("s", 3)
+    for lower, upper, descending, limit in [
+        (None, None, False, 5), (-3, 10, False, 4), (-3, 10, True, 4), (0, None, True, 100),
+    ]:  # fmt: skip
+        request = StateQueryRequest.in_store("s").with_query(
+            LimitedRangeQuery(lower, upper, descending, limit)
+        )
+        answer = app.query(request).partition_results[0]
+        keys = [k for k in range(-20, 20) if k != 3]
+        keys = [k for k in keys if (lower is None or k >= lower) and (upper is None or k <= upper)]
+        expected = (keys[::-1] if descending else keys)[:limit]
+        assert list(answer.result) == [(k, f"v{k}") for k in expected]
+        assert answer.position == Position.from_map({"src": {0: 1}})

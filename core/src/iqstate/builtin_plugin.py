@@ -6,16 +6,28 @@ from __future__ import annotations
 from typing import Any
 
 from iqstate.hookspecs import hookimpl
-from iqstate.layers.caching import CachingKeyValueStore, caching_key_query, caching_range_query
+from iqstate.layers.caching import (
+    CachingKeyValueStore,
+    caching_key_query,
+    caching_limited_range_query,
+    caching_range_query,
+)
 from iqstate.layers.metered import (
     MeteredKeyValueStore,
     MeteredWindowStore,
     metered_key_query,
+    metered_limited_range_query,
     metered_range_query,
     metered_window_key_query,
     metered_window_range_query,
 )
-from iqstate.queries import KeyQuery, RangeQuery, WindowKeyQuery, WindowRangeQuery
+from iqstate.queries import (
+    KeyQuery,
+    LimitedRangeQuery,
+    RangeQuery,
+    WindowKeyQuery,
+    WindowRangeQuery,
+)
 from iqstate.serdes import BUILTIN_SERDES
 from iqstate.store import KeyValueStore, WindowStore
 from iqstate.store_handlers import key_value_handlers, window_handlers
@@ -35,6 +47,8 @@ def iqstate_register_query_handlers(register: Any) -> None:
     register(WindowRangeQuery, MeteredWindowStore.kind, metered_window_range_query)
     register(KeyQuery, CachingKeyValueStore.kind, caching_key_query)
     register(RangeQuery, CachingKeyValueStore.kind, caching_range_query)
+    register(LimitedRangeQuery, MeteredKeyValueStore.kind, metered_limited_range_query)
+    register(LimitedRangeQuery, CachingKeyValueStore.kind, caching_limited_range_query)
 
 
 @hookimpl

@@ -68,8 +68,9 @@ def iqstate_register_query_codecs(register: Any) -> None:
     store's key type); `encode(result, to_json)` turns a successful result into JSON
     (`to_json(value)` encodes one key or value). A query whose result is rows ordered by
     key, each encoded as a list whose first item is the key, may give `resume(query, key,
-    serialize_key) -> (query, within)`: a query of its rows from `key` on (inclusive), and
-    `within(key_bytes)`, false once they leave the original query's (or `None`); the
-    service then pages it across partitions (`"merge": true`). `decode`, `encode` and
+    serialize_key) -> (query, within)`: a query of its rows from `key` on (inclusive; all
+    of them for `None`), and `within(key_bytes)`, false once they leave the original
+    query's (or `None`); the service then pages it across partitions (`"merge": true`),
+    reading a page's worth at a time when that query is a `RangeQuery`. `decode`, `encode` and
     `resume` may be import paths, imported when the HTTP service first uses them.
     """

@@ -23,6 +23,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from iqstate.codec import decode_offset, decode_position, parse_offset_key
@@ -122,6 +123,18 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
     ) -> list[Pair]:
         """The committed pairs in the range, ordered, copied out of the storage."""
+
+    def _scan_limited(
+        self,
+        lower: bytes | None,
+        upper: bytes | None,
+        reverse: bool,
+        upper_inclusive: bool,
+        limit: int,
+    ) -> list[Pair]:
+        """The first `limit` committed pairs of the range; engines that can stop reading
+        early override this default, which scans the whole range."""
+        return self._scan(lower, upper, reverse, upper_inclusive)[:limit]
 
     @abstractmethod
     def _count(self) -> int:
@@ -228,6 +241,15 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
 
     def range(self, lower: bytes | None, upper: bytes | None) -> KeyValueIterator[bytes, bytes]:
         return self._range(lower, upper, False)
+
+    def limited_range(
+        self, lower: bytes | None, upper: bytes | None, limit: int, reverse: bool = False
+    ) -> KeyValueIterator[bytes, bytes]:
+        self._check_open()
+        if self._pending:  # writes of a batch in progress: merged into the whole range
+            with self._range(lower, upper, reverse) as pairs:
+                return KeyValueIterator.of_rows(list(islice(pairs, limit)))
+        return KeyValueIterator.of_rows(self._scan_limited(lower, upper, reverse, True, limit))
 
     def reverse_range(
         self, lower: bytes | None, upper: bytes | None

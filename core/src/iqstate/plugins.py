@@ -103,9 +103,10 @@ class QueryCodec:
     plugin: str
     resume: Callable[..., Any] | None = None
     """For a query whose rows are ordered by key (a range-type query): `resume(query, key,
-    serialize_key) -> (query, within)`, a query of the same rows from `key` on (inclusive),
-    and `within(key_bytes)`, false once its rows have left the original query's (`None`
-    when they never do). The HTTP service pages such queries (`"merge": true`)."""
+    serialize_key) -> (query, within)`, a query of the same rows from `key` on (inclusive;
+    all of them for `None`), and `within(key_bytes)`, false once its rows have left the
+    original query's (`None` when they never do). The HTTP service pages such queries
+    (`"merge": true`), a page's worth at a time when the query given is a `RangeQuery`."""
 
 
 @dataclass
@@ -135,9 +136,7 @@ class PluginRegistry:
         _call_registering(hook.iqstate_register_query_codecs, registry._codec_registrar)
         return registry
 
-    def _codec_registrar(
-        self, plugin: str
-    ) -> Callable[..., None]:
+    def _codec_registrar(self, plugin: str) -> Callable[..., None]:
         def register(
             name: str,
             query_type: type[Query[Any]],

@@ -170,6 +170,34 @@ class RangeQuery(Query[KeyValueIterator[K, V]], Generic[K, V]):
         return self.result_order is ResultOrder.DESCENDING
 
 
+class LimitedRangeQuery(Query[KeyValueIterator[K, V]], Generic[K, V]):
+    """At most `limit` pairs of a range (inclusive bounds, `None` = open), in key order
+    (descending when asked): a reader that pages through a range reads one page's worth
+    of it, not all of it (the HTTP service's merged pages)."""
+
+    __slots__ = ("lower_bound", "upper_bound", "descending", "limit")
+
+    lower_bound: K | None
+    upper_bound: K | None
+    descending: bool
+    limit: int
+
+    def __init__(
+        self, lower_bound: K | None, upper_bound: K | None, descending: bool, limit: int
+    ) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"LimitedRangeQuery: limit must be an int >= 1, got {limit!r}")
+        _set(self, "lower_bound", lower_bound)
+        _set(self, "upper_bound", upper_bound)
+        _set(self, "descending", bool(descending))
+        _set(self, "limit", limit)
+
+    @classmethod
+    def of(cls, query: RangeQuery[K, V], limit: int) -> LimitedRangeQuery[K, V]:
+        """The first `limit` pairs `query` answers."""
+        return cls(query.lower_bound, query.upper_bound, query.is_descending, limit)
+
+
 @dataclass(frozen=True, order=True, slots=True)
 class Windowed(Generic[K]):
     """A key in one window: `[start_ms, end_ms)`."""

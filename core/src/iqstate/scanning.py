@@ -70,3 +70,8 @@ def read_at_least(records: Iterable[Pair], lower: bytes | None) -> list[Pair]:
     if lower is None:
         return list(records)
     return take_while_at_least(iter(records), lower)[0]
+
+
+def first_of(records: Iterator[Pair], limit: int | None) -> Iterator[Pair]:
+    """`records`, or their first `limit` (a range read stopped early)."""
+    return records if limit is None else itertools.islice(records, limit)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
+from itertools import islice
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from iqstate.iterators import KeyValueIterator
@@ -176,6 +177,17 @@ class KeyValueStore(StateStore, Generic[K, V]):
 
     def reverse_all(self) -> KeyValueIterator[K, V]:
         return self.reverse_range(None, None)
+
+    def limited_range(
+        self, lower: K | None, upper: K | None, limit: int, reverse: bool = False
+    ) -> KeyValueIterator[K, V]:
+        """At most `limit` pairs of `range` (`reverse_range` when `reverse`), in order.
+
+        This default reads the range and keeps its first `limit` pairs; engines that can
+        stop reading early override it."""
+        pairs = self.reverse_range(lower, upper) if reverse else self.range(lower, upper)
+        with pairs:
+            return KeyValueIterator.of_rows(list(islice(pairs, limit)))
 
     @abstractmethod
     def prefix_scan(self, prefix: K) -> KeyValueIterator[K, V]:

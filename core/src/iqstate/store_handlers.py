@@ -11,7 +11,14 @@ from typing import Any
 from iqstate.dispatch import HandlerTable
 from iqstate.iterators import KeyValueIterator
 from iqstate.position import PositionBound
-from iqstate.queries import KeyQuery, RangeQuery, Windowed, WindowKeyQuery, WindowRangeQuery
+from iqstate.queries import (
+    KeyQuery,
+    LimitedRangeQuery,
+    RangeQuery,
+    Windowed,
+    WindowKeyQuery,
+    WindowRangeQuery,
+)
 from iqstate.results import QueryResult
 from iqstate.store import KeyValueStore, QueryConfig, WindowStore
 
@@ -28,6 +35,17 @@ def answer_range_query(
     if query.is_descending:
         return QueryResult.for_result(store.reverse_range(query.lower_bound, query.upper_bound))
     return QueryResult.for_result(store.range(query.lower_bound, query.upper_bound))
+
+
+def answer_limited_range_query(
+    store: KeyValueStore[Any, Any],
+    query: LimitedRangeQuery[Any, Any],
+    _: PositionBound,
+    __: QueryConfig,
+) -> QueryResult[KeyValueIterator[Any, Any]]:
+    return QueryResult.for_result(
+        store.limited_range(query.lower_bound, query.upper_bound, query.limit, query.descending)
+    )
 
 
 def answer_window_key_query(
@@ -49,7 +67,11 @@ def answer_window_range_query(
 
 
 def key_value_handlers() -> HandlerTable:
-    return {KeyQuery: answer_key_query, RangeQuery: answer_range_query}
+    return {
+        KeyQuery: answer_key_query,
+        RangeQuery: answer_range_query,
+        LimitedRangeQuery: answer_limited_range_query,
+    }
 
 
 def window_handlers() -> HandlerTable:

@@ -151,7 +151,29 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
     def _scan(
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
     ) -> list[Pair]:
-        clauses, parameters = [], []
+        return self._read_range(lower, upper, reverse, upper_inclusive, None)
+
+    def _scan_limited(
+        self,
+        lower: bytes | None,
+        upper: bytes | None,
+        reverse: bool,
+        upper_inclusive: bool,
+        limit: int,
+    ) -> list[Pair]:
+        return self._read_range(lower, upper, reverse, upper_inclusive, limit)
+
+    def _read_range(
+        self,
+        lower: bytes | None,
+        upper: bytes | None,
+        reverse: bool,
+        upper_inclusive: bool,
+        limit: int | None,
+    ) -> list[Pair]:
+        """The range's pairs in order, or its first `limit` (SQL's `LIMIT`)."""
+        clauses: list[str] = []
+        parameters: list[bytes | int] = []
         if lower is not None:
             clauses.append("key >= ?")
             parameters.append(lower)
@@ -160,10 +182,14 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
             parameters.append(upper)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         order = "DESC" if reverse else "ASC"
+        limited = ""
+        if limit is not None:
+            limited = " LIMIT ?"
+            parameters.append(limit)
         path = self._path
         try:
             rows = self.db.execute(
-                f"SELECT key, value FROM data {where} ORDER BY key {order}", parameters
+                f"SELECT key, value FROM data {where} ORDER BY key {order}{limited}", parameters
             ).fetchall()
         except sqlite3.Error as error:
             raise sqlite_error(self._path, error) from error

@@ -8,6 +8,7 @@ later writes never disturb a reader.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import islice
 from typing import Any
 
 from sortedcontainers import SortedDict, SortedList
@@ -84,6 +85,15 @@ class MemoryKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
         self, lower: bytes | None, upper: bytes | None
     ) -> KeyValueIterator[bytes, bytes]:
         return self._snapshot(lower, upper, reverse=True)
+
+    def limited_range(
+        self, lower: bytes | None, upper: bytes | None, limit: int, reverse: bool = False
+    ) -> KeyValueIterator[bytes, bytes]:
+        """The first `limit` pairs of the range, read from the sorted keys without the rest."""
+        self._check_open()
+        data = self._data
+        keys = list(islice(data.irange(lower, upper, reverse=reverse), limit))
+        return KeyValueIterator.of_rows(list(zip(keys, map(data.__getitem__, keys), strict=True)))
 
     def prefix_scan(self, prefix: bytes) -> KeyValueIterator[bytes, bytes]:
         return self._snapshot(prefix, prefix_upper_bound(prefix), False, inclusive_upper=False)

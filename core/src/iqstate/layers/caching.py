@@ -10,6 +10,7 @@ merge of both. `close` without `commit` discards the buffer, like any uncommitte
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from itertools import islice
 from typing import Any
 
 from sortedcontainers import SortedDict
@@ -19,7 +20,7 @@ from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import prefix_upper_bound
 from iqstate.layers.wrapped import WrappedStore
 from iqstate.position import Position, PositionBound, TopicPartition
-from iqstate.queries import KeyQuery, RangeQuery
+from iqstate.queries import KeyQuery, LimitedRangeQuery, RangeQuery, ResultOrder
 from iqstate.results import QueryResult
 from iqstate.store import KeyValueStore, QueryConfig
 
@@ -225,3 +226,21 @@ def caching_range_query(
 ) -> QueryResult[Any]:
     """`RangeQuery` from beneath with the buffer merged in, deletes included."""
     return answer(store, _cached_range_query, query, bound, config)
+
+
+def caching_limited_range_query(
+    store: CachingKeyValueStore,
+    query: LimitedRangeQuery[bytes, bytes],
+    bound: PositionBound,
+    config: QueryConfig,
+) -> QueryResult[Any]:
+    """A page of a range with the buffer merged in: the range as `RangeQuery` reads it,
+    its first `limit` pairs kept (the buffer's deletes decide which pairs a page holds)."""
+    order = ResultOrder.DESCENDING if query.descending else ResultOrder.ASCENDING
+    result = caching_range_query(
+        store, RangeQuery(query.lower_bound, query.upper_bound, order), bound, config
+    )
+    if result.is_failure:
+        return result
+    with result.result as pairs:
+        return result.swap_result(KeyValueIterator.of_rows(list(islice(pairs, query.limit))))

@@ -19,6 +19,7 @@ from iqstate.metrics import StoreMetrics
 from iqstate.position import PositionBound, TopicPartition
 from iqstate.queries import (
     KeyQuery,
+    LimitedRangeQuery,
     RangeQuery,
     Windowed,
     WindowKeyQuery,
@@ -326,6 +327,28 @@ def metered_range_query(
     try:
         raw_query: RangeQuery[bytes, bytes] = RangeQuery(
             store._bound(query.lower_bound), store._bound(query.upper_bound), query.result_order
+        )
+    except SerializationError as error:
+        return store.serde_failure(error)
+    raw = store.wrapped.query(raw_query, bound, config)
+    if raw.is_failure:
+        return raw
+    return raw.swap_result(store.typed(raw.result))
+
+
+def metered_limited_range_query(
+    store: MeteredKeyValueStore[Any, Any],
+    query: LimitedRangeQuery[Any, Any],
+    bound: PositionBound,
+    config: QueryConfig,
+) -> QueryResult[Any]:
+    """A page of a range: its bounds serialized, its pairs typed (only the page decoded)."""
+    try:
+        raw_query: LimitedRangeQuery[bytes, bytes] = LimitedRangeQuery(
+            store._bound(query.lower_bound),
+            store._bound(query.upper_bound),
+            query.descending,
+            query.limit,
         )
     except SerializationError as error:
         return store.serde_failure(error)

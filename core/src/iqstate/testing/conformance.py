@@ -41,6 +41,7 @@ from iqstate.plugins import default_registry
 from iqstate.position import Position, PositionBound, TopicPartition
 from iqstate.queries import (
     KeyQuery,
+    LimitedRangeQuery,
     Query,
     RangeQuery,
     Windowed,
@@ -184,6 +185,31 @@ class StoreConformance:
         )
         assert list(kv.reverse_all()) == list(reversed(ordered))
         assert list(kv.range(b"\x09", b"\x01")) == [], "lower > upper is an empty range"
+
+    def test_limited_range_is_the_range_cut_short(self, kv: KeyValueStore[bytes, bytes]) -> None:
+        """`limited_range` and `LimitedRangeQuery` give the first pairs of the range, in
+        its order, before and after a commit (uncommitted writes merged in, or not)."""
+        data = {bytes([i]): bytes([i, i]) for i in (0, 1, 5, 9, 200, 255)}
+        kv.put_all(list(data.items()))
+        ordered = sorted(data.items())
+        bounds = (None, b"\x01", b"\x05", b"\x06", b"\xff")
+        for committed in (False, True):
+            if committed:
+                kv.commit({})
+            for lower, upper, limit, reverse in itertools.product(
+                bounds, bounds, (1, 2, 3, 100), (False, True)
+            ):
+                inside = [
+                    p
+                    for p in ordered
+                    if (lower is None or p[0] >= lower) and (upper is None or p[0] <= upper)
+                ]
+                expected = (inside[::-1] if reverse else inside)[:limit]
+                assert list(kv.limited_range(lower, upper, limit, reverse)) == expected
+                answer: QueryResult[KeyValueIterator[bytes, bytes]] = kv.query(
+                    LimitedRangeQuery(lower, upper, reverse, limit)
+                )
+                assert answer.is_success and list(answer.result) == expected
 
     def test_keys_order_by_bytes(self, kv: KeyValueStore[bytes, bytes]) -> None:
         keys = [b"b", b"a", b"ab", b"\x00", b"\xff", b"a\x00", b""]

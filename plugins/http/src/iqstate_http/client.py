@@ -18,6 +18,7 @@ plans of `client_plan`, which hold all the logic and do no I/O.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
@@ -31,6 +32,7 @@ from iqstate_http.client_plan import (
     ClientLogic,
     Plan,
     Reply,
+    Wait,
     bounded,
     query_json,
     run_plan,
@@ -50,7 +52,9 @@ def _reply(response: httpx.Response) -> Reply:
         body = response.json()
     except ValueError:
         body = None
-    return Reply(response.status_code, body)
+    wait = response.headers.get("retry-after")
+    retry_after = float(wait) if wait is not None and wait.isdigit() else None
+    return Reply(response.status_code, body, retry_after=retry_after)
 
 
 def _headers(token: str | None) -> dict[str, str]:
@@ -90,13 +94,16 @@ class RemoteQueryClient:
     ) -> None:
         self.close()
 
-    def _send_one(self, call: Call) -> Reply:
+    def _send_one(self, call: Call | Wait) -> Reply:
+        if isinstance(call, Wait):
+            time.sleep(call.seconds)
+            return Reply()
         try:
             return _reply(self._http.request(call.method, call.url, json=call.json))
         except httpx.HTTPError as error:
             return Reply(error=type(error).__name__)
 
-    def _send(self, calls: list[Call]) -> list[Reply]:
+    def _send(self, calls: list[Call | Wait]) -> list[Reply]:
         if len(calls) == 1:
             return [self._send_one(calls[0])]
         return list(self._pool.map(self._send_one, calls))
@@ -184,7 +191,10 @@ class AsyncRemoteQueryClient:
     ) -> None:
         await self.aclose()
 
-    async def _send_one(self, call: Call) -> Reply:
+    async def _send_one(self, call: Call | Wait) -> Reply:
+        if isinstance(call, Wait):
+            await asyncio.sleep(call.seconds)
+            return Reply()
         try:
             return _reply(await self._http.request(call.method, call.url, json=call.json))
         except httpx.HTTPError as error:

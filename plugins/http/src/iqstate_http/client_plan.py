@@ -59,6 +59,13 @@ class Call:
 
 
 @dataclass(frozen=True)
+class Wait:
+    """Not a request: the plan waits `seconds` before its next calls (its reply is empty)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
 class Reply:
     """Its answer: the status and JSON body, or `error` (the exception's type name) when
     no answer came."""
@@ -66,17 +73,23 @@ class Reply:
     status: int = 0
     body: Any = None
     error: str | None = None
+    retry_after: float | None = None
 
     @property
     def answered(self) -> bool:
         return self.error is None
 
 
-Plan = Generator[list[Call], list[Reply], Any]
+Plan = Generator[list[Call | Wait], list[Reply], Any]
 """An operation: yields calls, is sent their replies, returns its answer."""
 
+_PAGE_RETRIES = 30
+"""How often a page an instance could not answer yet (busy with ranges, or a partition
+between replicas: a failover) is asked again, each after the wait the instance asked for,
+or half a second: about half a minute."""
 
-def run_plan(plan: Plan, send: Callable[[list[Call]], list[Reply]]) -> Any:
+
+def run_plan(plan: Plan, send: Callable[[list[Call | Wait]], list[Reply]]) -> Any:
     """Run `plan` to its answer, making its calls with `send`."""
     try:
         calls = next(plan)
@@ -137,6 +150,11 @@ def _error_message(reply: Reply) -> str:
         return str(reply.body["error"]["message"])
     except (TypeError, KeyError):
         return f"HTTP {reply.status}"
+
+
+def _retry_after(reply: Reply) -> float:
+    """The wait a 503 asked for (`Retry-After`, as its JSON says nothing of it), or 0.5 s."""
+    return reply.retry_after if reply.retry_after is not None else 0.5
 
 
 def _unreachable(url: str, reply: Reply) -> QueryResult[Any]:
@@ -395,7 +413,7 @@ class ClientLogic:
         results: dict[int, QueryResult[Any]] = {}
         pending = list(groups.items())
         for attempt in range(2):
-            calls = [
+            calls: list[Call | Wait] = [
                 Call("POST", f"{url}/v1/query",
                      {**common, **({} if ps is None else {"partitions": ps})})
                 for url, ps in pending
@@ -501,15 +519,20 @@ class ClientLogic:
             "acceptable_lag": acceptable_lag,
             "bound": None if position.is_empty() else position_to_json(position),
         }
-        target = self.any_instance()
-        (reply,) = yield [Call("POST", f"{target}/v1/query", body)]
-        if not reply.answered:
-            self.moved()
-            yield from self.current_view()
-            target = self.any_instance(avoid=target)
+        for attempt in range(_PAGE_RETRIES + 1):
+            target = self.any_instance()
             (reply,) = yield [Call("POST", f"{target}/v1/query", body)]
             if not reply.answered:
-                raise ConnectionError(f"no iqstate instance answered a page: {reply.error}")
+                self.moved()
+                yield from self.current_view()
+                target = self.any_instance(avoid=target)
+                (reply,) = yield [Call("POST", f"{target}/v1/query", body)]
+                if not reply.answered:
+                    raise ConnectionError(f"no iqstate instance answered a page: {reply.error}")
+            if reply.status != 503 or attempt == _PAGE_RETRIES:
+                break
+            self.moved()  # busy, or a partition between replicas: ask again after a wait
+            yield [Wait(_retry_after(reply))]
         if reply.status != 200:
             raise PageError(target, reply.status, _error_message(reply))
         answer = reply.body

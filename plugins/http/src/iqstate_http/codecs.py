@@ -209,10 +209,12 @@ def _decode_window_range(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any
     return WindowRangeQuery(_int(body, "time_from"), _int(body, "time_to"))
 
 
-def _resume_range(
-    query: RangeQuery[Any, Any], key: Any, serialize_key: Callable[[Any], bytes]
-) -> tuple[Query[Any], None]:
-    """The range's rows from `key` on, in its order."""
+def resume_range(
+    query: RangeQuery[Any, Any], key: Any, serialize_key: Callable[[Any], bytes] | None = None
+) -> tuple[RangeQuery[Any, Any], None]:
+    """The range's rows from `key` on (inclusive) in its order; all of them for `None`."""
+    if key is None:
+        return query, None
     if query.result_order is ResultOrder.DESCENDING:
         return RangeQuery(query.lower_bound, key, query.result_order), None
     return RangeQuery(key, query.upper_bound, query.result_order), None
@@ -240,9 +242,7 @@ BUILTIN_CODECS: dict[str, QueryCodec] = {
     codec.name: codec
     for codec in (
         QueryCodec("key", KeyQuery, _decode_key, _encode_value, "iqstate-http"),
-        QueryCodec(
-            "range", RangeQuery, _decode_range, _encode_pairs, "iqstate-http", _resume_range
-        ),
+        QueryCodec("range", RangeQuery, _decode_range, _encode_pairs, "iqstate-http", resume_range),
         QueryCodec("window_key", WindowKeyQuery, _decode_window_key, _encode_pairs, "iqstate-http"),
         QueryCodec(
             "window_range", WindowRangeQuery, _decode_window_range, _encode_windows, "iqstate-http"

@@ -27,9 +27,16 @@ from operator import itemgetter
 from types import TracebackType
 from typing import Any
 
-from iqstate import Position, Query, ResultOrder
+from iqstate import Position, Query, QueryResult, RangeQuery, ResultOrder
 from iqstate.plugins import QueryCodec
-from iqstate_http.codecs import BadRequest, position_from_json, position_to_json, to_json
+from iqstate.queries import LimitedRangeQuery
+from iqstate_http.codecs import (
+    BadRequest,
+    position_from_json,
+    position_to_json,
+    resume_range,
+    to_json,
+)
 
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 100_000
@@ -160,31 +167,62 @@ def pager_for(codec: QueryCodec | None) -> Pager:
     return Pager(codec)
 
 
-def local_rows(
-    partition: int,
-    rows: Any,
-    serialize_key: Callable[[Any], bytes],
-    pager: Pager,
-    within: Callable[[bytes], bool] | None,
-    after: bytes | None,
-    descending: bool,
-) -> Iterator[Row]:
-    """One local partition's rows after `after`, in order; a read that fails is this
-    partition's `STORE_EXCEPTION`."""
-    try:
-        for key, value in rows:
-            key_bytes = serialize_key(key)
-            if within is not None and not within(key_bytes):
-                return
-            if after is not None and (key_bytes >= after if descending else key_bytes <= after):
-                continue
-            yield key_bytes, pager.row(key, value)
-    except Exception as exc:
-        raise PartitionsFailed(
-            {partition: ("STORE_EXCEPTION", f"{type(exc).__name__}: {exc}")}
-        ) from exc
-    finally:
-        rows.close()
+class LocalRows:
+    """One local partition's rows after a key, in order, read a chunk at a time: a
+    `RangeQuery` is read as `LimitedRangeQuery`s of `chunk` pairs, each from where the
+    last ended, so a page reads about its share of the partition, not all of it. A read
+    that fails is this partition's failure (`PartitionsFailed`)."""
+
+    def __init__(
+        self,
+        partition: int,
+        first: QueryResult[Any],
+        read: Callable[[Query[Any]], QueryResult[Any]],
+        ranged: RangeQuery[Any, Any] | None,
+        chunk: int,
+        serialize_key: Callable[[Any], bytes],
+        pager: Pager,
+        within: Callable[[bytes], bool] | None,
+        after: bytes | None,
+    ) -> None:
+        self._partition, self._first, self._read = partition, first, read
+        self._ranged, self._chunk = ranged, chunk
+        self._serialize_key, self._pager, self._within, self._after = (
+            serialize_key, pager, within, after,
+        )  # fmt: skip
+        self.position = first.position or Position.empty()
+
+    def _failed(self, reason: str, message: str) -> PartitionsFailed:
+        return PartitionsFailed({self._partition: (reason, message)})
+
+    def __iter__(self) -> Iterator[Row]:
+        result, ranged, after = self._first, self._ranged, self._after
+        descending = ranged is not None and ranged.is_descending
+        serialize_key, within, row = self._serialize_key, self._within, self._pager.row
+        while True:
+            read, last = 0, None
+            try:
+                with result.result as pairs:
+                    for key, value in pairs:
+                        read, last = read + 1, key
+                        key_bytes = serialize_key(key)
+                        if within is not None and not within(key_bytes):
+                            return
+                        if after is not None and (
+                            key_bytes >= after if descending else key_bytes <= after
+                        ):
+                            continue
+                        yield key_bytes, row(key, value)
+            except Exception as exc:  # a record its serde cannot read: this partition's
+                raise self._failed("STORE_EXCEPTION", f"{type(exc).__name__}: {exc}") from exc
+            if ranged is None or read < self._chunk:
+                return  # the whole range was read, or it ended within the chunk
+            ranged = resume_range(ranged, last)[0]
+            after = serialize_key(last)
+            result = self._read(LimitedRangeQuery.of(ranged, self._chunk))
+            if result.is_failure:
+                raise self._failed(result.failure_reason.name, result.failure_message)
+            self.position = self.position.merge(result.position)
 
 
 ChunkFetch = Callable[[str | None], dict[str, Any]]

@@ -11,6 +11,7 @@ instance's replicas only. `"merge": true` answers one merged page (`paging`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,8 +24,10 @@ from iqstate import (
     PositionBound,
     Query,
     QueryResult,
+    RangeQuery,
     StateQueryRequest,
 )
+from iqstate.queries import LimitedRangeQuery
 from iqstate.runtime.querying import locate_key
 from iqstate.runtime.spec import StoreSpec
 from iqstate_http.codecs import (
@@ -39,13 +42,13 @@ from iqstate_http.forwarding import Forwarded, Forwarder, ForwardFailure
 from iqstate_http.local_answers import LocalAnswers, TooManyRows, failure_entry
 from iqstate_http.paging import (
     Cursor,
+    LocalRows,
     PartitionsFailed,
     RemoteRows,
     chunk_size,
     decode_cursor,
     encode_cursor,
     fingerprint,
-    local_rows,
     merge_page,
     pager_for,
 )
@@ -179,7 +182,10 @@ class QueryRunner:
     def _local_entries(
         self, options: QueryOptions, partitions: list[int] | None
     ) -> dict[str, dict[str, Any]]:
-        results, replicas = self._local_results(options, options.query, partitions)
+        query = options.query
+        if type(query) is RangeQuery:  # more than max_rows is refused: read no more
+            query = LimitedRangeQuery.of(query, options.max_rows + 1)
+        results, replicas = self._local_results(options, query, partitions)
         try:
             return LocalAnswers(self.codecs, self.choice.this_host, options.max_rows).entries(
                 options.query, results, replicas
@@ -204,11 +210,15 @@ class QueryRunner:
         )
         while rounds := placement.next_round():
             asked = list(rounds.items())
-            answers = await asyncio.gather(*(self._ask(options, r, ps) for r, ps in asked))
+            tasks = [asyncio.ensure_future(self._ask(options, r, ps)) for r, ps in asked]
+            try:
+                answers = await asyncio.gather(*tasks)
+            except BaseException:  # refused (too many rows, busy): nothing more to wait for
+                for task in tasks:
+                    task.cancel()
+                raise
             for (replica, partitions), answer in zip(asked, answers, strict=True):
                 if isinstance(answer, ForwardFailure):
-                    if answer.status == 422:
-                        raise ApiError(422, answer.code, answer.message)
                     if answer.unreachable:
                         self.choice.invalidate()
                     for partition in partitions:
@@ -235,6 +245,7 @@ class QueryRunner:
             replica.host, "/v1/query", options.forwarded_body(partitions), options.authorization
         )
         if isinstance(answer, ForwardFailure):
+            _raise_refusal(answer)
             return answer
         entries: dict[str, dict[str, Any]] = answer.json()["partitions"]
         return entries
@@ -255,23 +266,25 @@ class QueryRunner:
                 bound=PositionBound.at(cursor.position.merge(options.bound.position)),
             )
         serialize = spec.key_serde.serialize
-        query, within = options.query, None
-        if cursor is not None:
-            query, within = pager.resumed(
-                options.query, spec.key_serde.deserialize(cursor.after), serialize
-            )
+        start = None if cursor is None else spec.key_serde.deserialize(cursor.after)
+        query, within = pager.resumed(options.query, start, serialize)
         wanted = options.partitions or list(range(spec.partitions))
+        # A range is read a chunk at a time: about each partition's share of the page.
+        ranged = query if type(query) is RangeQuery else None
+        chunk = chunk_size(options.limit + 1, 1, len(wanted))
+        first_read = query if ranged is None else LimitedRangeQuery.of(ranged, chunk)
         placement = Placement(
             self.choice, spec.name, wanted, options.acceptable_lag, options.local_only
         )
         sources: list[Any] = []
         position = Position.empty() if cursor is None else cursor.position
         remotes: list[RemoteRows] = []
+        locals_: list[LocalRows] = []
         while rounds := placement.next_round():
             local = [p for r, ps in rounds.items() if r.local for p in ps]
             remote = [(r, ps) for r, ps in rounds.items() if not r.local]
             if local:
-                results, replicas = self._local_results(options, query, local)
+                results, replicas = self._local_results(options, first_read, local)
                 for partition, result in sorted(results.items()):
                     if result.is_failure:
                         placement.record(
@@ -283,13 +296,13 @@ class QueryRunner:
                         )  # fmt: skip
                         continue
                     placement.record(partition, {"ok": True})
-                    position = position.merge(result.position)
-                    sources.append(
-                        local_rows(
-                            partition, result.result, serialize, pager, within,
-                            None if cursor is None else cursor.after, descending,
-                        )
+                    local_rows = LocalRows(
+                        partition, result, self._partition_reader(options, partition),
+                        ranged, chunk, serialize, pager, within,
+                        None if cursor is None else cursor.after,
                     )  # fmt: skip
+                    locals_.append(local_rows)
+                    sources.append(iter(local_rows))
             firsts = self._first_chunks(options, remote, len(wanted))
             for (replica, partitions), first in zip(remote, firsts, strict=True):
                 self._place_chunk(placement, replica, partitions, first)
@@ -317,6 +330,8 @@ class QueryRunner:
                 source.close()
         for remote_rows in remotes:
             position = position.merge(remote_rows.position)
+        for local_rows in locals_:
+            position = position.merge(local_rows.position)
         following = (
             encode_cursor(Cursor(last, position), query_fingerprint)
             if more and last is not None
@@ -330,6 +345,17 @@ class QueryRunner:
                 "position": position_to_json(position),
             }
         )
+
+    def _partition_reader(
+        self, options: QueryOptions, partition: int
+    ) -> Callable[[Query[Any]], QueryResult[Any]]:
+        """Reads one more chunk of a local partition, as the page's first read was made."""
+
+        def read(query: Query[Any]) -> QueryResult[Any]:
+            result = self.app.query(self._request(options, query, [partition]))
+            return result.partition_results[partition]
+
+        return read
 
     def _merged_body(
         self, options: QueryOptions, partitions: list[int], limit: int, cursor: str | None
@@ -370,8 +396,7 @@ class QueryRunner:
             for partition in partitions:
                 placement.record(partition, {"ok": True})
             return
-        if first.status == 422 or (first.status == 400 and not first.unreachable):
-            raise ApiError(first.status, first.code, first.message)
+        _raise_refusal(first)
         if first.unreachable:
             self.choice.invalidate()
         named = first.partitions or {}
@@ -400,6 +425,7 @@ class QueryRunner:
                 replica.host, "/v1/query", body, options.authorization
             )
             if isinstance(answer, ForwardFailure):
+                _raise_refusal(answer)
                 named = answer.partitions or {}
                 raise PartitionsFailed(
                     {
@@ -419,6 +445,15 @@ class QueryRunner:
 def _key_bytes(spec: StoreSpec, key_json: Any) -> bytes:
     """A row's key as the store orders it: its JSON form read for the key serde."""
     return spec.key_serde.serialize(key_from_json(spec, key_json))
+
+
+def _raise_refusal(failure: ForwardFailure) -> None:
+    """A forwarded request the other instance refused as a whole (too many rows, a bad
+    request, busy with ranges) refuses this request too, as it was refused there."""
+    if failure.status in (400, 422):
+        raise ApiError(failure.status, failure.code, failure.message)
+    if failure.code == "busy":
+        raise ApiError(503, "busy", failure.message, {"Retry-After": "1"})
 
 
 def _too_many(exc: TooManyRows) -> ApiError:

@@ -35,7 +35,7 @@ from iqstate.persistent import (
 )
 from iqstate.persistent_window import PersistentWindowStore
 from iqstate.runtime.lock import DirectoryLock
-from iqstate.scanning import read_at_least, read_below
+from iqstate.scanning import first_of, read_at_least, read_below
 from iqstate.sealing import (
     FORMAT,
     FORMAT_KEY,
@@ -254,16 +254,37 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
     def _scan(
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
     ) -> list[Pair]:
+        return self._read_range(lower, upper, reverse, upper_inclusive, None)
+
+    def _scan_limited(
+        self,
+        lower: bytes | None,
+        upper: bytes | None,
+        reverse: bool,
+        upper_inclusive: bool,
+        limit: int,
+    ) -> list[Pair]:
+        return self._read_range(lower, upper, reverse, upper_inclusive, limit)
+
+    def _read_range(
+        self,
+        lower: bytes | None,
+        upper: bytes | None,
+        reverse: bool,
+        upper_inclusive: bool,
+        limit: int | None,
+    ) -> list[Pair]:
+        """The range's records, or its first `limit`, each checked and unsealed."""
         try:
             values = self._cursor_scan(
-                lower, upper, reverse, upper_inclusive, unseal_below, unseal_at_least
+                lower, upper, reverse, upper_inclusive, limit, unseal_below, unseal_at_least
             )
             if values is None:
                 # A record failed its checksum: read the range as stored, checking each
                 # record, to raise naming it (or, if a commit replaced it meanwhile, to
                 # answer with the range as it now is).
                 stored = self._cursor_scan(
-                    lower, upper, reverse, upper_inclusive, read_below, read_at_least
+                    lower, upper, reverse, upper_inclusive, limit, read_below, read_at_least
                 )
                 values = [(key, self._checked(key, value)) for key, value in stored]
         except lmdb.Error as error:
@@ -276,13 +297,14 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         upper: bytes | None,
         reverse: bool,
         upper_inclusive: bool,
+        limit: int | None,
         below: Callable[[Iterator[Pair], bytes | None, bool], R],
         at_least: Callable[[Iterator[Pair], bytes | None], R],
     ) -> R | list[Pair]:
-        """The records in the range: the cursor placed at its near end, then `below` or
-        `at_least` reading its C-level iterator to the far end (`unseal_below` and
-        `unseal_at_least` check and unseal them; `read_below` and `read_at_least` give them
-        as stored)."""
+        """The records in the range (its first `limit`, when given): the cursor placed at
+        its near end, then `below` or `at_least` reading its C-level iterator to the far
+        end (`unseal_below` and `unseal_at_least` check and unseal them; `read_below` and
+        `read_at_least` give them as stored)."""
         with self._env.begin(db=self._data) as txn:
             cursor = txn.cursor()
             if reverse:
@@ -297,9 +319,11 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                     )
                 else:
                     found = cursor.last()
-                return at_least(cursor.iterprev(), lower) if found else []
+                return at_least(first_of(cursor.iterprev(), limit), lower) if found else []
             found = cursor.set_range(lower) if lower is not None else cursor.first()
-            return below(cursor.iternext(), upper, upper_inclusive) if found else []
+            return (
+                below(first_of(cursor.iternext(), limit), upper, upper_inclusive) if found else []
+            )
 
     def _count(self) -> int:
         with self._env.begin(db=self._data) as txn:

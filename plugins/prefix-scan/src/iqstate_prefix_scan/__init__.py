@@ -87,10 +87,11 @@ def _encode(result: Any, to_json: Any) -> Any:
 def _resume(
     query: PrefixScanQuery[Any, Any], key: Any, serialize_key: Callable[[Any], bytes]
 ) -> tuple[Query[Any], Callable[[bytes], bool]]:
-    """The prefix's keys from `key` on: a range from `key`, read while keys keep the prefix
-    (a prefix's keys are contiguous in byte order)."""
+    """The prefix's keys from `key` on (from the prefix itself for `None`): a range read
+    while keys keep the prefix (a prefix's keys are contiguous in byte order)."""
     prefix = serialize_key(query.prefix)
-    return RangeQuery.with_lower_bound(key), lambda key_bytes: key_bytes.startswith(prefix)
+    start = query.prefix if key is None else key
+    return RangeQuery.with_lower_bound(start), lambda key_bytes: key_bytes.startswith(prefix)
 
 
 @hookimpl

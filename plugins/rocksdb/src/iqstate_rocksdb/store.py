@@ -34,7 +34,7 @@ from iqstate.persistent import (
 )
 from iqstate.persistent_window import PersistentWindowStore
 from iqstate.position import Position
-from iqstate.scanning import take_while_at_least
+from iqstate.scanning import first_of, take_while_at_least
 from iqstate_rocksdb.database import OFFSETS_CF, checked_items, holds_data, open_database
 from iqstate_rocksdb.errors import damaged, database_error
 from iqstate_rocksdb.options import RocksDBSettings, write_options
@@ -107,6 +107,28 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
     def _scan(
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
     ) -> list[Pair]:
+        return self._read_range(lower, upper, reverse, upper_inclusive, None)
+
+    def _scan_limited(
+        self,
+        lower: bytes | None,
+        upper: bytes | None,
+        reverse: bool,
+        upper_inclusive: bool,
+        limit: int,
+    ) -> list[Pair]:
+        return self._read_range(lower, upper, reverse, upper_inclusive, limit)
+
+    def _read_range(
+        self,
+        lower: bytes | None,
+        upper: bytes | None,
+        reverse: bool,
+        upper_inclusive: bool,
+        limit: int | None,
+    ) -> list[Pair]:
+        """The range's pairs, or its first `limit` (a read stopped by the limit has met no
+        damage: damage would have ended it early)."""
         # rocksdict's `items` steps the iterator in Rust, one call per record, but ends at a
         # damaged block exactly as at the end of the range and hides the iterator's status.
         # `_ended` tells them apart with one raw seek; when a record is left in the range
@@ -118,22 +140,23 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
         db = self._db
         try:
             if not reverse:
-                pairs = list(db.items(from_key=lower, read_opt=options))
+                pairs = list(first_of(db.items(from_key=lower, read_opt=options), limit))
             else:
-                records = db.items(backwards=True, read_opt=options)
+                records = first_of(db.items(backwards=True, read_opt=options), limit)
                 if lower is None:
                     pairs = list(records)
                 else:
                     pairs, complete = take_while_at_least(records, lower)
                     if complete:
                         return pairs
-            if self._ended(options, pairs, lower, reverse):
+            if len(pairs) == limit or self._ended(options, pairs, lower, reverse):
                 return pairs
         except Exception as error:
             raise database_error(self._path, error) from error
-        return checked_items(
+        checked = checked_items(
             db, self._path, lower, upper, reverse=reverse, upper_inclusive=upper_inclusive
         )
+        return checked if limit is None else checked[:limit]
 
     def _ended(
         self, options: ReadOptions, pairs: list[Pair], lower: bytes | None, reverse: bool
