@@ -136,3 +136,13 @@ def test_range_waits_out_a_busy_instance(tmp_path: Path) -> None:
         for thread in threads:
             thread.join()
         assert results == [sorted(ROWS.items())] * 6
+
+
+def test_keys_a_url_would_change_are_looked_up_as_themselves(tmp_path: Path) -> None:
+    """Dot segments, slashes, query and fragment marks, escapes: each key is its own."""
+    rows = {key: i for i, key in enumerate([".", "..", "", "a/b", "/", "?x=1", "#", "%2E", " "])}
+    with two_instances(tmp_path, rows=rows) as (a, _):
+        with RemoteQueryClient(a.url) as client:
+            for key, value in rows.items():
+                found = client.query(lookup(key)).only_partition_result()
+                assert found is not None and found.result == value, key

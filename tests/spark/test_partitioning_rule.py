@@ -11,13 +11,13 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 from iqstate_http import RemoteQueryClient, RemoteServiceError, start_background
+from iqstate_http.codecs import path_segment
 from iqstate_kafka import KafkaCluster
 from iqstate_spark import ClusterStores
 from iqstate_spark.executor_write import entries_by_partition
@@ -132,7 +132,7 @@ def served(app: Application, keys: Sequence[str]) -> dict[str, Chosen]:
         with httpx.Client(base_url=server.url, timeout=10) as http:
 
             def answered(key: str) -> int:
-                response = http.get(f"/v1/stores/s/keys/{quote(key, safe='')}")
+                response = http.get(f"/v1/stores/s/keys/{path_segment(key)}")
                 if response.status_code != 200:
                     message = response.json()["error"]["message"]
                     raise ValueError(message.removeprefix("ValueError: "))

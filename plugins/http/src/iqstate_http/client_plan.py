@@ -46,7 +46,7 @@ from iqstate.errors import IqstateError
 from iqstate.plugins import default_registry
 from iqstate.runtime.partitioner import PartitionFunction, partition_function
 from iqstate.serdes import Serde
-from iqstate_http.codecs import position_from_json, position_to_json
+from iqstate_http.codecs import path_segment, position_from_json, position_to_json
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ class StoreInfo:
                 return None
         else:
             return None
-        return quote(text, safe="")
+        return path_segment(text)
 
 
 @dataclass
@@ -348,36 +348,41 @@ class ClientLogic:
     def _key_lookup(
         self, store: StoreInfo, partition: int, path: str, acceptable_lag: int | None
     ) -> Plan:
-        assert self.view is not None
-        target = self.view.active.get((store.name, partition)) or self.any_instance()
+        """One `GET` of the key route at the partition's active; asked once more, after
+        reading the layout again, when no instance answered or none of the partition's
+        replicas could (the layout moved: a failover the view had not seen)."""
         suffix = f"/v1/stores/{quote(store.name, safe='')}/keys/{path}"
         if acceptable_lag is not None:
             suffix += f"?acceptable_lag={acceptable_lag}"
-        (reply,) = yield [Call("GET", target + suffix)]
-        if not reply.answered:
-            self.moved()
-            yield from self.current_view()
-            target, failed = self.any_instance(avoid=target), target
+        avoid = None
+        for attempt in range(2):
+            view = yield from self.current_view()
+            active = view.active.get((store.name, partition))
+            target = active if active is not None and active != avoid else self.any_instance(avoid)
             (reply,) = yield [Call("GET", target + suffix)]
             if not reply.answered:
-                return StateQueryResult({partition: _unreachable(failed, reply)})
-        if reply.status == 200:
-            body = reply.body
-            result: QueryResult[Any] = QueryResult.for_result(body["value"])
-            result.position = position_from_json(body["position"])
-            if f"http://{body.get('host')}" != target:
                 self.moved()
-            return StateQueryResult({int(body["partition"]): result})
-        if reply.status == 500:
-            raise RemoteServiceError(target, _error_message(reply))
-        if reply.status == 503:
+                avoid = target
+                if attempt == 0:
+                    continue
+                return StateQueryResult({partition: _unreachable(target, reply)})
+            if reply.status == 200:
+                body = reply.body
+                result: QueryResult[Any] = QueryResult.for_result(body["value"])
+                result.position = position_from_json(body["position"])
+                if f"http://{body.get('host')}" != target:
+                    self.moved()
+                return StateQueryResult({int(body["partition"]): result})
+            if reply.status == 500:
+                raise RemoteServiceError(target, _error_message(reply))
+            if reply.status != 503:
+                raise ValueError(f"{target} refused the request: {_error_message(reply)}")
             code = str((reply.body or {}).get("error", {}).get("code", ""))
             reason = _REASONS.get(code, FailureReason.NOT_PRESENT)
             self.moved()
-            return StateQueryResult(
-                {partition: QueryResult.for_failure(reason, _error_message(reply))}
-            )
-        raise ValueError(f"{target} refused the request: {_error_message(reply)}")
+            if attempt == 1 or reason not in _LAYOUT_MOVED:
+                break
+        return StateQueryResult({partition: QueryResult.for_failure(reason, _error_message(reply))})
 
     def _post(
         self,

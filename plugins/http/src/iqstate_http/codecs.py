@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
+from urllib.parse import quote
 
 from iqstate import (
     KeyQuery,
@@ -112,6 +113,13 @@ def key_from_path(spec: StoreSpec, text: str) -> Any:
             f"store {spec.name!r} expects keys of type {expected}, got {text[:60]!r}: {exc}"
         ) from exc
     return key_from_json(spec, text)
+
+
+def path_segment(text: str) -> str:
+    """`text` as one segment of a URL path: percent-encoded, `/` included, and the dot
+    segments `.` and `..` (which clients resolve away) as `%2E`."""
+    quoted = quote(text, safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
 
 
 def to_json(value: Any) -> Any:
