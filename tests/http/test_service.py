@@ -173,3 +173,24 @@ def test_fuzzed_requests_never_crash_the_service(
     if response.status_code != 200:
         assert set(payload["error"]) == {"code", "message"}
         assert "Traceback" not in payload["error"]["message"]
+
+
+def test_keys_with_newlines_through_the_routed_app(app: Application) -> None:
+    """With a token every key lookup goes through Starlette's routing, whose `path`
+    parameters stop at a newline: a key holding one is still found, not a 404."""
+    with app.begin_batch(position={"words": {0: 8}}, batch_id=2) as batch:
+        batch.put("counts", "a\nb", 7)
+    server = start_background(app, token="s3cret")
+    try:
+        found = httpx.get(
+            server.url + "/v1/stores/counts/keys/a%0Ab",
+            headers={"Authorization": "Bearer s3cret"},
+        )
+        where = httpx.get(
+            server.url + "/v1/metadata/stores/counts/keys/a%0Ab",
+            headers={"Authorization": "Bearer s3cret"},
+        )
+    finally:
+        server.stop()
+    assert found.status_code == 200 and found.json()["value"] == 7
+    assert where.status_code == 200 and isinstance(where.json()["partition"], int)

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, quote
 
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -93,6 +94,21 @@ def _status_json(status: InstanceStatus) -> dict[str, Any]:
         ],
     }
 
+
+class _Text(Convertor[str]):
+    """A path parameter of any text, newlines and slashes included (Starlette's `path`
+    stops at a newline): a key in a URL is whatever the store's keys are."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("text", _Text())
 
 _KEY_ROUTE_PREFIX = "/v1/stores/"
 _FORWARDED = FORWARDED_HEADER.encode()
@@ -629,13 +645,13 @@ class QueryService:
     def routed_asgi(self) -> Starlette:
         """Every route, through Starlette's routing, middleware and exception handlers."""
         routes = [  # matched in order: the busiest routes first
-            Route("/v1/stores/{store}/keys/{key:path}", _KeyLookup(self), methods=["GET", "HEAD"]),
+            Route("/v1/stores/{store}/keys/{key:text}", _KeyLookup(self), methods=["GET", "HEAD"]),
             Route("/v1/query", self.query, methods=["POST"]),
             Route("/v1/health", self.health),
             Route("/v1/stores", self.stores),
             Route("/v1/metadata", self.metadata),
             Route("/v1/metadata/stores/{store}", self.store_metadata),
-            Route("/v1/metadata/stores/{store}/keys/{key:path}", self.key_metadata),
+            Route("/v1/metadata/stores/{store}/keys/{key:text}", self.key_metadata),
             Route("/v1/metadata/key", self.key_metadata_json, methods=["POST"]),
             Route("/v1/lags", self.lags),
             Route("/v1/cluster", self.cluster),
