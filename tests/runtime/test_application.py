@@ -180,3 +180,10 @@ def test_queries_through_the_application(make_app: MakeApp) -> None:
         result = app.query(StateQueryRequest.in_store("s").with_query(KeyQuery.with_key("k")))
         only = result.only_partition_result()
         assert only is not None and only.result == {"v": 1}
+
+
+def test_serving_false_is_for_a_writer_of_a_cluster(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="serving=False is for an application that writes"):
+        Application("w", tmp_path, serving=False)
+    with pytest.raises(TypeError, match="serving must be True or False"):
+        Application("w", tmp_path, serving="no")  # type: ignore[arg-type]

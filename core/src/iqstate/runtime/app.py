@@ -109,6 +109,7 @@ class Application:
         plugins: PluginRegistry | None = None,
         changelog: ChangelogWriter | None = None,
         cluster: Cluster | None = None,
+        serving: bool = True,
     ) -> None:
         self.application_id = check_name("application", application_id)
         self.state_dir = Path(state_dir)
@@ -130,6 +131,17 @@ class Application:
                 "an application with a cluster takes its assignment and changelogs from "
                 "it; pass either cluster=... or assignment=/changelog=..., not both"
             )
+        if not isinstance(serving, bool):
+            raise TypeError(f"serving must be True or False, got {serving!r}")
+        if not serving and cluster is None:
+            raise ValueError(
+                "serving=False is for an application that writes batches to a cluster's "
+                "changelogs; pass cluster=... too (an application without one serves what "
+                "it writes)"
+            )
+        self.serving = serving
+        """False for a writer: it writes batches to the cluster, is not a member, hosts no
+        partition and is never routed to (SPEC 9)."""
         self._changelog = changelog
         self._specs: dict[str, StoreSpec] = {}
         self._connection = None if cluster is None else cluster.connect(self)

@@ -26,6 +26,8 @@ class ClusterMember(Protocol):
     application_id: str
     host_info: HostInfo
     num_standby_replicas: int
+    serving: bool
+    """False for an application that only writes: it is not a member and hosts nothing."""
 
     @property
     def stores(self) -> Mapping[str, StoreSpec]: ...
@@ -56,5 +58,6 @@ class Cluster(Protocol):
     """A cluster an application joins in distributed mode."""
 
     def connect(self, member: ClusterMember) -> ClusterConnection:
-        """A connection for `member` (no I/O yet: the assignment's `start` joins)."""
+        """A connection for `member` (no I/O yet: the assignment's `start` joins, unless
+        the member does not serve: then it only checks the topics its batches go to)."""
         ...

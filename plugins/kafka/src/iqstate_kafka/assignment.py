@@ -329,3 +329,23 @@ def _as_reported(assignment: Assignment, running: frozenset[StorePartition] | No
             for store, roles in assignment.roles.items()
         }
     )
+
+
+class WriterAssignment(AssignmentProvider):
+    """The assignment of an application that only writes (`serving=False`): it checks the
+    changelog topics its batches go to at start, hosts nothing, joins nothing, and so is
+    never in the cluster's metadata nor routed to."""
+
+    def __init__(self, kafka: KafkaCluster, application_id: str) -> None:
+        super().__init__()
+        self._kafka = kafka
+        self._application_id = application_id
+
+    def start(self, this_host: HostInfo, stores: Mapping[str, int]) -> None:
+        ensure_changelog_topics(self._kafka, self._application_id, stores)
+
+    def assignment(self) -> Assignment:
+        return Assignment.empty()
+
+    def cluster(self) -> Mapping[HostInfo, Assignment]:
+        return {}

@@ -114,11 +114,16 @@ class KafkaCluster:
 
     def connect(self, member: ClusterMember) -> KafkaConnection:
         """`member`'s link to this cluster (core's `Cluster`): the Kafka assignment provider,
-        a batch writer and a follower attached to the provider as the replicas' progress.
-        No I/O yet: the provider's `start` checks the topics and joins."""
-        from iqstate_kafka.assignment import KafkaAssignment
+        a batch writer and a follower attached to the provider as the replicas' progress;
+        for a member that does not serve, a writer only (`WriterAssignment`: it hosts
+        nothing and joins nothing). No I/O yet: the provider's `start` checks the topics
+        (and joins)."""
+        from iqstate_kafka.assignment import KafkaAssignment, WriterAssignment
         from iqstate_kafka.connection import KafkaConnection
         from iqstate_kafka.follower import Follower
+
+        if not member.serving:
+            return KafkaConnection(self, member, WriterAssignment(self, member.application_id))
 
         assignment = KafkaAssignment(
             self,

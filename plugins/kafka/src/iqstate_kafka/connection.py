@@ -22,7 +22,8 @@ from iqstate_kafka.writer import BatchWriter
 class KafkaConnection:
     """Assignment, batch writing and changelog following for one application.
 
-    `follower` is public for monitoring: records applied, records skipped, progress.
+    `follower` is public for monitoring: records applied, records skipped, progress; a
+    writer that does not serve has none (it hosts nothing to follow).
     """
 
     def __init__(
@@ -30,7 +31,7 @@ class KafkaConnection:
         cluster: KafkaCluster,
         member: ClusterMember,
         assignment: AssignmentProvider,
-        follower: Follower,
+        follower: Follower | None = None,
     ) -> None:
         self._member = member
         self._assignment = assignment
@@ -43,7 +44,8 @@ class KafkaConnection:
 
     def follow(self, partitions: HostedPartitions) -> None:
         """Start applying the changelogs to `partitions` (and whatever they come to hold)."""
-        self.follower.start(partitions)
+        if self.follower is not None:
+            self.follower.start(partitions)
 
     def write_batch(self, batch: Batch) -> None:
         """Write `batch` to the changelogs of the stores it covers (all declared stores
@@ -61,7 +63,8 @@ class KafkaConnection:
     def close(self) -> None:
         """Stop following, release the producer, and leave the cluster."""
         try:
-            self.follower.stop()
+            if self.follower is not None:
+                self.follower.stop()
             self._writer.close()
         finally:
             self._assignment.close()

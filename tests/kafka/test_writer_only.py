@@ -1,0 +1,54 @@
+"""A writer is not a server (SPEC 9): `Application(..., cluster=..., serving=False)` writes
+its batches to the changelogs, is not a member, hosts no partition and is never routed to."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from iqstate_kafka import KafkaCluster
+from support.network import free_port
+
+from iqstate import Application, RangeQuery, StateQueryRequest
+
+
+def test_a_writer_writes_without_joining(
+    kafka_broker: Any, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    app_id = unique_name("writer")
+    bootstrap = kafka_broker.bootstrap_servers
+    serving = Application(
+        app_id, tmp_path / "serving", application_server=f"127.0.0.1:{free_port()}",
+        cluster=KafkaCluster(bootstrap),
+    )  # fmt: skip
+    writer = Application(
+        app_id, tmp_path / "writer", cluster=KafkaCluster(bootstrap), serving=False
+    )
+    for app in (serving, writer):
+        app.key_value_store("counts", 3, value_serde="int64")
+    written = {f"k{i}": i for i in range(30)}
+    with serving:
+        with writer:
+            with writer.begin_batch(position={"src": {0: 1}}, batch_id=1) as batch:
+                batch.put_all("counts", list(written.items()))
+            request = StateQueryRequest.in_store("counts")
+            everything = request.with_query(RangeQuery.with_no_bounds())
+            deadline = time.monotonic() + 60
+            while True:
+                answers = serving.query(everything).partition_results
+                read = {k: v for r in answers.values() if r.is_success for k, v in r.result}
+                if read == written:
+                    break
+                assert time.monotonic() < deadline, f"the serving instance read {read}"
+                time.sleep(0.2)
+            # The writer is nowhere in the cluster: not in metadata, hosting nothing.
+            assert [m.host_info for m in serving.all_metadata()] == [serving.host_info]
+            roles = {(store, p): role.state for store, p, role, _ in serving.local_partitions()}
+            assert roles == {("counts", p): "RUNNING" for p in range(3)}
+            assert writer.all_metadata() == [] and writer.local_partitions() == []
+            assert writer.query(everything).partition_results == {}
+        time.sleep(1.5)  # heartbeats: a member that left would be listed as gone by now
+        statuses = serving.cluster_status()
+        assert [(s.host_info, s.live) for s in statuses] == [(serving.host_info, True)]
