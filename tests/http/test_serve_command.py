@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
+import httpx
 import pytest
+from iqstate_http.kafka_settings import KafkaSettingError, kafka_settings
 from iqstate_http.store_options import StoreOptionError, parse_store
+from support.network import free_port
 
 from iqstate import Application
 from iqstate.runtime.spec import KeyValueStoreSpec, WindowStoreSpec
@@ -66,3 +73,68 @@ def test_serve_with_a_cluster_names_missing_flags_and_bad_stores() -> None:
     )  # fmt: skip
     assert bad.returncode != 0 and "must be key_value or window" in bad.stderr
     assert "Traceback" not in missing.stderr + bad.stderr
+
+
+def test_kafka_client_settings_from_a_file_and_flags(tmp_path: Path) -> None:
+    config = tmp_path / "client.properties"
+    config.write_text(
+        "# the cluster's security\nsecurity.protocol=SASL_SSL\n! another comment\n\n"
+        "sasl.mechanism: PLAIN\nssl.ca.location = /etc/ca.pem\n"
+    )
+    settings = kafka_settings(str(config), ["sasl.mechanism=SCRAM-SHA-512", "client.id=a=b"])
+    assert settings == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "ssl.ca.location": "/etc/ca.pem",
+        "client.id": "a=b",
+    }
+    config.write_text("security.protocol=SSL\nnot a setting\n")
+    with pytest.raises(KafkaSettingError, match="line 2: expected key=value"):
+        kafka_settings(str(config), [])
+    with pytest.raises(KafkaSettingError, match="-X: expected key=value"):
+        kafka_settings(None, ["novalue"])
+    with pytest.raises(KafkaSettingError, match="missing.properties"):
+        kafka_settings(str(tmp_path / "missing.properties"), [])
+
+
+def test_serve_refuses_bad_kafka_settings_by_name(tmp_path: Path) -> None:
+    common = ["--cluster", "127.0.0.1:9", "--app-id", "a",
+              "--application-server", "127.0.0.1:7999", "--state-dir", str(tmp_path),
+              "--store", "s:key_value:2"]  # fmt: skip
+    owned = run_serve(*common, "-X", "enable.idempotence=false")
+    assert owned.returncode != 0 and "enable.idempotence" in owned.stderr
+    malformed = run_serve(*common, "-X", "oops")
+    assert malformed.returncode != 0 and "-X: expected key=value" in malformed.stderr
+    for finished in (owned, malformed):
+        assert "Traceback" not in finished.stderr
+
+
+def test_serve_stops_quietly_on_sigint(tmp_path: Path) -> None:
+    (tmp_path / "quiet_app.py").write_text(
+        "from iqstate import Application\n"
+        f"app = Application('quiet', {str(tmp_path / 'state')!r})\n"
+        "app.key_value_store('s', 1)\n"
+    )
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "iqstate.cli", "serve", "quiet_app:app", "--port", str(port)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "iqstate serve did not start"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from iqstate import Application, IqstateError
 from iqstate.hookspecs import hookimpl
+from iqstate_http.kafka_settings import kafka_settings
 from iqstate_http.limits import DEFAULT_MAX_BODY, ConnectionLimits
 from iqstate_http.store_options import parse_store
 
@@ -41,6 +42,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="where other instances and clients reach this one")  # fmt: skip
     cluster.add_argument("--state-dir", default="state", help="local replicas live here")
     cluster.add_argument("--standbys", type=int, default=1, help="standby replicas per partition")
+    cluster.add_argument("--kafka-config", metavar="FILE", help="a properties file of Kafka "
+                         "client settings (security.protocol, sasl.*, ssl.*, ...)")  # fmt: skip
+    cluster.add_argument("-X", dest="kafka_settings", action="append", default=[],
+                         metavar="KEY=VALUE", help="a Kafka client setting, over the file's; "
+                         "repeat for each")  # fmt: skip
     cluster.add_argument("--store", action="append", default=[], metavar="SPEC",
                          help="NAME:key_value:PARTITIONS[,option=value...] or "
                          "NAME:window:PARTITIONS,window_size_ms=MS,retention_ms=MS[,...]; "
@@ -119,6 +125,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         serve(app, host=args.host or host, port=args.port or port, token=token,
               max_body=args.max_body, limits=limits)  # fmt: skip
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn stopped the server; stop quietly too
+        pass
     finally:
         app.close()
     return 0
@@ -143,12 +151,13 @@ def cluster_application(args: argparse.Namespace) -> Application:
         ) from exc
     try:
         stores = [parse_store(text) for text in args.store]
+        settings = kafka_settings(args.kafka_config, args.kafka_settings)
         app = Application(
             args.app_id,
             args.state_dir,
             application_server=args.application_server,
             num_standby_replicas=args.standbys,
-            cluster=KafkaCluster(args.cluster),
+            cluster=KafkaCluster(args.cluster, client_config=settings),
         )
         for store in stores:
             store.declare(app)
