@@ -46,7 +46,12 @@ from iqstate.errors import IqstateError
 from iqstate.plugins import default_registry
 from iqstate.runtime.partitioner import PartitionFunction, partition_function
 from iqstate.serdes import Serde
-from iqstate_http.codecs import path_segment, position_from_json, position_to_json
+from iqstate_http.codecs import (
+    failure_reason_of,
+    path_segment,
+    position_from_json,
+    position_to_json,
+)
 
 
 @dataclass(frozen=True)
@@ -132,12 +137,6 @@ def _value(query: Query[Any], value: Any) -> Any:
     return value
 
 
-_REASONS = {
-    "not_active": FailureReason.NOT_ACTIVE,
-    "not_present": FailureReason.NOT_PRESENT,
-    "not_up_to_bound": FailureReason.NOT_UP_TO_BOUND,
-    "store_exception": FailureReason.STORE_EXCEPTION,
-}
 _LAYOUT_MOVED = frozenset({FailureReason.NOT_PRESENT, FailureReason.NOT_ACTIVE})
 
 
@@ -378,7 +377,7 @@ class ClientLogic:
             if reply.status != 503:
                 raise ValueError(f"{target} refused the request: {_error_message(reply)}")
             code = str((reply.body or {}).get("error", {}).get("code", ""))
-            reason = _REASONS.get(code, FailureReason.NOT_PRESENT)
+            reason = failure_reason_of(code)
             self.moved()
             if attempt == 1 or reason not in _LAYOUT_MOVED:
                 break

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 from iqstate import (
+    FailureReason,
     KeyQuery,
     Position,
     PositionBound,
@@ -113,6 +114,16 @@ def key_from_path(spec: StoreSpec, text: str) -> Any:
             f"store {spec.name!r} expects keys of type {expected}, got {text[:60]!r}: {exc}"
         ) from exc
     return key_from_json(spec, text)
+
+
+def failure_reason_of(code: str) -> FailureReason:
+    """The failure an error code names (the API writes a partition's failure as its reason
+    in lower case: `not_active`); any other error (an instance stopping, busy, a refused
+    token) is `NOT_PRESENT`: another replica may answer."""
+    try:
+        return FailureReason[code.upper()]
+    except KeyError:
+        return FailureReason.NOT_PRESENT
 
 
 def path_segment(text: str) -> str:

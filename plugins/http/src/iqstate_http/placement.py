@@ -16,22 +16,6 @@ from iqstate_http.replica_choice import Replica, ReplicaChoice
 
 RETRY_ELSEWHERE = frozenset({"NOT_ACTIVE", "NOT_PRESENT", "NOT_UP_TO_BOUND"})
 
-_REASONS = {
-    "not_active": "NOT_ACTIVE",
-    "not_present": "NOT_PRESENT",
-    "not_up_to_bound": "NOT_UP_TO_BOUND",
-    "store_exception": "STORE_EXCEPTION",
-    "does_not_exist": "DOES_NOT_EXIST",
-    "unknown_query_type": "UNKNOWN_QUERY_TYPE",
-}
-
-
-def reason_of(code: str) -> str:
-    """The `FailureReason` name for an error code an instance answered; anything that is
-    not a partition's failure (an instance stopping, a refused token) is `NOT_PRESENT`:
-    another replica may answer."""
-    return _REASONS.get(code, "NOT_PRESENT")
-
 
 class Placement:
     """Where each partition of one request is asked, round after round."""

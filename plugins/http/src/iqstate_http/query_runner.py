@@ -32,6 +32,7 @@ from iqstate.runtime.querying import locate_key
 from iqstate.runtime.spec import StoreSpec
 from iqstate_http.codecs import (
     Codecs,
+    failure_reason_of,
     json_bytes,
     key_from_json,
     position_from_json,
@@ -52,7 +53,7 @@ from iqstate_http.paging import (
     merge_page,
     pager_for,
 )
-from iqstate_http.placement import Placement, reason_of
+from iqstate_http.placement import Placement
 from iqstate_http.replica_choice import Replica, ReplicaChoice
 
 _KEYED = ("key", "window_key")
@@ -111,7 +112,7 @@ def _merged_position(entries: dict[str, dict[str, Any]]) -> Position:
 
 
 def _reason(failure: ForwardFailure) -> str:
-    return reason_of(failure.code)
+    return failure_reason_of(failure.code).name
 
 
 class QueryRunner:

@@ -38,6 +38,7 @@ from iqstate_http.codecs import (
     BadRequest,
     Codecs,
     bound_from_json,
+    failure_reason_of,
     json_bytes,
     key_from_json,
     key_from_path,
@@ -50,7 +51,6 @@ from iqstate_http.forwarding import FORWARDED_HEADER, Forwarded, Forwarder
 from iqstate_http.limits import DEFAULT_MAX_BODY, DEFAULT_MAX_ROWS
 from iqstate_http.openapi import openapi_document
 from iqstate_http.paging import page_limit
-from iqstate_http.placement import reason_of
 from iqstate_http.query_runner import QueryOptions, QueryRunner
 from iqstate_http.replica_choice import RUNNING, Replica, ReplicaChoice
 
@@ -475,7 +475,7 @@ class QueryService:
                 return answer.body
             if answer.unreachable:
                 self.replicas.invalidate()
-            failure = (reason_of(answer.code).lower(), answer.message)
+            failure = (failure_reason_of(answer.code).name.lower(), answer.message)
         if failure is None:
             reason, message = self.replicas.why_none(spec.name, partition, lag, forwarded)
             failure = (reason.name.lower(), message)
