@@ -133,7 +133,8 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
         limit: int,
     ) -> list[Pair]:
         """The first `limit` committed pairs of the range; engines that can stop reading
-        early override this default, which scans the whole range."""
+        early override this default, which scans the whole range (an override may take
+        `None` for no limit and serve `_scan` too, as RocksDB, LMDB and SQLite do)."""
         return self._scan(lower, upper, reverse, upper_inclusive)[:limit]
 
     @abstractmethod

@@ -254,19 +254,9 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
     def _scan(
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
     ) -> list[Pair]:
-        return self._read_range(lower, upper, reverse, upper_inclusive, None)
+        return self._scan_limited(lower, upper, reverse, upper_inclusive, None)
 
     def _scan_limited(
-        self,
-        lower: bytes | None,
-        upper: bytes | None,
-        reverse: bool,
-        upper_inclusive: bool,
-        limit: int,
-    ) -> list[Pair]:
-        return self._read_range(lower, upper, reverse, upper_inclusive, limit)
-
-    def _read_range(
         self,
         lower: bytes | None,
         upper: bytes | None,
