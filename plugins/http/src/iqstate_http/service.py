@@ -515,10 +515,9 @@ class QueryService:
             if answer.failure_reason in (FailureReason.NOT_ACTIVE, FailureReason.NOT_PRESENT):
                 return None
             raise ApiError(503, answer.failure_reason.name.lower(), answer.failure_message)
-        # The position's JSON is cached.
-        value = json_bytes(to_json(answer.result))
-        position = position_json_bytes(result.position)
-        if replica is None or replica.state == RUNNING:
+        if replica is None or replica.state == RUNNING:  # the position's JSON is cached
+            value = json_bytes(to_json(answer.result))
+            position = position_json_bytes(result.position)
             return _RUNNING_BODY % (value, partition, position, self._host_json)
         return json_bytes(
             {
