@@ -39,6 +39,7 @@ def test_document_lists_every_route_and_the_stores(client: httpx.Client) -> None
         "/v1/lags",
         "/v1/partitions",
         "/v1/health",
+        "/v1/ready",
         "/v1/stores/counts/keys/{key}",
         "/v1/metadata/stores/per-minute/keys/{key}",
     } <= set(paths)
@@ -69,7 +70,7 @@ def test_document_requires_the_token_the_service_requires(app: Application) -> N
     validate(document)
     for path, operations in document["paths"].items():
         for operation in operations.values():
-            public = path in ("/", "/openapi.json", "/v1/health")
+            public = path in ("/", "/openapi.json", "/v1/health", "/v1/ready")
             assert ("security" in operation) is not public, path
             if not public:
                 assert operation["security"] == [{"bearer": []}]

@@ -34,8 +34,11 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> Non
 class Instance:
     """A serving instance in its own process, started with `iqstate serve --cluster`."""
 
-    def __init__(self, bootstrap: str, app_id: str, state_dir: Path, store: str) -> None:
+    def __init__(
+        self, bootstrap: str, app_id: str, state_dir: Path, store: str, log: Path | None = None
+    ) -> None:
         self.port = free_port()
+        self.log = log
         self.url = f"http://127.0.0.1:{self.port}"
         self._command = [
             sys.executable, "-m", "iqstate.cli", "serve",
@@ -46,9 +49,18 @@ class Instance:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.process = subprocess.Popen(
-            self._command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        """Start the process; its output goes to `log` (appended) if given."""
+        if self.log is None:
+            self.process = subprocess.Popen(
+                self._command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            return
+        with self.log.open("ab") as output:
+            self.process = subprocess.Popen(self._command, stdout=output, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        """What the process logged so far (empty without a `log`)."""
+        return "" if self.log is None else self.log.read_text(errors="replace")
 
     def kill(self) -> None:
         assert self.process is not None
@@ -127,3 +139,47 @@ def in_process_instance(
     finally:
         server.stop()
         app.close()
+
+
+def running_everywhere(url: str, partitions: int) -> bool:
+    """The instance at `url` is the running active of every partition."""
+    return {entry["partition"]: entry["role"] for entry in roles(url)} == dict.fromkeys(
+        range(partitions), "RUNNING"
+    )
+
+
+@contextmanager
+def serving_pair(
+    bootstrap: str, app_id: str, tmp_path: Path, partitions: int
+) -> Iterator[tuple[list[Instance], Application]]:
+    """Two `iqstate serve` instances (RocksDB key-value store `counts` of int64 values, one
+    standby, output in `tmp_path/<name>.log`) with a settled, stable layout, and a writer
+    (`serving=False`) in this process; all stopped afterwards."""
+    store = f"counts:key_value:{partitions},engine=rocksdb,value_serde=int64"
+    instances = [
+        Instance(bootstrap, app_id, tmp_path / name, store, log=tmp_path / f"{name}.log")
+        for name in ("b", "c")
+    ]
+    writer = Application(
+        app_id, tmp_path / "writer", cluster=KafkaCluster(bootstrap), serving=False
+    )
+    writer.key_value_store("counts", partitions, engine="rocksdb", value_serde="int64")
+    writer.start()
+    try:
+        # One after the other, as a deployment rolls out: two instances started within a
+        # heartbeat of each other can chase each other's assignment (docs/cluster.md).
+        instances[0].start()
+        wait_for(
+            "the first instance running",
+            lambda: running_everywhere(instances[0].url, partitions),
+            90,
+        )
+        instances[1].start()
+        urls = [instance.url for instance in instances]
+        wait_for("a settled layout", lambda: settled(urls, partitions), 90)
+        wait_for("a stable layout", lambda: stable(urls, partitions), 60)
+        yield instances, writer
+    finally:
+        writer.close()
+        for instance in instances:
+            instance.stop()

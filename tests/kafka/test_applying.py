@@ -1,8 +1,9 @@
 """Folding consecutive changelog units into one store commit leaves a replica exactly as
 applying them one by one does: data, position, fence and committed offset. Checked with real
 hosted partitions (the follower's seam in core) over generated changelogs with replays,
-batches that cover different source partitions, batches without id, records of an applied
-batch arriving late, and incomplete units."""
+batches that cover different source partitions, batches without id, records of another
+batch than their marker's, gaps, compacted stretches and incomplete units. Then the rules a
+follower applies to hostile or broken records: markers that skip ahead, stray records."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from iqstate_kafka.applying import fold
+from iqstate_kafka.applying import GAP, STRAY, fold
 from iqstate_kafka.format import BatchMarker, DataRecord
 from iqstate_kafka.reader import ChangelogUnit
 
@@ -57,7 +58,7 @@ def changelogs(draw: st.DrawFn) -> list[ChangelogUnit]:
     units = []
     offset = 0
     for _ in range(draw(st.integers(1, 8))):
-        batch_id = draw(st.none() | st.integers(0, 6))
+        batch_id = draw(st.none() | st.integers(0, 9))
         records = []
         for _ in range(draw(st.integers(0, 4))):
             key = draw(st.sampled_from([b"a", b"b", b"c"]))
@@ -69,9 +70,9 @@ def changelogs(draw: st.DrawFn) -> list[ChangelogUnit]:
         if draw(st.integers(0, 5)):  # mostly complete units, sometimes incomplete ones
             source = draw(st.sampled_from(["x", "y"]))
             position = Position.from_map({source: {0: draw(st.integers(0, 50))}})
-            marker = BatchMarker(batch_id, position, offset)
+            marker = BatchMarker(batch_id, position, offset, draw(st.booleans()))
             offset += 1
-        units.append(ChangelogUnit(TP, records, marker, offset))
+        units.append(ChangelogUnit(TP, records, marker, offset, draw(st.booleans())))
     return units
 
 
@@ -80,21 +81,72 @@ def test_a_fold_commits_what_applying_each_unit_would(
     units: list[ChangelogUnit], sizes: list[int]
 ) -> None:
     one_by_one, folded = replica(), replica()
+    refused_one_by_one, refused_folded = [], []
     for unit in units:
-        marker = unit.marker
+        commit = fold([unit], one_by_one.fence)
         one_by_one.apply_changelog(
-            unit.entries(one_by_one.fence),
-            marker.batch_id if marker else None,
-            marker.position if marker else None,
-            unit.next_offset,
+            commit.entries, commit.batch_id, commit.position, commit.next_offset
         )
+        refused_one_by_one += commit.refused
     start = 0
     while start < len(units):
         chunk = units[start : start + sizes[start % len(sizes)]]
         commit = fold(chunk, folded.fence)
         folded.apply_changelog(commit.entries, commit.batch_id, commit.position, commit.next_offset)
+        refused_folded += commit.refused
         start += len(chunk)
     assert state(folded) == state(one_by_one)
+    assert refused_folded == refused_one_by_one
+
+
+def unit(
+    records: list[tuple[bytes, int | None]],
+    batch_id: int | None,
+    start: int,
+    *,
+    compacted: bool = False,
+    allows_gap: bool = False,
+) -> ChangelogUnit:
+    """Records `(key, batch id)` at offsets from `start` (value = the key), then a marker."""
+    data = [DataRecord(key, key, bid, start + i) for i, (key, bid) in enumerate(records)]
+    end = start + len(data)
+    marker = BatchMarker(batch_id, Position.from_map({"src": {0: end}}), end, allows_gap)
+    return ChangelogUnit(TP, data, marker, end + 1, compacted)
+
+
+def test_a_marker_that_skips_ahead_is_refused_and_later_batches_still_apply() -> None:
+    forged = unit([(b"evil", 2**63 - 1)], 2**63 - 1, 10)
+    commit = fold([forged], 4)
+    assert (commit.entries, commit.batch_id, commit.position) == ([], None, None)
+    assert [(r.reason, r.offset) for r in commit.refused] == [(GAP, 11), (GAP, 10)]
+    assert commit.next_offset == 12  # read past, never again
+    legit = fold([unit([(b"k", 5)], 5, 12)], 4)
+    assert (legit.entries, legit.batch_id, legit.refused) == ([(b"k", b"k")], 5, ())
+
+
+def test_gaps_that_a_writer_allowed_or_compaction_explains_are_accepted() -> None:
+    allowed = fold([unit([(b"k", 9)], 9, 10, allows_gap=True)], 4)
+    assert (allowed.entries, allowed.batch_id, allowed.refused) == ([(b"k", b"k")], 9, ())
+    # Compaction removed batches 5..8's markers (and some records): their surviving records
+    # are applied with batch 9's marker; a replayed batch's record is skipped.
+    compacted = unit([(b"a", 5), (b"b", 7), (b"old", 3), (b"c", 9)], 9, 10, compacted=True)
+    commit = fold([compacted], 4)
+    assert commit.entries == [(b"a", b"a"), (b"b", b"b"), (b"c", b"c")]
+    assert (commit.batch_id, commit.refused) == (9, ())
+
+
+def test_records_of_a_batch_without_a_marker_are_never_applied() -> None:
+    # Batch 6 was abandoned (data, no marker); a stray record claims no batch; batch 7's
+    # marker (allowed to skip 6) applies only batch 7's records.
+    strays = unit([(b"x", 6), (b"y", None), (b"k", 7), (b"z", 8)], 7, 20, allows_gap=True)
+    commit = fold([strays], 5)
+    assert (commit.entries, commit.batch_id) == ([(b"k", b"k")], 7)
+    assert [(r.reason, r.offset) for r in commit.refused] == [
+        (STRAY, 20), (STRAY, 21), (STRAY, 23),
+    ]  # fmt: skip
+    # A replayed batch's marker applies nothing; a newer record before it is a stray.
+    replay = fold([unit([(b"k", 5), (b"new", 6)], 5, 30)], 5)
+    assert (replay.entries, [r.reason for r in replay.refused]) == ([], [STRAY])
 
 
 def test_positions_of_batches_covering_different_sources_are_merged() -> None:

@@ -38,12 +38,14 @@ from iqstate.request import StateQueryRequest
 from iqstate.results import FailureReason, QueryResult, StateQueryResult
 from iqstate.runtime import (
     ACTIVE,
+    ACTIVE_CUT_OFF,
     ACTIVE_RESTORING,
     STANDBY,
     Application,
     AppState,
     Assignment,
     AssignmentProvider,
+    Contact,
     Departure,
     HostInfo,
     InstanceStatus,
@@ -65,6 +67,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ACTIVE",
+    "ACTIVE_CUT_OFF",
     "ACTIVE_RESTORING",
     "STANDBY",
     "AppState",
@@ -75,6 +78,7 @@ __all__ = [
     "ChangelogRecord",
     "ChangelogWriter",
     "ClosedStoreError",
+    "Contact",
     "CorruptStateError",
     "Departure",
     "Engine",

@@ -3,10 +3,12 @@
 from iqstate.runtime.app import Application, AppState
 from iqstate.runtime.assignment import (
     ACTIVE,
+    ACTIVE_CUT_OFF,
     ACTIVE_RESTORING,
     STANDBY,
     Assignment,
     AssignmentProvider,
+    Contact,
     PartitionRole,
     Role,
     StandaloneAssignment,
@@ -33,6 +35,7 @@ from iqstate.runtime.partitioner import murmur2, partition_for_bytes
 
 __all__ = [
     "ACTIVE",
+    "ACTIVE_CUT_OFF",
     "ACTIVE_RESTORING",
     "STANDBY",
     "AppState",
@@ -42,6 +45,7 @@ __all__ = [
     "Batch",
     "CompositeReadOnlyKeyValueStore",
     "CompositeReadOnlyWindowStore",
+    "Contact",
     "Departure",
     "HostInfo",
     "InstanceStatus",

@@ -26,6 +26,7 @@ from iqstate.results import StateQueryResult
 from iqstate.runtime.assignment import (
     Assignment,
     AssignmentProvider,
+    Contact,
     PartitionRole,
     StandaloneAssignment,
 )
@@ -555,6 +556,12 @@ class Application:
             return []
         self._check_queryable("read the cluster's status")
         return self._metadata.cluster_status(self.host_info)
+
+    def cluster_contact(self) -> Contact | None:
+        """How long this instance has not heard from its cluster, against the liveness
+        timeout; `None` on one machine. Past the timeout (`Contact.lost`) its actives are
+        `CUT_OFF` (queries requiring an active get `NOT_ACTIVE`) and its lags unknown."""
+        return self._assignment.contact()
 
     def metrics(self) -> dict[str, dict[int, dict[str, float]]]:
         """Per store partition metrics (operation rates and latencies, commit metrics)."""

@@ -29,10 +29,13 @@ class PartitionRole:
 
     role: Role
     restoring: bool = False
+    cut_off: bool = False
+    """An active on an instance that has lost contact with its cluster for longer than the
+    liveness timeout: the others will have moved the partition, so it is not running here."""
 
     def __post_init__(self) -> None:
-        if self.restoring and self.role is not Role.ACTIVE:
-            raise ValueError("only an active replica can be restoring")
+        if (self.restoring or self.cut_off) and self.role is not Role.ACTIVE:
+            raise ValueError("only an active replica can be restoring or cut off")
 
     @property
     def is_active(self) -> bool:
@@ -40,18 +43,21 @@ class PartitionRole:
 
     @property
     def is_running_active(self) -> bool:
-        return self.role is Role.ACTIVE and not self.restoring
+        return self.role is Role.ACTIVE and not self.restoring and not self.cut_off
 
     @property
     def state(self) -> str:
-        """`RUNNING` or `RESTORING` (actives) or `STANDBY`, as messages name it."""
+        """`RUNNING`, `RESTORING` or `CUT_OFF` (actives) or `STANDBY`, as messages name it."""
         if self.role is Role.STANDBY:
             return "STANDBY"
+        if self.cut_off:
+            return "CUT_OFF"
         return "RESTORING" if self.restoring else "RUNNING"
 
 
 ACTIVE = PartitionRole(Role.ACTIVE)
 ACTIVE_RESTORING = PartitionRole(Role.ACTIVE, restoring=True)
+ACTIVE_CUT_OFF = PartitionRole(Role.ACTIVE, cut_off=True)
 STANDBY = PartitionRole(Role.STANDBY)
 
 
@@ -79,6 +85,21 @@ class Assignment:
 
 
 AssignmentListener = Callable[[Assignment], None]
+
+
+@dataclass(frozen=True)
+class Contact:
+    """How long this instance has not heard from its cluster (`silence_s`) and how long it
+    may before the others count it gone (`limit_s`, the liveness timeout)."""
+
+    silence_s: float
+    limit_s: float
+
+    @property
+    def lost(self) -> bool:
+        """Silent for longer than the limit: the others will have moved this instance's
+        partitions, and its view of the cluster and its lags are out of date."""
+        return self.silence_s > self.limit_s
 
 
 class AssignmentProvider(ABC):
@@ -112,6 +133,11 @@ class AssignmentProvider(ABC):
     def departures(self) -> Mapping[HostInfo, Departure]:
         """Instances that recently left or went silent and have not come back."""
         return {}
+
+    def contact(self) -> Contact | None:
+        """How long since this instance last heard from its cluster; `None` when there is
+        no cluster to lose contact with (one machine, a fixed layout)."""
+        return None
 
     def add_listener(self, listener: AssignmentListener) -> None:
         """`listener(new_assignment)` runs on every rebalance of this instance."""

@@ -69,12 +69,17 @@ class LagInfo:
     """How far a local store partition is behind the end of its changelog."""
 
     current_offset_position: int
-    end_offset_position: int
+    end_offset_position: int | None
+    """`None` while unknown: the end offset has not been fetched from the broker yet, or this
+    instance has lost contact with its cluster (a lag computed then would be a guess)."""
     rebuilt: bool = False
     """The partition was wiped after an unclean shutdown (exactly-once) and restarted empty."""
 
     @property
-    def offset_lag(self) -> int:
+    def offset_lag(self) -> int | None:
+        """Changelog records behind the end; `None` while the end is unknown."""
+        if self.end_offset_position is None:
+            return None
         return max(0, self.end_offset_position - self.current_offset_position)
 
 

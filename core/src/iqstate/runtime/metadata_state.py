@@ -90,20 +90,28 @@ class MetadataState:
         return KeyQueryMetadata(active, frozenset(standbys), partition)
 
     def local_lags(self) -> dict[str, dict[int, LagInfo]]:
+        """Without a cluster every partition is its own changelog's end; with one, the end is
+        the broker's, unknown (`None`) until fetched and while contact is lost."""
+        contact = self._assignment.contact()
+        lost = contact is not None and contact.lost
         lags: dict[str, dict[int, LagInfo]] = {}
         for name in self._partitions.store_names():
             for partition, hosted in sorted(self._partitions.of_store(name).items()):
                 current = hosted.committed_changelog_offset() or 0
-                end = self._assignment.end_offset(name, partition)
-                if end is None or hosted.role.is_running_active:
+                end = None if lost else self._assignment.end_offset(name, partition)
+                if contact is None and (end is None or hosted.role.is_running_active):
                     end = max(current, end or 0)
+                elif end is not None and hosted.role.is_running_active:
+                    end = max(current, end)
                 lags.setdefault(name, {})[partition] = LagInfo(current, end, hosted.rebuilt)
         return lags
 
     def cluster_status(self, this_host: HostInfo) -> list[InstanceStatus]:
         """Every live instance with its replicas' states and lags (this one's from its own
         partitions, the others' as they last reported), then the instances recently gone."""
-        reported = self._assignment.reported_lags()
+        contact = self._assignment.contact()
+        # Cut off, the others' reports are as old as the silence: their lags are unknown.
+        reported = {} if contact is not None and contact.lost else self._assignment.reported_lags()
         local = self._local_lag_numbers()
         statuses: list[InstanceStatus] = []
         cluster = self._assignment.cluster()
@@ -128,4 +136,5 @@ class MetadataState:
             (store, partition): lag.offset_lag
             for store, partitions in self.local_lags().items()
             for partition, lag in partitions.items()
+            if lag.offset_lag is not None
         }

@@ -104,10 +104,16 @@ def unanswered(spec: StoreSpec, hosted: HostedPartition | None, partition: int) 
             f"Partition {partition} of store {spec.name!r} moved away from this instance "
             "during the query.",
         )
+    why = (
+        ": this instance has not heard from its cluster for longer than the liveness "
+        "timeout, so the others will have moved the partition"
+        if hosted.role.cut_off
+        else ""
+    )
     failure = QueryResult.for_failure(
         FailureReason.NOT_ACTIVE,
         f"Query requires a running active replica, but partition {partition} of store "
-        f"{spec.name!r} is {hosted.role.state} here.",
+        f"{spec.name!r} is {hosted.role.state} here{why}.",
     )
     failure.position = hosted.chain.position
     return failure

@@ -90,8 +90,8 @@ _LAGS = {
             "required": ["current", "end", "lag", "rebuilt"],
             "properties": {
                 "current": {"type": "integer"},
-                "end": {"type": "integer"},
-                "lag": {"type": "integer"},
+                "end": {"type": ["integer", "null"], "description": "null: unknown"},
+                "lag": {"type": ["integer", "null"], "description": "null: unknown"},
                 "rebuilt": {"type": "boolean"},
             },
         },
@@ -127,7 +127,7 @@ _CLUSTER = {
                     "properties": {
                         "store": {"type": "string"},
                         "partition": {"type": "integer"},
-                        "role": {"enum": ["RUNNING", "RESTORING", "STANDBY"]},
+                        "role": {"enum": ["RUNNING", "RESTORING", "CUT_OFF", "STANDBY"]},
                         "lag": {"type": ["integer", "null"]},
                     },
                 },
@@ -151,9 +151,26 @@ _PARTITIONS = {
 _HEALTH = {
     "type": "object",
     "required": ["status", "state"],
-    "properties": {"status": {"enum": ["ok", "unavailable"]}, "state": {"type": "string"}},
+    "properties": {
+        "status": {"enum": ["ok", "degraded", "unavailable"]},
+        "state": {"type": "string"},
+        "broker_silence_s": {
+            "type": "number",
+            "description": "seconds since this instance last heard from Kafka (cluster mode "
+            "only); past the liveness timeout the status is degraded",
+        },
+    },
 }
-_ROLE = {"enum": ["RUNNING", "RESTORING", "STANDBY", None]}
+_READY = {
+    "type": "object",
+    "required": ["ready", "state"],
+    "properties": {
+        "ready": {"type": "boolean"},
+        "state": {"type": "string"},
+        "reason": {"type": "string", "description": "why not (only when not ready)"},
+    },
+}
+_ROLE = {"enum": ["RUNNING", "RESTORING", "CUT_OFF", "STANDBY", None]}
 _ANSWERED_BY = {
     "host": {"type": "string", "description": "host:port of the instance that answered"},
     "role": {**_ROLE, "description": "the answering replica's role (null: none answered)"},
@@ -444,8 +461,12 @@ def openapi_document(
         "/": {"get": ops.operation("the state browser page", {"type": "string"},
                                    public=True, media="text/html")},
         "/openapi.json": {"get": ops.operation("this document", {"type": "object"}, public=True)},
-        "/v1/health": {"get": ops.operation("whether the application is running", _HEALTH,
-                                            public=True)},
+        "/v1/health": {"get": _with_503(
+            ops.operation("whether the application is running and in contact", _HEALTH,
+                          public=True), _HEALTH)},
+        "/v1/ready": {"get": _with_503(
+            ops.operation("whether to send this instance traffic (for load balancers)",
+                          _READY, public=True), _READY)},
         "/v1/query": {
             "post": {
                 **ops.operation(
@@ -515,3 +536,12 @@ def openapi_document(
             },
         },
     }
+
+
+def _with_503(operation: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """`operation` whose 503 answer has the same shape as its 200 (a state, not an error)."""
+    operation["responses"]["503"] = {
+        "description": "not available",
+        "content": {"application/json": {"schema": schema}},
+    }
+    return operation

@@ -28,7 +28,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from iqstate import Application, FailureReason, KeyQuery, StateQueryRequest
+from iqstate import Application, AppState, FailureReason, KeyQuery, StateQueryRequest
 from iqstate.runtime.metadata import InstanceStatus, StreamsMetadata
 from iqstate.runtime.partitioner import follows_kafka_default
 from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec, WindowStoreSpec
@@ -336,11 +336,33 @@ class QueryService:
     # -- routes ----------------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
+        """Alive and answering (`ok`), answering from a cluster it has lost contact with
+        (`degraded`, still 200: restarting the process would not bring the broker back), or
+        not answering (503)."""
         state = self.app.state
-        status = 200 if state.is_queryable else 503
-        return JSONResponse(
-            {"status": "ok" if status == 200 else "unavailable", "state": state.name}, status
-        )
+        contact = self.app.cluster_contact()
+        body: dict[str, Any] = {"status": "unavailable", "state": state.name}
+        if state.is_queryable:
+            body["status"] = "degraded" if contact is not None and contact.lost else "ok"
+        if contact is not None:
+            body["broker_silence_s"] = round(contact.silence_s, 1)
+        return JSONResponse(body, 200 if state.is_queryable else 503)
+
+    async def ready(self, request: Request) -> Response:
+        """200 only while the application runs and is in contact with its cluster."""
+        state = self.app.state
+        contact = self.app.cluster_contact()
+        reason = None
+        if state is not AppState.RUNNING:
+            reason = f"the application is {state.name}, not RUNNING"
+        elif contact is not None and contact.lost:
+            reason = (
+                f"no contact with Kafka for {contact.silence_s:.1f} s (liveness timeout "
+                f"{contact.limit_s:g} s): the other instances have taken over its partitions"
+            )
+        if reason is None:
+            return JSONResponse({"ready": True, "state": state.name})
+        return JSONResponse({"ready": False, "state": state.name, "reason": reason}, 503)
 
     async def query(self, request: Request) -> Response:
         self._check_token(request)
@@ -647,6 +669,7 @@ class QueryService:
             Route("/v1/stores/{store}/keys/{key:text}", _KeyLookup(self), methods=["GET", "HEAD"]),
             Route("/v1/query", self.query, methods=["POST"]),
             Route("/v1/health", self.health),
+            Route("/v1/ready", self.ready),
             Route("/v1/stores", self.stores),
             Route("/v1/metadata", self.metadata),
             Route("/v1/metadata/stores/{store}", self.store_metadata),

@@ -1,4 +1,5 @@
-"""Consecutive changelog units of one partition, folded into one store commit.
+"""Consecutive changelog units of one partition, folded into one store commit, and the
+records a follower refuses.
 
 A replica that is catching up reads many units of a partition at once. Committing each
 alone costs a store commit per batch; committing them together costs one, and a reader
@@ -6,15 +7,33 @@ still sees the partition before or after whole batches (never inside one), becau
 unit in the fold is complete. The fold leaves the partition exactly as applying the units
 one by one would:
 
-- each unit's records are filtered by the fence as it stands after the units before it, so
-  a replayed batch inside the fold is skipped like a replay across commits;
+- each unit is judged against the fence as it stands after the units before it, so a
+  replayed batch inside the fold is skipped like a replay across commits;
 - the positions of the markers that are applied are merged (a later batch may cover other
   source partitions than an earlier one, so the last position alone could lose components);
 - the fence is the last applied marker's batch id (ids that pass the fence only increase),
   and the offset to read next is the last unit's.
 
-An incomplete unit (data handed out without its marker, see `ChangelogReader`) adds its
-records and its offset, and no position or fence, wherever it is in the fold.
+**What a marker applies** (SPEC 6's gap rule, for followers). Whoever can write a changelog
+topic can write records in iqstate's format, so a follower checks what it applies:
+
+- a marker whose batch id skips ahead of the partition's fence (more than fence + 1) is
+  refused: a forged or stray marker would otherwise fence every later legitimate batch.
+  Two gaps are legitimate and accepted: the marker of a batch written with `allow_gaps`
+  (its header says so), and a gap that compaction explains: compaction keeps only a
+  partition's latest marker, so where it removed records (offsets are missing since the
+  previous marker, `ChangelogUnit.compacted`) the markers in between are gone;
+- a data record belongs to the batch its header names: a marker applies its own batch's
+  records. Records of other batches before it (a batch that never got a marker: abandoned,
+  or written by someone else) are refused, unless compaction removed their markers, in
+  which case those of batches between the fence and the marker are applied with it;
+- records and markers of batches at or below the fence are replays, skipped as before.
+
+A refused marker leaves the fence and position where they were; refused records are never
+applied; the offset moves past both, and each refusal is reported (`StoreCommit.refused`)
+for the follower to log and count. An incomplete unit (data handed out without its marker
+because a batch outgrew `max_held_records`, see `ChangelogReader`) adds the records of
+batches after the fence and its offset, and no position or fence, wherever it is in the fold.
 """
 
 from __future__ import annotations
@@ -23,8 +42,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from iqstate.position import Position
-from iqstate_kafka.format import is_fenced
+from iqstate_kafka.format import BatchMarker, DataRecord, is_fenced
 from iqstate_kafka.reader import ChangelogUnit
+
+GAP = "gap"
+"""A refused marker that skips ahead of the fence, and the records of its batch."""
+STRAY = "stray"
+"""A refused data record of a batch that got no marker of its own."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A changelog record the fold did not apply: `reason` (`GAP` or `STRAY`), where, why."""
+
+    reason: str
+    offset: int
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +70,7 @@ class StoreCommit:
     position: Position | None
     """The merged position of the applied markers (`None`: unchanged)."""
     next_offset: int
+    refused: tuple[Refusal, ...] = ()
 
 
 def fold(units: Sequence[ChangelogUnit], fence: int | None) -> StoreCommit:
@@ -45,14 +79,79 @@ def fold(units: Sequence[ChangelogUnit], fence: int | None) -> StoreCommit:
     if not units:
         raise ValueError("fold needs at least one unit")
     entries: list[tuple[bytes, bytes | None]] = []
+    refused: list[Refusal] = []
     batch_id: int | None = None
     position: Position | None = None
     for unit in units:
-        entries += unit.entries(fence)
         marker = unit.marker
-        if marker is None or is_fenced(marker.batch_id, fence):
+        if marker is None:
+            entries += unit.entries(fence)
             continue
+        if is_fenced(marker.batch_id, fence):  # a replay: its records were applied with it
+            refused += _strays(unit.records, fence, None, marker)
+            continue
+        if _skips_ahead(marker, fence) and not unit.compacted:
+            refused.append(
+                Refusal(
+                    GAP,
+                    marker.offset,
+                    f"batch marker {marker.batch_id} skips ahead of the partition's last "
+                    f"batch {fence} (nothing compacted in between, and its writer did not "
+                    "allow gaps)",
+                )
+            )
+            refused += [
+                Refusal(GAP, record.offset, f"a record of refused batch {marker.batch_id}")
+                for record in unit.records
+                if not is_fenced(record.batch_id, fence)
+            ]
+            continue
+        for record in unit.records:
+            if _belongs(record, marker, fence, unit.compacted):
+                entries.append((record.key, record.value))
+        refused += _strays(unit.records, fence, unit.compacted, marker)
         position = marker.position if position is None else position.merge(marker.position)
         if marker.batch_id is not None:
             fence = batch_id = marker.batch_id
-    return StoreCommit(entries, batch_id, position, units[-1].next_offset)
+    return StoreCommit(entries, batch_id, position, units[-1].next_offset, tuple(refused))
+
+
+def _skips_ahead(marker: BatchMarker, fence: int | None) -> bool:
+    return (
+        marker.batch_id is not None
+        and fence is not None
+        and marker.batch_id > fence + 1
+        and not marker.allows_gap
+    )
+
+
+def _belongs(record: DataRecord, marker: BatchMarker, fence: int | None, compacted: bool) -> bool:
+    """Whether `marker` applies `record`: its own batch's, or (where compaction removed the
+    markers in between) a batch's between the fence and the marker."""
+    if record.batch_id == marker.batch_id:
+        return True
+    return (
+        compacted
+        and record.batch_id is not None
+        and marker.batch_id is not None
+        and record.batch_id < marker.batch_id
+        and not is_fenced(record.batch_id, fence)
+    )
+
+
+def _strays(
+    records: list[DataRecord], fence: int | None, compacted: bool | None, marker: BatchMarker
+) -> list[Refusal]:
+    """The records before `marker` it does not apply (`compacted` None: it applies none),
+    replays of applied batches aside."""
+    return [
+        Refusal(
+            STRAY,
+            record.offset,
+            f"a record of batch {record.batch_id}, which got no marker of its own before "
+            f"batch marker {marker.batch_id}",
+        )
+        for record in records
+        if not is_fenced(record.batch_id, fence)
+        and (compacted is None or not _belongs(record, marker, fence, compacted))
+    ]

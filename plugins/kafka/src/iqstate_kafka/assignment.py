@@ -12,6 +12,12 @@ to the end offset seen then (`ReplicaProgress.caught_up`, announced through `on_
 then `ACTIVE` for as long as it stays active. Other instances' actives show as restoring in
 `cluster()` until their heartbeats say they run.
 
+**Lost contact.** When this instance's own heartbeats have not come back for longer than
+`liveness_timeout`, the others have dropped it and moved its partitions, so it stops claiming
+them: its actives become `ACTIVE_CUT_OFF` (queries that require an active get `NOT_ACTIVE`,
+naming the silence) until its heartbeats come back; then they restore as after any change
+of role, and run once the follower says they have caught up.
+
 **Before the follower attaches** (`attach_progress`, before or after `start`), this instance
 reports no lags, so every replica it may hold counts as not caught up: the assignor treats it
 like a new instance. That errs on the safe side (an instance never wins an active by claiming
@@ -35,11 +41,13 @@ from collections.abc import Mapping
 
 from iqstate.runtime.assignment import (
     ACTIVE,
+    ACTIVE_CUT_OFF,
     ACTIVE_RESTORING,
     STANDBY,
     Assignment,
     AssignmentListener,
     AssignmentProvider,
+    Contact,
     PartitionRole,
 )
 from iqstate.runtime.metadata import Departure, HostInfo
@@ -176,6 +184,12 @@ class KafkaAssignment(AssignmentProvider):
         """Instances that left or went silent recently (see `Membership.departures`)."""
         return {} if self._membership is None else self._membership.departures()
 
+    def contact(self) -> Contact:
+        """Seconds since this instance's own heartbeat last came back, against the
+        liveness timeout."""
+        silence = 0.0 if self._membership is None else self._membership.silence()
+        return Contact(silence, self._timeout)
+
     def add_listener(self, listener: AssignmentListener) -> None:
         """Also announces a change that came while nobody listened yet."""
         super().add_listener(listener)
@@ -207,16 +221,30 @@ class KafkaAssignment(AssignmentProvider):
 
     def _run(self) -> None:
         assert self._membership is not None
+        cut_off = False
         while True:
             with self._lock:
                 while not self._dirty and not self._closed:
-                    self._wake.wait()
+                    # Woken by changes; and every heartbeat interval, to notice lost contact.
+                    self._wake.wait(self._interval)
+                    if self.contact().lost != cut_off:
+                        break
                 if self._closed:
                     return
                 self._dirty = False
                 previous, progress = self._mine, self._progress
+            was_cut_off, cut_off = cut_off, self.contact().lost
+            if cut_off and not was_cut_off:
+                logger.warning(
+                    "this instance has not heard from Kafka for %.1f s (liveness timeout %g s): "
+                    "its active partitions are cut off until it does",
+                    self.contact().silence_s,
+                    self._timeout,
+                )
             try:
-                mine, cluster = self._compute(self._membership.live(), previous, progress)
+                mine, cluster = self._compute(
+                    self._membership.live(), previous, progress, cut_off=cut_off
+                )
             except Exception:
                 logger.exception("computing the assignment failed; keeping the last one")
                 continue
@@ -244,8 +272,11 @@ class KafkaAssignment(AssignmentProvider):
         live: Mapping[str, Heartbeat],
         previous: Assignment,
         progress: ReplicaProgress | None,
+        *,
+        cut_off: bool = False,
     ) -> tuple[Assignment, dict[HostInfo, Assignment]]:
-        """This instance's assignment (with restoring actives) and the whole cluster's."""
+        """This instance's assignment (with restoring or cut-off actives) and the whole
+        cluster's."""
         assert self._host is not None
         self._check_stores(live)
         computed = assign(
@@ -255,6 +286,13 @@ class KafkaAssignment(AssignmentProvider):
             self._acceptable,
         )
         mine = self._restoring(computed.get(self._host, Assignment.empty()), previous, progress)
+        if cut_off:
+            mine = Assignment(
+                {
+                    store: {n: ACTIVE_CUT_OFF if r.is_active else r for n, r in roles.items()}
+                    for store, roles in mine.roles.items()
+                }
+            )
         running = {
             heartbeat.member.host: heartbeat.member.actives - heartbeat.restoring
             for heartbeat in live.values()
@@ -308,7 +346,9 @@ class KafkaAssignment(AssignmentProvider):
             mine, progress = self._mine, self._progress
         lags = {} if progress is None else dict(progress.lags())
         actives = frozenset((s, p) for s, p, role in mine.items() if role.is_active)
-        restoring = frozenset((s, p) for s, p, role in mine.items() if role.restoring)
+        restoring = frozenset(
+            (s, p) for s, p, role in mine.items() if role.is_active and not role.is_running_active
+        )
         return Heartbeat(
             Member(self._member_id, self._host, lags, actives), restoring, self._stores
         )

@@ -58,6 +58,7 @@ class KafkaConnection:
             batch_id=batch.batch_id,
             position=batch.position,
             stores={name: declared[name].partitions for name in sorted(covered)},
+            allow_gaps=batch.allow_gaps,
         )
 
     def close(self) -> None:

@@ -20,7 +20,9 @@ the store partitions this instance hosts, actives and standbys alike. Each loop:
 4. **announce** the actives that reached their target to the `on_caught_up` listeners.
 
 The follower implements `ReplicaProgress` for the assignment provider, and counts the data
-records it applied and the records it skipped because they do not decode.
+records it applied, the records it skipped because they do not decode, and the records it
+refused (a marker skipping ahead of the fence, data of a batch without a marker:
+`iqstate_kafka.applying`).
 
 Faults never stop it and never make it spin: a broker that does not answer makes it wait
 (backing off) while queries keep being answered from the local replicas, and the reader's
@@ -43,7 +45,7 @@ from iqstate.position import TopicPartition
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.partitions import HostedPartitions
 from iqstate.runtime.spec import WindowStoreSpec
-from iqstate_kafka.applying import StoreCommit, fold
+from iqstate_kafka.applying import Refusal, StoreCommit, fold
 from iqstate_kafka.cluster import KafkaCluster
 from iqstate_kafka.progress import CaughtUpListener, StorePartition
 from iqstate_kafka.reader import ChangelogReader, ChangelogUnit, OffsetOutOfRange, Watermarks
@@ -57,6 +59,9 @@ CONSUMER_DEFAULTS: Mapping[str, Any] = {"max.partition.fetch.bytes": 16 * 1024 *
 up fetches up to 16 MB per partition per request instead of librdkafka's 1 MB: measured with
 bench/kafka_restore.py (500,000 records, 4 partitions), restore went from 109k to 202k
 records/s. librdkafka's `queued.max.messages.kbytes` still bounds what is held in memory."""
+
+_LOGGED_REFUSALS = 5
+"""Refused records logged one by one per commit; the rest are counted in one line."""
 
 _MIN_WINDOW_KEY = 8
 """A window store's changelog key ends with the 8-byte window start."""
@@ -132,6 +137,7 @@ class Follower:
         self._offsets: dict[StorePartition, ReplicaOffsets] = {}
         self._applied = 0
         self._skipped: dict[StorePartition, int] = {}
+        self._refused: dict[StorePartition, dict[str, int]] = {}
         self._skipped_before: dict[StorePartition, int] = {}
         """Skips the current reader does not count (earlier readers', window keys)."""
         # The thread's lifecycle, under _lifecycle:
@@ -170,14 +176,17 @@ class Follower:
     # -- ReplicaProgress -------------------------------------------------------------------
 
     def lags(self) -> Mapping[StorePartition, int]:
+        """Lags of the replicas whose end offsets the broker has given (the others' are
+        unknown)."""
         with self._lock:
             lags = {key: offsets.lag for key, offsets in self._offsets.items()}
         return {key: lag for key, lag in lags.items() if lag is not None}
 
     def end_offset(self, store: str, partition: int) -> int | None:
+        """The end offset the broker gave; `None` until it has (see `lags`)."""
         with self._lock:
             offsets = self._offsets.get((store, partition))
-            return None if offsets is None else offsets.end
+            return None if offsets is None or offsets.seen_at is None else offsets.end
 
     def caught_up(self, store: str, partition: int) -> bool:
         with self._lock:
@@ -195,6 +204,13 @@ class Follower:
         of batches a partition had applied already not counted)."""
         with self._lock:
             return self._applied
+
+    def refused_records(self) -> dict[StorePartition, dict[str, int]]:
+        """Records refused per store partition since `start`, by reason (`gap`: a batch
+        marker that skips ahead of the fence, and its batch's records; `stray`: data
+        records of a batch that got no marker); each was logged."""
+        with self._lock:
+            return {key: dict(counts) for key, counts in self._refused.items()}
 
     def skipped_records(self) -> dict[StorePartition, int]:
         """Records skipped per store partition since `start` because they do not decode
@@ -318,7 +334,7 @@ class Follower:
             if not followed.assigned and time.monotonic() >= followed.retry_at:
                 self._assign(reader, key, followed, answer)
             with self._lock:
-                self._offsets[key].saw(answer)
+                self._offsets[key].saw(answer, time.monotonic())
         now = time.monotonic()
         if failed:
             delay = self._broker_backoff.next()
@@ -430,9 +446,35 @@ class Follower:
             followed.retry_at = time.monotonic() + delay
             return
         followed.failures = None
+        if commit.refused:
+            self._refuse(key, followed, commit.refused)
         with self._lock:
             self._offsets[key].committed_to(commit.next_offset)
             self._applied += len(entries)
+
+    def _refuse(
+        self, key: StorePartition, followed: _Followed, refused: tuple[Refusal, ...]
+    ) -> None:
+        """Log and count records the fold refused (`iqstate_kafka.applying`)."""
+        for refusal in refused[:_LOGGED_REFUSALS]:
+            logger.error(
+                "changelog record at %s partition %d offset %d refused (%s): %s; not applied",
+                followed.changelog.topic,
+                followed.changelog.partition,
+                refusal.offset,
+                refusal.reason,
+                refusal.detail,
+            )
+        if len(refused) > _LOGGED_REFUSALS:
+            logger.error(
+                "%d more changelog records of %s refused in the same commit",
+                len(refused) - _LOGGED_REFUSALS,
+                followed.changelog,
+            )
+        with self._lock:
+            counts = self._refused.setdefault(key, {})
+            for refusal in refused:
+                counts[refusal.reason] = counts.get(refusal.reason, 0) + 1
 
     def _decodable(
         self,

@@ -10,8 +10,10 @@ signed 64-bit integer (-1: a batch without id, which nothing fences).
 
 **Batch marker**: key = `MARKER_KEY`; value = the format version byte, the batch id (as in
 the header), then the batch's source position in Kafka's `PositionSerde` encoding
-(`iqstate.codec.encode_position`). No headers. A partition's position advances only at a
-marker, so a follower sees it before or after a batch, never inside one.
+(`iqstate.codec.encode_position`). No headers, except `iqstate.allow-gaps` (value `1`) on
+the markers of a batch written with `allow_gaps`: its id may skip ids after the previous
+batch (followers refuse a marker that skips ahead otherwise). A partition's position
+advances only at a marker, so a follower sees it before or after a batch, never inside one.
 
 **Why this marker key.** Compacted topics need a non-null key, and compaction keeps only the
 latest record per key, so a marker must never share its key with a data record: a later marker
@@ -43,6 +45,7 @@ from iqstate_kafka.errors import ChangelogFormatError
 
 FORMAT_VERSION = 1
 BATCH_HEADER = "iqstate.batch"
+ALLOW_GAPS_HEADER = "iqstate.allow-gaps"
 MARKER_KEY = b"\xffiqstate.batch-marker\xff"
 _NO_BATCH = -1
 _BATCH = struct.Struct(">Bq")
@@ -64,6 +67,8 @@ class BatchMarker:
     batch_id: int | None
     position: Position
     offset: int
+    allows_gap: bool = False
+    """The writer said the batch id may skip ids after the previous batch (`allow_gaps`)."""
 
 
 def is_fenced(batch_id: int | None, fence: int | None) -> bool:
@@ -85,6 +90,11 @@ def _batch_bytes(batch_id: int | None) -> bytes:
 def batch_headers(batch_id: int | None) -> list[tuple[str, bytes]]:
     """The headers of every data record of batch `batch_id` (build once per batch)."""
     return [(BATCH_HEADER, _batch_bytes(batch_id))]
+
+
+def marker_headers(allow_gaps: bool) -> list[tuple[str, str | bytes | None]] | None:
+    """The headers of a batch's markers (none unless its id may skip ahead)."""
+    return [(ALLOW_GAPS_HEADER, b"1")] if allow_gaps else None
 
 
 def data_key(key: bytes) -> bytes:
@@ -131,7 +141,8 @@ def decode(
             if value is None:
                 raise ValueError("a batch marker without value")
             batch_id = _batch_id(value, "batch marker")
-            return BatchMarker(batch_id, decode_position(value[_BATCH.size :]), offset)
+            position = decode_position(value[_BATCH.size :])
+            return BatchMarker(batch_id, position, offset, _allows_gap(headers))
         if type(headers) is list and len(headers) == 1 and headers[0][0] == BATCH_HEADER:
             found = headers[0][1]  # what every writer of this format writes
         else:
@@ -144,6 +155,13 @@ def decode(
         return DataRecord(key, value, batch_id, offset)
     except (ValueError, CorruptStateError) as exc:
         raise ChangelogFormatError(topic, partition, offset, str(exc)) from exc
+
+
+def _allows_gap(headers: Headers) -> bool:
+    if not headers:
+        return False
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    return any(name == ALLOW_GAPS_HEADER and value == b"1" for name, value in pairs)
 
 
 def _batch_header(headers: Headers) -> str | bytes | None:

@@ -9,7 +9,16 @@ document (never pickle): `{"v": 1, "host", "port", "stores": {name: partitions},
 [[store, partition]...], "restoring": [[store, partition]...], "lags": [[store, partition,
 lag]...]}`. Readers ignore fields they do not know, so a later version may add some; a
 document of another version or shape is logged and skipped. A clean close writes a tombstone
-(null value), so the others see the departure at once; compaction then forgets the member.
+(null value), so the others see the departure within two heartbeat intervals (a member that
+heartbeats after its tombstone did not write it, and stays: no churn from a forged one);
+compaction then forgets the member.
+
+**Suspect records.** Whoever can write the topic can write heartbeats. A heartbeat of a new
+member id that claims the endpoint of a live member is logged as suspect and ignored while
+that member lives (a restarted process is not one: it tombstones its earlier incarnation
+when it joins), so a forged heartbeat cannot take an instance's place or make it churn. A
+forged member with an endpoint of its own is not detectable this way: restrict who may
+write the topic (docs/cluster.md, Security).
 
 **Liveness.** A member is live while its last heartbeat was *received* within
 `liveness_timeout`, measured on this process's monotonic clock, never the sender's. That clock
@@ -259,6 +268,10 @@ class ObservedClock:
     def blind(self, now: float) -> bool:
         return now - self._echo > self._blind_after
 
+    def since_echo(self, now: float) -> float:
+        """Seconds since this member's own heartbeat last came back."""
+        return now - self._echo
+
     def echo(self, now: float) -> bool:
         """Record an own heartbeat read back at `now`; True if the clock had stopped."""
         stopped = self.blind(now)
@@ -322,6 +335,9 @@ class Membership:
         self._clock = ObservedClock(2 * heartbeat_interval, time.monotonic())
         self._host: HostInfo | None = None
         self._warned: set[str] = set()
+        self._leaving: dict[str, float] = {}
+        """Members whose tombstone came (monotonic time): they leave unless they heartbeat
+        within two intervals (a tombstone someone else wrote)."""
         self._blind_warned = False
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
@@ -383,6 +399,12 @@ class Membership:
                 for host, (reason, heard) in sorted(self._departed.items())
                 if host not in live and now - heard <= DEPARTURES_KEPT
             }
+
+    def silence(self) -> float:
+        """Seconds since this member's own heartbeat last came back from the topic: how long
+        it has not been in contact with the broker (a heartbeat interval or so while it is).
+        Readable from any thread."""
+        return self._clock.since_echo(time.monotonic())
 
     def beat_now(self) -> None:
         """Send a heartbeat now rather than at the next interval (the report changed)."""
@@ -485,37 +507,67 @@ class Membership:
             if member_id == self._member_id:
                 if heartbeat is None:
                     logger.warning(
-                        "members topic: another process removed this member (%s): do two "
-                        "processes use application_server %s?",
+                        "members topic: a tombstone removed this member (%s): do two "
+                        "processes use application_server %s, or did someone else write "
+                        "it? Heartbeating at once so the others keep it",
                         member_id,
                         self._host,
                     )
+                    self._beat.set()
                     continue
                 self._echoed(now)
             if heartbeat is None:
-                if (gone := self._entries.pop(member_id, None)) is not None:
-                    logger.info("members topic: member %s left", member_id)
-                    self._departs(gone.heartbeat.member.host, "left", now)
+                if member_id in self._entries:
+                    self._leaving.setdefault(member_id, now)
                 continue
             if member_id != self._member_id:
+                if self._impostor(member_id, heartbeat):
+                    continue
+                if self._leaving.pop(member_id, None) is not None:
+                    logger.warning(
+                        "members topic: member %s (%s) heartbeats after its tombstone: the "
+                        "tombstone was not its own (suspect); it stays",
+                        member_id,
+                        heartbeat.member.host,
+                    )
                 self._met(member_id, heartbeat)
                 with self._lock:
                     self._departed.pop(heartbeat.member.host, None)
             self._entries[member_id] = _Entry(heartbeat, self._clock.read(now))
 
-    def _met(self, member_id: str, heartbeat: Heartbeat) -> None:
-        """Log another member's arrival, and a second process claiming this member's host."""
+    def _impostor(self, member_id: str, heartbeat: Heartbeat) -> bool:
+        """A heartbeat of a new member id claiming the endpoint of a member that is live:
+        suspect, and not believed over that member (it is logged once). A restarted
+        process is not one: it tombstones its earlier incarnation when it joins."""
         host = heartbeat.member.host
-        if member_id not in self._entries:
-            logger.info("members topic: member %s (%s) joined", member_id, host)
-        if host == self._host and member_id not in self._warned:
+        if member_id in self._entries:
+            return False
+        holders = [
+            other
+            for other, entry in self._entries.items()
+            if entry.heartbeat.member.host == host and other not in self._leaving
+        ]
+        if not holders:
+            return False
+        heard = self._clock.read(time.monotonic()) - self._entries[holders[0]].received
+        # A holder silent for a while is probably the dead process the claimant restarts;
+        # its tombstone follows at once. One that heartbeats is being impersonated.
+        if heard <= 2 * self._interval and member_id not in self._warned:
             self._warned.add(member_id)
             logger.warning(
-                "members topic: member %s uses this member's application_server %s; only one "
-                "of them is assigned partitions",
+                "members topic: member %s claims endpoint %s of live member %s (suspect); "
+                "ignored while %s is live",
                 member_id,
                 host,
+                holders[0],
+                holders[0],
             )
+        return True
+
+    def _met(self, member_id: str, heartbeat: Heartbeat) -> None:
+        """Log another member's arrival."""
+        if member_id not in self._entries:
+            logger.info("members topic: member %s (%s) joined", member_id, heartbeat.member.host)
 
     def _echoed(self, now: float) -> None:
         """This member's own heartbeat came back: the clock runs; after a stop, every member
@@ -534,8 +586,18 @@ class Membership:
         )
 
     def _expire(self) -> bool:
-        """Drop the members not heard from for the liveness timeout; True if any was."""
+        """Drop the members that left (a tombstone, then no heartbeat for two intervals) or
+        were not heard from for the liveness timeout; True if any was."""
         now = time.monotonic()
+        expired = False
+        for member_id, since in list(self._leaving.items()):
+            if now - since < 2 * self._interval:
+                continue
+            del self._leaving[member_id]
+            if (gone := self._entries.pop(member_id, None)) is not None:
+                logger.info("members topic: member %s left", member_id)
+                self._departs(gone.heartbeat.member.host, "left", now)
+                expired = True
         if self._clock.blind(now) and not self._blind_warned:
             self._blind_warned = True
             logger.warning(
@@ -545,7 +607,6 @@ class Membership:
                 len(self._entries),
             )
         observed = self._clock.read(now)
-        expired = False
         for member_id, entry in list(self._entries.items()):
             silent = observed - entry.received
             if member_id != self._member_id and silent > self._timeout:

@@ -91,6 +91,10 @@ class ChangelogUnit:
     records: list[DataRecord]
     marker: BatchMarker | None
     next_offset: int
+    compacted: bool = False
+    """Offsets are missing between the partition's previous marker (or where reading
+    started) and this unit's end: compaction removed records there, markers included, so
+    batch ids may skip ahead legitimately (`iqstate_kafka.applying`)."""
 
     def fenced(self, fence: int | None) -> bool:
         """True iff the unit's batch was applied already where the fence is `fence`."""
@@ -124,6 +128,8 @@ class _Partition:
     next_offset: int
     held: list[DataRecord] = field(default_factory=list)
     skipped: int = 0
+    holes: bool = False
+    """An offset was missing since the last marker read (compaction)."""
 
 
 class ChangelogReader:
@@ -234,6 +240,7 @@ class ChangelogReader:
             if state is None:
                 continue  # fetched before its partition was unassigned
             offset = message.offset() or 0
+            state.holes |= offset != state.next_offset
             state.next_offset = offset + 1
             try:
                 record = decode(
@@ -246,11 +253,16 @@ class ChangelogReader:
             if isinstance(record, DataRecord):
                 state.held.append(record)
                 if self._max_held is not None and len(state.held) >= self._max_held:
-                    events.append(ChangelogUnit(state.partition, state.held, None, offset + 1))
+                    events.append(
+                        ChangelogUnit(state.partition, state.held, None, offset + 1, state.holes)
+                    )
                     state.held = []
             else:
-                events.append(ChangelogUnit(state.partition, state.held, record, offset + 1))
+                events.append(
+                    ChangelogUnit(state.partition, state.held, record, offset + 1, state.holes)
+                )
                 state.held = []
+                state.holes = False
         return events
 
     def _failed(

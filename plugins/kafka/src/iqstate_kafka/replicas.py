@@ -4,7 +4,9 @@ Offsets follow the reader's meaning (`iqstate_kafka.reader`): `committed` is the
 to read, committed inside the store; `None` means nothing was applied, so the replica reads
 from the earliest offset. The end offset comes from the broker (refreshed now and then) and
 is raised by every commit beyond it, so a replica at the tail never shows a lag the broker
-would not.
+would not. Until the broker has answered once, the end offset is not known: a commit alone
+(a replica reopened at its committed offset) says nothing of how far the changelog goes, so
+the lag is unknown rather than zero. `seen_at` says how old the broker's answer is.
 
 An active replica is caught up when it has reached the end offset seen when it became
 active (its *target*): the assignment keeps it `RESTORING` until then. Reached means *read*
@@ -37,6 +39,8 @@ class ReplicaOffsets:
     """The active replica reached its target (announced once per activation or rebuild)."""
     read: int | None = None
     """The reader's next offset (past records read but not applicable), while assigned."""
+    seen_at: float | None = None
+    """When the broker last gave the partition's offsets (monotonic), `None`: never."""
 
     @property
     def next_offset(self) -> int | None:
@@ -47,7 +51,7 @@ class ReplicaOffsets:
     def lag(self) -> int | None:
         """Offsets between the replica and the end of its changelog partition, if known."""
         position = self.next_offset
-        if position is None or self.end is None:
+        if position is None or self.end is None or self.seen_at is None:
             return None
         return max(0, self.end - position)
 
@@ -65,8 +69,9 @@ class ReplicaOffsets:
             self.target = None
             self.reached = False
 
-    def saw(self, watermarks: Watermarks) -> None:
-        """The broker's offsets of the partition, asked just now."""
+    def saw(self, watermarks: Watermarks, now: float) -> None:
+        """The broker's offsets of the partition, asked just now (`now`, monotonic)."""
+        self.seen_at = now
         self.earliest = watermarks.earliest
         self.end = watermarks.end
         if self.active and self.target is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from concurrent.futures import Future
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
@@ -27,6 +27,17 @@ from iqstate_kafka.reader import Watermarks
 _EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
 _LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
+REPLACE_AFTER_FAILURES = 5
+"""Requests in a row that failed after which the admin client is replaced by a new one."""
+_STALE_METADATA = frozenset(
+    {
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    }
+)
+"""Errors that say the client's metadata is out of date: its client is replaced at once."""
+
 Answer = Watermarks | str
 """A partition's watermarks, or why the cluster gave none."""
 
@@ -36,7 +47,9 @@ class WatermarkAsker:
 
     def __init__(self, cluster: KafkaCluster) -> None:
         self._cluster = cluster
-        self._admin = AdminClient(cluster.client_settings())
+        self._admin = self._new_admin()
+        self._failed_requests = 0
+        self._stale_metadata = False
         self._earliest: dict[KafkaTopicPartition, Future[object]] = {}
         self._latest: dict[KafkaTopicPartition, Future[object]] = {}
 
@@ -73,19 +86,39 @@ class WatermarkAsker:
             for kafka_tp in self._earliest
         }
         self._earliest, self._latest = {}, {}
+        failed = any(isinstance(answer, str) for answer in answers.values())
+        self._failed_requests = self._failed_requests + 1 if failed else 0
+        if self._stale_metadata or self._failed_requests >= REPLACE_AFTER_FAILURES:
+            # librdkafka's admin client keeps the leader epochs of its first metadata and
+            # does not refresh them on FENCED_LEADER_EPOCH: after a broker restart every
+            # later ListOffsets fails with "Leader epoch is older than broker epoch" for
+            # as long as the client lives (measured). A new client asks for new metadata.
+            # Not on every failure: a new client's first request may fail while it has no
+            # metadata yet (measured), so replacing it each time could never succeed.
+            self._admin = self._new_admin()
+            self._failed_requests = 0
+            self._stale_metadata = False
         return answers
 
-    @staticmethod
-    def _answer(earliest: Future[object], latest: Future[object]) -> Answer:
+    def _new_admin(self) -> AdminClient:
+        return AdminClient(self._cluster.client_settings())
+
+    def _answer(self, earliest: Future[object], latest: Future[object]) -> Answer:
         try:
             return Watermarks(_offset(earliest), _offset(latest))
         except KafkaException as exc:
-            reason = str(exc.args[0].str())
+            error = exc.args[0]
+            self._stale_metadata |= error.code() in _STALE_METADATA
+            reason = str(error.str())
+        except ValueError as exc:
+            reason = str(exc)
         except Exception as exc:  # whatever else the client raises: an answer, not a crash
             reason = repr(exc)
         return reason
 
 
 def _offset(future: Future[object]) -> int:
-    offset = future.result().offset  # type: ignore[attr-defined]
-    return int(offset)
+    offset = int(future.result().offset)  # type: ignore[attr-defined]
+    if offset < 0:  # librdkafka's sentinels (-1001: invalid) when no real answer came
+        raise ValueError(f"the broker gave no offset (librdkafka sentinel {offset})")
+    return offset

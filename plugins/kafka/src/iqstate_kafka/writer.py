@@ -23,9 +23,11 @@ a control record to every partition (as many records as the markers), `read_comm
 followers that see nothing before the commit, and `transactional.id` fencing to manage. Above
 all, a transaction belongs to one producer: Spark's executors write a micro-batch from many
 producers, which one transaction cannot span (KIP-939 is not in librdkafka), so markers are
-needed for distributed Spark anyway. What transactions would hide, and markers do not, is a
-batch abandoned without replay (allowed only with `allow_gaps`): its written records are
-applied with the next batch's marker.
+needed for distributed Spark anyway. What transactions would hide is a batch abandoned
+without replay (allowed only with `allow_gaps`): its written records are in the log, but
+followers never apply them, since a data record belongs to the batch its header names and
+that batch never gets a marker (`iqstate_kafka.applying`). The next batch's markers then
+carry the allow-gaps header, so followers accept the skipped batch id.
 """
 
 from __future__ import annotations
@@ -40,7 +42,14 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from iqstate.position import Position, TopicPartition
 from iqstate_kafka.cluster import KafkaCluster
 from iqstate_kafka.errors import DeliveryError
-from iqstate_kafka.format import MARKER_KEY, batch_headers, data_key, marker_value, window_data_key
+from iqstate_kafka.format import (
+    MARKER_KEY,
+    batch_headers,
+    data_key,
+    marker_headers,
+    marker_value,
+    window_data_key,
+)
 from iqstate_kafka.topics import changelog_topics
 
 Entry = tuple[bytes, bytes | None] | tuple[bytes, int, bytes | None]
@@ -114,6 +123,7 @@ class BatchWriter:
         batch_id: int | None,
         position: Position | None,
         stores: Mapping[str, int],
+        allow_gaps: bool = False,
     ) -> dict[TopicPartition, int]:
         """Write one batch; return each marker's changelog partition and the offset after it.
 
@@ -121,6 +131,8 @@ class BatchWriter:
         store the batch covers (name -> partitions), each of which gets a marker with
         `batch_id` and `position` on each of its changelog partitions. The returned offsets
         are what a replica that applied the batch commits (`iqstate_kafka.reader`).
+        `allow_gaps`: `batch_id` may skip ids after the last batch (followers refuse a
+        marker that skips ahead of their fence otherwise).
         """
         topics = changelog_topics(self._application_id, stores)
         for store, partition in entries:  # all checked before anything is sent
@@ -128,7 +140,7 @@ class BatchWriter:
         if self._data_only:
             raise ValueError("this BatchWriter was made with data_only=True: it writes no markers")
         marker = marker_value(batch_id, position if position is not None else Position.empty())
-        self._send(entries.items(), batch_id, stores, marker)
+        self._send(entries.items(), batch_id, stores, marker, marker_headers(allow_gaps))
         return dict(self._ends)
 
     def write_data(
@@ -154,6 +166,7 @@ class BatchWriter:
         batch_id: int | None,
         stores: Mapping[str, int],
         marker: bytes | None,
+        marker_header: Headers | None = None,
     ) -> int:
         topics = changelog_topics(self._application_id, stores)
         headers: Headers = list(batch_headers(batch_id))
@@ -181,8 +194,9 @@ class BatchWriter:
                     for store, partitions in stores.items():
                         for partition in range(partitions):
                             self._produce(
-                                producer, topics[store], MARKER_KEY, marker, partition, None
-                            )
+                                producer, topics[store], MARKER_KEY, marker, partition,
+                                marker_header,
+                            )  # fmt: skip
                 remaining = producer.flush(self._delivery_timeout + self._cluster.timeout)
                 if remaining or self._failed:
                     raise self._error(remaining)
