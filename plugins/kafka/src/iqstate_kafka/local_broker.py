@@ -201,7 +201,7 @@ class LocalBroker:
     `directory` holds `server.properties`, the log directory `data/`, the broker's output
     `broker.log` and, while it runs, its pid in `broker.pid`; without one, a temporary
     directory is used and removed when the context manager exits. Ports are chosen on the
-    first `start()` and kept for later starts.
+    first `start()` (the client port is `port` if given) and kept for later starts.
     """
 
     def __init__(
@@ -212,6 +212,7 @@ class LocalBroker:
         heap: str = "512m",
         start_timeout: float = 120.0,
         stop_timeout: float = 30.0,
+        port: int | None = None,
     ) -> None:
         self._given = Path(directory) if directory is not None else None
         self._directory: Path | None = self._given
@@ -219,6 +220,7 @@ class LocalBroker:
         self._heap = heap
         self._start_timeout = start_timeout
         self._stop_timeout = stop_timeout
+        self._port = port
         self._ports: tuple[int, int] | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize[[subprocess.Popen[bytes]], LocalBroker] | None = None
@@ -259,7 +261,7 @@ class LocalBroker:
         self._directory.mkdir(parents=True, exist_ok=True)
         if self._ports is None:
             port, controller_port = _free_ports(2)
-            self._ports = (port, controller_port)
+            self._ports = (self._port or port, controller_port)
         settings = _write_settings(self._directory, self._ports)
         if not (self._directory / "data" / "meta.properties").exists():
             self._format(classpath, settings)

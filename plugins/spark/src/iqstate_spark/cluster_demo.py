@@ -1,29 +1,46 @@
 """`iqstate demo --cluster`: the word count at cluster scale, on one machine.
 
-It starts (or, with `--bootstrap-servers`, connects to) a Kafka broker, produces a stream of
-words into an input topic, runs the distributed pipeline (`iqstate_spark.cluster_pipeline`:
-Spark's Kafka source, executors in processes of their own writing the changelogs of
-`word-counts` and `words-per-minute`), and starts three serving instances
-(`iqstate serve --cluster`, one standby per partition) with the HTTP API and the state
-browser page on each. After each word-count batch it prints one line: the batch, the
-records written, and each instance's freshness (how many changelog offsets its replicas
-are behind, summed, and how many replicas it hosts). Ctrl-C stops everything it started,
-in order and quietly: the input first, then Spark once it has written what was produced,
-then the instances, then the broker.
+It starts (or, with `--bootstrap-servers`, connects to) a Kafka broker, produces words into
+an input topic in chunks (the cluster's analogue of the embedded demo's input files:
+`--lines` words every `--interval` seconds, or `--rate` words a second; `--files` chunks in
+all; `--seed` seeds the words), runs the distributed pipeline
+(`iqstate_spark.cluster_pipeline`: Spark's Kafka source, executors in processes of their own
+writing the changelogs of `word-counts` and `words-per-minute`), and starts three serving
+instances (`iqstate serve --cluster`, one standby per partition) with the HTTP API and the
+state browser page on each. After each word-count batch it prints one line (the batch, the
+records written, each instance's freshness: changelog offsets its replicas are behind,
+summed, and how many replicas it hosts) and a few counts read over plain HTTP, through a
+different instance each time. `--batches N` produces one chunk per batch and exits after
+exactly N word-count batches; `--duration` exits after that many seconds.
+
+**Stopping.** The command supervises a worker process in a session of its own, which runs
+all of the above. SIGINT or SIGTERM, to the command or to its whole process group (Ctrl-C,
+`timeout`, systemd), reaches only the supervisor, which asks the worker to stop: the input
+first, then Spark once it has written what was produced, then the instances, then the
+broker; exit code 0. A second signal stops it at once. Spark's JVM and executors never get
+the group's signal, which would kill them mid-batch with Java traces.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import random
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
-VOCABULARY_SEED = 11
+WORKER_VARIABLE = "IQSTATE_DEMO_CLUSTER_WORKER"
+"""Set in the worker's environment: it runs the demo rather than supervising it."""
+QUERIED_WORDS = ("spark", "kafka", "stream")
+"""The words whose counts are read over HTTP after each batch."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +54,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--bootstrap-servers", default=None, help="use this Kafka instead of starting one"
     )
-    group.add_argument("--rate", type=int, default=200, help="words produced per second")
+    group.add_argument(
+        "--rate",
+        type=int,
+        default=None,
+        help="words produced per second (default: --lines words every --interval seconds)",
+    )
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _free_port() -> int:
@@ -47,29 +78,61 @@ def _free_port() -> int:
 
 
 class Producer(threading.Thread):
-    """Produces `rate` words a second into the input topic until stopped."""
+    """Produces chunks of words into the input topic: every `interval` seconds as a thread
+    (`start()`), or one at a time (`produce_chunk`, for `--batches`). `limit`: chunks in all
+    (`None`: no end)."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, chunk: int, interval: float, seed: int, limit: int | None
+    ) -> None:
         super().__init__(name="iqstate-demo-producer", daemon=True)
-        self.bootstrap, self.topic, self.rate = bootstrap, topic, rate
+        self.bootstrap, self.topic = bootstrap, topic
+        self.chunk, self.interval, self.limit = chunk, interval, limit
+        self.words = random.Random(seed)
         self.stopped = threading.Event()
         self.produced = 0
+        self.chunks = 0
+        self._producer: Any = None
 
-    def run(self) -> None:
-        import random
+    @property
+    def exhausted(self) -> bool:
+        return self.limit is not None and self.chunks >= self.limit
 
+    def ends(self) -> dict[str, int]:
+        """The input topic's end offset per partition (as Spark's progress writes them)."""
+        from confluent_kafka import Consumer
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "iqstate-demo"})
+        try:
+            partitions = consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions
+            return {
+                str(number): consumer.get_watermark_offsets(
+                    KafkaTopicPartition(self.topic, number), timeout=10
+                )[1]
+                for number in partitions
+            }
+        finally:
+            consumer.close()
+
+    def produce_chunk(self) -> None:
+        """Produce one chunk and wait until the broker has all of it."""
         from confluent_kafka import Producer as KafkaProducer
 
         from iqstate_spark.demo import VOCABULARY
 
-        words = random.Random(VOCABULARY_SEED)
-        producer = KafkaProducer({"bootstrap.servers": self.bootstrap, "linger.ms": 20})
-        while not self.stopped.wait(0.1):
-            for _ in range(max(1, self.rate // 10)):
-                producer.produce(self.topic, words.choice(VOCABULARY).encode())
-                self.produced += 1
-            producer.poll(0)
-        producer.flush(10)
+        if self._producer is None:
+            self._producer = KafkaProducer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
+        for _ in range(self.chunk):
+            self._producer.produce(self.topic, self.words.choice(VOCABULARY).encode())
+        self._producer.flush(30)
+        self.produced += self.chunk
+        self.chunks += 1
+
+    def run(self) -> None:
+        while not self.exhausted and not self.stopped.is_set():
+            self.produce_chunk()
+            self.stopped.wait(self.interval)
 
 
 def _create_topic(bootstrap: str, topic: str) -> None:
@@ -98,16 +161,114 @@ def _start_instance(bootstrap: str, app_id: str, directory: Path, port: int) -> 
     return subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
 
 
-def _freshness(port: int) -> str:
-    """`lag N/R`: changelog offsets this instance's R replicas are behind, summed."""
-    import httpx
+class _Instance:
+    """A serving instance this demo started: its port and process."""
 
+    def __init__(self, port: int, process: Any) -> None:
+        self.port, self.process = port, process
+
+    def get(self, path: str) -> Any:
+        """The JSON answer to `GET path`; `None` if the process ended or did not answer."""
+        import httpx
+
+        if self.process.poll() is not None:
+            return None
+        try:
+            answer = httpx.get(f"http://127.0.0.1:{self.port}{path}", timeout=2)
+        except httpx.HTTPError:
+            return None
+        return answer.json() if answer.headers.get("content-type") == "application/json" else None
+
+    def freshness(self) -> str:
+        """`lag N/R`: changelog offsets this instance's R replicas are behind, summed."""
+        lags = self.get("/v1/lags")
+        if not isinstance(lags, dict):
+            return "down"
+        replicas = [entry for partitions in lags.values() for entry in partitions.values()]
+        if any(entry["lag"] is None for entry in replicas):
+            return f"lag ?/{len(replicas)}"
+        return f"lag {sum(int(entry['lag']) for entry in replicas)}/{len(replicas)}"
+
+    def counts(self) -> str:
+        """`word=count, ...` for `QUERIED_WORDS`, read through this instance."""
+        read = []
+        for word in QUERIED_WORDS:
+            answer = self.get(f"/v1/stores/word-counts/keys/{word}")
+            if not isinstance(answer, dict):
+                read.append(f"{word}=?")
+            elif "error" in answer:
+                read.append(f"{word}=({answer['error']['code']})")
+            else:
+                read.append(f"{word}={answer['value']}")
+        return ", ".join(read)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Supervise the worker (see the module docstring), or be it."""
+    if args.rate is not None and args.rate < 1:
+        raise SystemExit("iqstate demo --cluster: --rate must be at least 1 word a second")
+    if args.batches is not None and args.batches < 1:
+        raise SystemExit("iqstate demo --cluster: --batches must be at least 1")
+    if args.http_port and not _free(args.http_port):
+        raise SystemExit(
+            f"iqstate demo --cluster: port {args.http_port} is in use (is another demo still "
+            "running?); pass --http-port 0 for free ports"
+        )
+    if os.environ.get(WORKER_VARIABLE) == "1":
+        return _work(args)
+    return _supervise()
+
+
+def _supervise() -> int:
+    """Run the worker in a session of its own; turn the first SIGINT/SIGTERM into a request
+    to stop (SIGTERM to the worker), any later one into an immediate stop (SIGINT)."""
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "iqstate.cli", *sys.argv[1:]],
+        env={**os.environ, WORKER_VARIABLE: "1"},
+        start_new_session=True,
+    )
+    asked = 0
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        nonlocal asked
+        asked += 1
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM if asked == 1 else signal.SIGINT)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        lags = httpx.get(f"http://127.0.0.1:{port}/v1/lags", timeout=1).json()
-    except (httpx.HTTPError, ValueError):
-        return "down"
-    replicas = [entry for partitions in lags.values() for entry in partitions.values()]
-    return f"lag {sum(int(entry['lag']) for entry in replicas)}/{len(replicas)}"
+        return worker.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class _Batches:
+    """The word-count batches of this run, as the sink and Spark's progress report them."""
+
+    def __init__(self, query: Any, sink: Any, topic: str) -> None:
+        self.query, self.sink, self.topic = query, sink, topic
+        self.seen = 0
+        self.last: Any = sink.last_batch
+
+    def new_batch(self) -> bool:
+        """True once per word-count batch the sink completed since the last call."""
+        if self.sink.last_batch is None or self.sink.last_batch == self.last:
+            return False
+        self.last = self.sink.last_batch
+        self.seen += 1
+        return True
+
+    def read_to(self, ends: dict[str, int]) -> bool:
+        """Whether the word-count query has read the input topic up to `ends`."""
+        progress = self.query.lastProgress
+        if not progress or not progress.get("sources"):
+            return not any(ends.values())
+        offsets = progress["sources"][0].get("endOffset")
+        if isinstance(offsets, str):
+            offsets = json.loads(offsets)
+        read = (offsets or {}).get(self.topic, {})
+        return all(int(read.get(number, 0)) >= end for number, end in ends.items())
 
 
 def _report(
@@ -115,30 +276,39 @@ def _report(
     signals: Any,
     producer: Producer,
     queries: list[Any],
-    sinks: list[Any],
-    instances: list[tuple[int, Any]],
+    batches: _Batches,
+    instances: list[_Instance],
 ) -> None:
-    """Print a line per word-count batch until Ctrl-C or `--duration`."""
-    started, shown = time.monotonic(), None
+    """Print each word-count batch until `--batches` are done, `--duration`, or a stop."""
+    started = time.monotonic()
     while not signals.requested.is_set():
         if args.duration and time.monotonic() - started >= args.duration:
             return
         for query in queries:
             if query.exception() is not None:
                 raise RuntimeError(f"streaming query failed: {query.exception()}")
-        if sinks[0].last_batch is not None and sinks[0].last_batch != shown:
-            shown = sinks[0].last_batch
-            fresh = " | ".join(f"i{i} {_freshness(port)}" for i, (port, _) in enumerate(instances))
+        if batches.new_batch():
+            batch_id, written = batches.last
+            fresh = " | ".join(f"i{i} {each.freshness()}" for i, each in enumerate(instances))
             print(
-                f"batch {shown[0]:>4} | {shown[1]:>4} counts written | produced "
+                f"batch {batch_id:>4} | {written:>4} counts written | produced "
                 f"{producer.produced:>7,} | {fresh}",
                 flush=True,
             )
+            via = batches.seen % len(instances)
+            if not args.quiet:
+                print(f"   via i{via}: {instances[via].counts()}", flush=True)
+        # With --batches, one chunk per batch: the next only once the last is read, so each
+        # chunk is one batch (Spark runs no batch without new input), and none after the last.
+        if args.batches is not None and batches.read_to(producer.ends()):
+            if batches.seen >= args.batches or producer.exhausted:
+                return
+            producer.produce_chunk()
         signals.requested.wait(0.2)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the distributed demo until Ctrl-C (or `--duration` seconds)."""
+def _work(args: argparse.Namespace) -> int:
+    """Run the distributed demo until a stop request, `--batches` or `--duration`."""
     from iqstate_kafka.cluster import KafkaCluster
     from iqstate_kafka.local_broker import LocalBroker
 
@@ -146,59 +316,72 @@ def run(args: argparse.Namespace) -> int:
     from iqstate_spark.demo import StopSignals
     from iqstate_spark.session import cluster_session
 
+    def say(line: str) -> None:
+        if not args.quiet:
+            print(line, flush=True)
+
     directory = Path(args.dir).resolve() / "cluster"
     directory.mkdir(parents=True, exist_ok=True)
     broker = None
-    if args.bootstrap_servers is None:
-        print("starting a Kafka broker (the first run fetches it from Maven Central)...")
-        broker = LocalBroker(directory / "kafka").start()
-    bootstrap = args.bootstrap_servers or broker.bootstrap_servers  # type: ignore[union-attr]
-    app_id, topic = "iqstate-demo", "iqstate-demo-words"
-    instances: list[tuple[int, Any]] = []
-    producer = Producer(bootstrap, topic, args.rate)
+    instances: list[_Instance] = []
     spark: Any = None
     queries: list[Any] = []
     sinks: list[Any] = []
-    try:
-        _create_topic(bootstrap, topic)
-        producer.start()
-        for index in range(3):
-            port = _free_port() if index or args.http_port == 0 else args.http_port
-            state = directory / f"instance-{index}"
-            instances.append((port, _start_instance(bootstrap, app_id, state, port)))
-            print(f"instance {index}: http://127.0.0.1:{port}/  (state browser and API)")
-        print(f"Kafka at {bootstrap}; input topic {topic}; starting Spark...", flush=True)
-        spark = cluster_session("iqstate-demo-cluster", executors=2)
-        # After Spark: PySpark installs its own Ctrl-C handler (cancel every job) with it.
-        with StopSignals() as signals:
+    chunk = args.lines if args.rate is None else max(1, round(args.rate * args.interval))
+    producer: Producer | None = None
+    batches: _Batches | None = None
+    with StopSignals() as signals:
+        try:
+            if args.bootstrap_servers is None:
+                say("starting a Kafka broker (the first run fetches it from Maven Central)...")
+                broker = LocalBroker(directory / "kafka").start()
+            bootstrap = args.bootstrap_servers or broker.bootstrap_servers  # type: ignore[union-attr]
+            app_id, topic = "iqstate-demo", "iqstate-demo-words"
+            producer = Producer(bootstrap, topic, chunk, args.interval, args.seed, args.files)
+            _create_topic(bootstrap, topic)
+            for index in range(3):
+                port = args.http_port if index == 0 and args.http_port else _free_port()
+                state = directory / f"instance-{index}"
+                instances.append(_Instance(port, _start_instance(bootstrap, app_id, state, port)))
+                say(f"instance {index}: http://127.0.0.1:{port}/  (state browser and API)")
+            say(f"Kafka at {bootstrap}; input topic {topic}; starting Spark...")
+            spark = cluster_session("iqstate-demo-cluster", executors=2)
             stores = cluster_pipeline.declare(KafkaCluster(bootstrap), app_id)
             queries, sinks = cluster_pipeline.start(
                 spark, stores, topic, directory / "checkpoints", trigger_seconds=1.0
             )
-            _report(args, signals, producer, queries, sinks, instances)
-            print("\nstopping: input, then Spark, then the instances", flush=True)
+            batches = _Batches(queries[0], sinks[0], topic)
+            if args.batches is None:
+                producer.start()
+            _report(args, signals, producer, queries, batches, instances)
+            if signals.requested.is_set():
+                print("\nstopping: input, then Spark, then the instances", flush=True)
             producer.stopped.set()
-            producer.join()
+            if producer.is_alive():
+                producer.join()
             for query in queries:
                 query.processAllAvailable()
-    except KeyboardInterrupt:
-        print("\ninterrupted again; stopping now", flush=True)
-    finally:
-        producer.stopped.set()
-        for query in queries:
-            query.stop()
-        for sink in sinks:
-            sink.close()
-        if spark is not None:
-            spark.stop()
-        for _, process in instances:
-            process.terminate()
-        for _, process in instances:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        if broker is not None:
-            broker.stop()
-    print(f"done: {producer.produced:,} words produced; state in {directory}")
+        except KeyboardInterrupt:
+            print("\ninterrupted again; stopping now", flush=True)
+        finally:
+            if producer is not None:
+                producer.stopped.set()
+            for query in queries:
+                query.stop()
+            for sink in sinks:
+                sink.close()
+            if spark is not None:
+                spark.stop()
+            for instance in instances:
+                instance.process.terminate()
+            for instance in instances:
+                try:
+                    instance.process.wait(30)
+                except subprocess.TimeoutExpired:
+                    instance.process.kill()
+            if broker is not None:
+                broker.stop()
+    seen = 0 if batches is None else batches.seen
+    produced = 0 if producer is None else producer.produced
+    print(f"done: {seen} word-count batches, {produced:,} words produced; state in {directory}")
     return 0
