@@ -31,6 +31,7 @@ from iqstate.runtime.metadata import HostInfo
 
 INTERVAL = 0.1
 LIVENESS = 1.0
+RESTART_LIVENESS = 3.0
 PATIENCE = 30.0
 """Seconds a bounded wait gives something that needs no timeout to happen (a tombstone read,
 a heartbeat arriving): far below the liveness timeouts such tests use, far above the
@@ -356,13 +357,17 @@ def test_a_broker_restart_changes_nobodys_view_and_a_member_lost_meanwhile_is_dr
 ) -> None:
     """While the broker is away (longer than the liveness timeout), each member keeps its
     view instead of declaring the others dead; once it is back, the live ones carry on and
-    one SIGKILLed during the outage is dropped after the liveness timeout."""
+    one SIGKILLed during the outage is dropped after the liveness timeout.
+
+    With the product's default liveness timeout (3 s): a member gets that long to be heard
+    from once its own heartbeats come back, and a restarted broker's clients reconnect
+    within `reconnect.backoff.max.ms` (1 s), so a 1 s timeout would race them."""
     with LocalBroker(tmp_path / "broker") as broker:
         started = Members(KafkaCluster(broker.bootstrap_servers, timeout=5.0), "restart")
         try:
-            first, first_reports = started.start("a", 7001)
-            second, _ = started.start("b", 7002)
-            lost = started.child("c", 7003)
+            first, first_reports = started.start("a", 7001, liveness=RESTART_LIVENESS)
+            second, _ = started.start("b", 7002, liveness=RESTART_LIVENESS)
+            lost = started.child("c", 7003, liveness=RESTART_LIVENESS)
             for membership in (first, second):
                 wait_until(
                     lambda m=membership: set(m.live()) == {"a", "b", "c"}, PATIENCE, "all live"
@@ -372,7 +377,7 @@ def test_a_broker_restart_changes_nobodys_view_and_a_member_lost_meanwhile_is_dr
             stopped = time.monotonic()
             lost.kill()
             lost.wait()
-            while time.monotonic() - stopped < 3 * LIVENESS:
+            while time.monotonic() - stopped < 2 * RESTART_LIVENESS:
                 assert set(first.live()) == {"a", "b", "c"}
                 assert set(second.live()) == {"a", "b", "c"}
                 time.sleep(0.05)
@@ -381,7 +386,7 @@ def test_a_broker_restart_changes_nobodys_view_and_a_member_lost_meanwhile_is_dr
             broker.start()
             wait_until(
                 lambda: set(first.live()) == set(second.live()) == {"a", "b"},
-                LIVENESS + PATIENCE,
+                RESTART_LIVENESS + PATIENCE,
                 "after the restart the member lost meanwhile is dropped",
             )
             assert all(set(view) >= {"a", "b"} for view in first_reports.views[views:])
