@@ -26,7 +26,7 @@ from iqstate.layers.changelogging import changelog_topic
 from iqstate_kafka.cluster import KafkaCluster
 from iqstate_kafka.errors import BrokerUnavailableError, ChangelogTopicError
 
-__all__ = ["changelog_topic", "changelog_topics", "end_offsets", "ensure_changelog_topics"]
+__all__ = ["EndOffsets", "changelog_topic", "changelog_topics", "ensure_changelog_topics"]
 
 CLEANUP_POLICY = "compact"
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -112,42 +112,65 @@ def await_topics(admin: AdminClient, cluster: KafkaCluster, topics: list[str]) -
         time.sleep(0.05)
 
 
-def end_offsets(
-    admin: AdminClient, cluster: KafkaCluster, topic: str, partitions: int
-) -> list[int]:
-    """The end offset of each of `topic`'s `partitions`, in one request to the brokers.
+STALE_METADATA = frozenset(
+    {
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    }
+)
+"""Errors that say an admin client's metadata is out of date. librdkafka's admin client does
+not refresh its leader epochs on them (measured: after a broker restart every ListOffsets
+fails with "Leader epoch is older than broker epoch" for as long as the client lives), so
+the client is replaced by a new one, which asks for new metadata."""
 
-    Errors are retried until `cluster.timeout` (a topic created a moment ago answers with
-    leadership errors until its leaders settle), then raised as `BrokerUnavailableError`
-    naming the last one."""
-    deadline = time.monotonic() + cluster.timeout
-    found: dict[int, int] = {}
-    while True:
-        wanted = {
-            TopicPartition(topic, p): OffsetSpec.latest()
-            for p in range(partitions)
-            if p not in found
-        }
-        futures = admin.list_offsets(wanted, request_timeout=cluster.timeout)
-        settled = True
-        for partition, future in futures.items():
-            try:
-                found[partition.partition] = future.result(timeout=cluster.timeout).offset
-            except concurrent.futures.TimeoutError as exc:
-                raise unavailable(
-                    cluster, f"listing the end offsets of {topic!r} timed out"
-                ) from exc
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                if time.monotonic() >= deadline:
+
+class EndOffsets:
+    """End offsets of topic partitions, through an admin client of its own that is replaced
+    when the broker says its metadata is out of date (a broker restarted, a leader moved)."""
+
+    def __init__(self, cluster: KafkaCluster) -> None:
+        self._cluster = cluster
+        self._admin = AdminClient(cluster.client_settings())
+
+    def of(self, topic: str, partitions: int) -> list[int]:
+        """The end offset of each of `topic`'s `partitions`, in one request to the brokers.
+
+        Errors are retried until `cluster.timeout` (a topic created a moment ago answers with
+        leadership errors until its leaders settle), then raised as `BrokerUnavailableError`
+        naming the last one."""
+        cluster = self._cluster
+        deadline = time.monotonic() + cluster.timeout
+        found: dict[int, int] = {}
+        while True:
+            wanted = {
+                TopicPartition(topic, p): OffsetSpec.latest()
+                for p in range(partitions)
+                if p not in found
+            }
+            futures = self._admin.list_offsets(wanted, request_timeout=cluster.timeout)
+            settled, stale = True, False
+            for partition, future in futures.items():
+                try:
+                    found[partition.partition] = future.result(timeout=cluster.timeout).offset
+                except concurrent.futures.TimeoutError as exc:
                     raise unavailable(
-                        cluster, f"listing the end offsets of {topic!r}: {error.str()}"
+                        cluster, f"listing the end offsets of {topic!r} timed out"
                     ) from exc
-                settled = False
-        admin.poll(0)  # hands librdkafka's queued log lines to the client logger
-        if settled:
-            return [found[p] for p in range(partitions)]
-        time.sleep(0.05)
+                except KafkaException as exc:
+                    error: KafkaError = exc.args[0]
+                    if time.monotonic() >= deadline:
+                        raise unavailable(
+                            cluster, f"listing the end offsets of {topic!r}: {error.str()}"
+                        ) from exc
+                    settled = False
+                    stale |= error.code() in STALE_METADATA
+            self._admin.poll(0)  # hands librdkafka's queued log lines to the client logger
+            if settled:
+                return [found[p] for p in range(partitions)]
+            if stale:
+                self._admin = AdminClient(cluster.client_settings())
+            time.sleep(0.05)
 
 
 def unavailable(cluster: KafkaCluster, cause: object) -> BrokerUnavailableError:

@@ -16,27 +16,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from concurrent.futures import Future
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from iqstate.position import TopicPartition
 from iqstate_kafka.cluster import KafkaCluster
 from iqstate_kafka.reader import Watermarks
+from iqstate_kafka.topics import STALE_METADATA
 
 _EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
 _LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
 REPLACE_AFTER_FAILURES = 5
 """Requests in a row that failed after which the admin client is replaced by a new one."""
-_STALE_METADATA = frozenset(
-    {
-        KafkaError.FENCED_LEADER_EPOCH,
-        KafkaError.UNKNOWN_LEADER_EPOCH,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-    }
-)
-"""Errors that say the client's metadata is out of date: its client is replaced at once."""
 
 Answer = Watermarks | str
 """A partition's watermarks, or why the cluster gave none."""
@@ -89,11 +82,8 @@ class WatermarkAsker:
         failed = any(isinstance(answer, str) for answer in answers.values())
         self._failed_requests = self._failed_requests + 1 if failed else 0
         if self._stale_metadata or self._failed_requests >= REPLACE_AFTER_FAILURES:
-            # librdkafka's admin client keeps the leader epochs of its first metadata and
-            # does not refresh them on FENCED_LEADER_EPOCH: after a broker restart every
-            # later ListOffsets fails with "Leader epoch is older than broker epoch" for
-            # as long as the client lives (measured). A new client asks for new metadata.
-            # Not on every failure: a new client's first request may fail while it has no
+            # A new client asks for new metadata (`topics.STALE_METADATA` says why). Not on
+            # every failure: a new client's first request may fail while it has no
             # metadata yet (measured), so replacing it each time could never succeed.
             self._admin = self._new_admin()
             self._failed_requests = 0
@@ -108,7 +98,7 @@ class WatermarkAsker:
             return Watermarks(_offset(earliest), _offset(latest))
         except KafkaException as exc:
             error = exc.args[0]
-            self._stale_metadata |= error.code() in _STALE_METADATA
+            self._stale_metadata |= error.code() in STALE_METADATA
             reason = str(error.str())
         except ValueError as exc:
             reason = str(exc)

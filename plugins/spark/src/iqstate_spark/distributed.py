@@ -39,9 +39,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from confluent_kafka.admin import AdminClient
 from iqstate_kafka.cluster import KafkaCluster
-from iqstate_kafka.topics import changelog_topic, end_offsets, ensure_changelog_topics
+from iqstate_kafka.topics import EndOffsets, changelog_topic, ensure_changelog_topics
 from iqstate_kafka.writer import BatchWriter
 
 from iqstate.errors import IqstateError
@@ -103,7 +102,7 @@ class ClusterSink:
         self._stores = {declared.name: declared.partitions}
         ensure_changelog_topics(target.cluster, target.application_id, self._stores)
         self._topic = changelog_topic(target.application_id, declared.name)
-        self._admin = AdminClient(target.cluster.client_settings())
+        self._end_offsets = EndOffsets(target.cluster)
         self._markers = BatchWriter(target.cluster, target.application_id)
         self._allowed_paths = write_path
         self._delivery_timeout = delivery_timeout
@@ -167,7 +166,7 @@ class ClusterSink:
         """Spark's Kafka sink writes the records; returns how many records the changelog
         gained (Spark's sink reports no count: the end offsets before and after tell it, and
         count a retried task's duplicates too, which the replicas overwrite)."""
-        before = end_offsets(self._admin, self.target.cluster, self._topic, self.store.partitions)
+        before = self._end_offsets.of(self._topic, self.store.partitions)
         writer = (
             batch_df.select(*records.columns(batch_id))
             .write.format("kafka")
@@ -176,7 +175,7 @@ class ClusterSink:
         for name, value in self._java_producer_options.items():
             writer = writer.option(f"kafka.{name}", value)
         writer.save()
-        after = end_offsets(self._admin, self.target.cluster, self._topic, self.store.partitions)
+        after = self._end_offsets.of(self._topic, self.store.partitions)
         return sum(after) - sum(before)
 
     def _write_with_producers(self, batch_df: Any, batch_id: int) -> int:
