@@ -12,7 +12,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -257,3 +258,22 @@ def converged(client: RemoteQueryClient, truth: Input) -> Snapshot | None:
         and all(p == truth.position() for p in snapshot.positions.values())
     )
     return snapshot if done else None
+
+
+@contextmanager
+def running_pipeline(
+    bootstrap: str, app_id: str, topic: str, directory: Path, instances: int = 3
+) -> Iterator[tuple[Input, Driver, list[Instance]]]:
+    """An input topic, serving instances (started) and the pipeline's driver (not yet
+    started), all stopped after."""
+    source = Input(bootstrap, topic).create()
+    serving = [Instance(bootstrap, app_id, directory / f"instance-{i}") for i in range(instances)]
+    driver = Driver(bootstrap, app_id, source.topic, directory / "checkpoints")
+    try:
+        for instance in serving:
+            instance.start()
+        yield source, driver, serving
+    finally:
+        driver.stop()
+        for instance in serving:
+            instance.stop()

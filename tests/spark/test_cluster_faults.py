@@ -8,41 +8,22 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from iqstate_http import RemoteQueryClient
 from iqstate_kafka import LocalBroker
 from iqstate_spark.cluster_pipeline import COUNTS
-from pipeline_support import Driver, Input, Instance, converged, wait_for
+from pipeline_support import converged, running_pipeline, wait_for
 
 CONVERGE_TIMEOUT = 300.0  # a loaded 2-core machine runs Spark, Kafka and two instances
-
-
-@contextmanager
-def deployment(
-    bootstrap: str, app_id: str, topic: str, directory: Path
-) -> Iterator[tuple[Input, Driver, list[Instance]]]:
-    """An input topic, two serving instances and the pipeline's driver, all stopped after."""
-    source = Input(bootstrap, topic).create()
-    instances = [Instance(bootstrap, app_id, directory / f"instance-{i}") for i in range(2)]
-    driver = Driver(bootstrap, app_id, source.topic, directory / "checkpoints")
-    try:
-        for instance in instances:
-            instance.start()
-        yield source, driver, instances
-    finally:
-        driver.stop()
-        for instance in instances:
-            instance.stop()
 
 
 def test_an_executor_killed_mid_stream(
     kafka_broker: LocalBroker, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
     bootstrap = kafka_broker.bootstrap_servers
-    with deployment(bootstrap, unique_name("app"), unique_name("input"), tmp_path) as (
+    with running_pipeline(bootstrap, unique_name("app"), unique_name("input"), tmp_path, 2) as (
         source,
         driver,
         instances,
@@ -68,7 +49,7 @@ def test_an_executor_killed_mid_stream(
 def test_the_broker_restarted_mid_stream(unique_name: Callable[[str], str], tmp_path: Path) -> None:
     with LocalBroker(tmp_path / "broker") as broker:
         bootstrap = broker.bootstrap_servers
-        with deployment(bootstrap, unique_name("app"), unique_name("input"), tmp_path) as (
+        with running_pipeline(bootstrap, unique_name("app"), unique_name("input"), tmp_path, 2) as (
             source,
             driver,
             instances,

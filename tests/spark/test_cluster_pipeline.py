@@ -16,7 +16,15 @@ import pytest
 from iqstate_http import RemoteQueryClient
 from iqstate_kafka import LocalBroker
 from iqstate_spark.cluster_pipeline import COUNTS
-from pipeline_support import Driver, Input, Instance, converged, read_all, wait_for
+from pipeline_support import (
+    Driver,
+    Input,
+    Instance,
+    converged,
+    read_all,
+    running_pipeline,
+    wait_for,
+)
 
 CONVERGE_TIMEOUT = 240.0  # a loaded 2-core machine runs Spark, Kafka and three instances
 
@@ -27,18 +35,8 @@ def deployment(
 ) -> Iterator[tuple[Input, Driver, list[Instance]]]:
     """An input topic, three serving instances and the pipeline's driver, all stopped after."""
     bootstrap = kafka_broker.bootstrap_servers
-    app_id = unique_name("app")
-    source = Input(bootstrap, unique_name("input")).create()
-    instances = [Instance(bootstrap, app_id, tmp_path / f"instance-{i}") for i in range(3)]
-    driver = Driver(bootstrap, app_id, source.topic, tmp_path / "checkpoints")
-    try:
-        for instance in instances:
-            instance.start()
-        yield source, driver, instances
-    finally:
-        driver.stop()
-        for instance in instances:
-            instance.stop()
+    with running_pipeline(bootstrap, unique_name("app"), unique_name("input"), tmp_path) as running:
+        yield running
 
 
 def test_input_topic_to_three_serving_instances_exactly(
