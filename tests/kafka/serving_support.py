@@ -166,8 +166,7 @@ def serving_pair(
     writer.key_value_store("counts", partitions, engine="rocksdb", value_serde="int64")
     writer.start()
     try:
-        # One after the other, as a deployment rolls out: two instances started within a
-        # heartbeat of each other can chase each other's assignment (docs/cluster.md).
+        # One after the other, as a deployment rolls out.
         instances[0].start()
         wait_for(
             "the first instance running",

@@ -23,6 +23,10 @@ reports no lags, so every replica it may hold counts as not caught up: the assig
 like a new instance. That errs on the safe side (an instance never wins an active by claiming
 warmth it has not shown) and lasts until the follower reports its first lags.
 
+**Settling.** An instance recomputes only from a view in which its own latest heartbeat
+(read back from the topic) claims the actives it holds now (`_claims_echoed`): two
+instances that changed at once would otherwise keep answering each other's previous claims.
+
 **Threads.** Membership's thread heartbeats and reads the topic; changes (and caught-up
 replicas) wake this provider's own thread, which recomputes the assignment, keeps `cluster()`
 fresh, and tells the listeners when this instance's assignment changed. Listeners run on that
@@ -241,10 +245,11 @@ class KafkaAssignment(AssignmentProvider):
                     self.contact().silence_s,
                     self._timeout,
                 )
+            live = self._membership.live()
+            if cut_off == was_cut_off and not self._claims_echoed(live, previous):
+                continue  # recomputed when this instance's heartbeat comes back
             try:
-                mine, cluster = self._compute(
-                    self._membership.live(), previous, progress, cut_off=cut_off
-                )
+                mine, cluster = self._compute(live, previous, progress, cut_off=cut_off)
             except Exception:
                 logger.exception("computing the assignment failed; keeping the last one")
                 continue
@@ -266,6 +271,22 @@ class KafkaAssignment(AssignmentProvider):
             finally:
                 with self._lock:
                     self._calling = False
+
+    def _claims_echoed(self, live: Mapping[str, Heartbeat], previous: Assignment) -> bool:
+        """Whether this instance's latest heartbeat read back from the members topic claims
+        the actives it holds now (or it has none in the view: nothing to wait for).
+
+        Computing from an older echo of its own claims makes two instances that changed at
+        the same moment chase each other for ever: each sees its old claims next to the
+        other's new ones, and answers with the other half of a balanced assignment
+        (measured: two restoring actives swapping owners every heartbeat). Waiting until its
+        own claims come back means the instance whose change landed last in the topic
+        always computes from everyone's current claims, and the others follow it."""
+        own = live.get(self._member_id)
+        if own is None:
+            return True
+        holds = frozenset((s, p) for s, p, role in previous.items() if role.is_active)
+        return own.member.actives == holds
 
     def _compute(
         self,

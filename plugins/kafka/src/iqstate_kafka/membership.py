@@ -9,8 +9,9 @@ document (never pickle): `{"v": 1, "host", "port", "stores": {name: partitions},
 [[store, partition]...], "restoring": [[store, partition]...], "lags": [[store, partition,
 lag]...]}`. Readers ignore fields they do not know, so a later version may add some; a
 document of another version or shape is logged and skipped. A clean close writes a tombstone
-(null value), so the others see the departure within two heartbeat intervals (a member that
-heartbeats after its tombstone did not write it, and stays: no churn from a forged one);
+(null value), so the others see the departure within `LEAVING_GRACE` heartbeat intervals (a
+member that heartbeats after its tombstone did not write it, and stays: no churn from a
+forged one);
 compaction then forgets the member.
 
 **Suspect records.** Whoever can write the topic can write heartbeats. A heartbeat of a new
@@ -89,6 +90,10 @@ CLIENT_DEFAULTS: Mapping[str, Any] = {"reconnect.backoff.max.ms": 1000}
 
 DEPARTURES_KEPT = 600.0
 """Seconds a departed member's host is remembered (`Membership.departures`) unless it returns."""
+LEAVING_GRACE = 3
+"""Heartbeat intervals a member whose tombstone came has to heartbeat again (then the
+tombstone was not its own) before it counts as gone; also how recently a member must have
+been heard from for a newcomer claiming its endpoint to be reported as an impostor."""
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _POLL = 0.05
 
@@ -337,7 +342,7 @@ class Membership:
         self._warned: set[str] = set()
         self._leaving: dict[str, float] = {}
         """Members whose tombstone came (monotonic time): they leave unless they heartbeat
-        within two intervals (a tombstone someone else wrote)."""
+        within `LEAVING_GRACE` intervals (a tombstone someone else wrote)."""
         self._blind_warned = False
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
@@ -552,7 +557,7 @@ class Membership:
         heard = self._clock.read(time.monotonic()) - self._entries[holders[0]].received
         # A holder silent for a while is probably the dead process the claimant restarts;
         # its tombstone follows at once. One that heartbeats is being impersonated.
-        if heard <= 2 * self._interval and member_id not in self._warned:
+        if heard <= LEAVING_GRACE * self._interval and member_id not in self._warned:
             self._warned.add(member_id)
             logger.warning(
                 "members topic: member %s claims endpoint %s of live member %s (suspect); "
@@ -586,12 +591,13 @@ class Membership:
         )
 
     def _expire(self) -> bool:
-        """Drop the members that left (a tombstone, then no heartbeat for two intervals) or
+        """Drop the members that left (a tombstone, then no heartbeat for `LEAVING_GRACE`
+        intervals) or
         were not heard from for the liveness timeout; True if any was."""
         now = time.monotonic()
         expired = False
         for member_id, since in list(self._leaving.items()):
-            if now - since < 2 * self._interval:
+            if now - since < LEAVING_GRACE * self._interval:
                 continue
             del self._leaving[member_id]
             if (gone := self._entries.pop(member_id, None)) is not None:
