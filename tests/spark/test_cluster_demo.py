@@ -56,17 +56,21 @@ def alive(pids: set[int]) -> set[int]:
     return running
 
 
+def demo_command(broker: LocalBroker, directory: Path, *options: str) -> list[str]:
+    """`iqstate demo --cluster` on `broker`, in `directory`, on free ports, with `options`."""
+    return [
+        sys.executable, "-m", "iqstate.cli", "demo", "--cluster", "--dir", str(directory),
+        "--bootstrap-servers", broker.bootstrap_servers, "--http-port", "0", *options,
+    ]  # fmt: skip
+
+
 def test_cluster_demo_runs_and_stops_quietly_on_sigterm_to_its_group(
     kafka_broker: LocalBroker, tmp_path: Path
 ) -> None:
     import re
 
     stderr = tmp_path / "stderr"
-    command = [
-        sys.executable, "-m", "iqstate.cli", "demo", "--cluster", "--dir", str(tmp_path),
-        "--bootstrap-servers", kafka_broker.bootstrap_servers, "--http-port", "0",
-        "--rate", "100",
-    ]  # fmt: skip
+    command = demo_command(kafka_broker, tmp_path, "--rate", "100")
     started: set[int] = set()
     with stderr.open("w") as errors:
         process = subprocess.Popen(
@@ -119,11 +123,7 @@ def test_cluster_demo_runs_exactly_the_batches_asked_for(
     kafka_broker: LocalBroker, tmp_path: Path
 ) -> None:
     stderr = tmp_path / "stderr"
-    command = [
-        sys.executable, "-m", "iqstate.cli", "demo", "--cluster", "--dir", str(tmp_path),
-        "--bootstrap-servers", kafka_broker.bootstrap_servers, "--http-port", "0",
-        "--batches", "3", "--lines", "50", "--seed", "3",
-    ]  # fmt: skip
+    command = demo_command(kafka_broker, tmp_path, "--batches", "3", "--lines", "50", "--seed", "3")
     with stderr.open("w") as errors:
         result = subprocess.run(
             command, stdout=subprocess.PIPE, stderr=errors, text=True, timeout=400

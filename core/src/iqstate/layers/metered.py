@@ -20,6 +20,7 @@ from iqstate.position import PositionBound, TopicPartition
 from iqstate.queries import (
     KeyQuery,
     LimitedRangeQuery,
+    Query,
     RangeQuery,
     Windowed,
     WindowKeyQuery,
@@ -330,6 +331,16 @@ def metered_range_query(
         )
     except SerializationError as error:
         return store.serde_failure(error)
+    return _typed_pairs(store, raw_query, bound, config)
+
+
+def _typed_pairs(
+    store: MeteredKeyValueStore[Any, Any],
+    raw_query: Query[Any],
+    bound: PositionBound,
+    config: QueryConfig,
+) -> QueryResult[Any]:
+    """`raw_query`'s answer from beneath, its pairs typed (a failure as it is)."""
     raw = store.wrapped.query(raw_query, bound, config)
     if raw.is_failure:
         return raw
@@ -352,10 +363,7 @@ def metered_limited_range_query(
         )
     except SerializationError as error:
         return store.serde_failure(error)
-    raw = store.wrapped.query(raw_query, bound, config)
-    if raw.is_failure:
-        return raw
-    return raw.swap_result(store.typed(raw.result))
+    return _typed_pairs(store, raw_query, bound, config)
 
 
 def metered_window_key_query(

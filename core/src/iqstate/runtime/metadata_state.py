@@ -99,9 +99,9 @@ class MetadataState:
             for partition, hosted in sorted(self._partitions.of_store(name).items()):
                 current = hosted.committed_changelog_offset() or 0
                 end = None if lost else self._assignment.end_offset(name, partition)
-                if contact is None and (end is None or hosted.role.is_running_active):
-                    end = max(current, end or 0)
-                elif end is not None and hosted.role.is_running_active:
+                if end is None and contact is None:
+                    end = current  # no cluster, no end offset but its own
+                if end is not None and hosted.role.is_running_active:
                     end = max(current, end)
                 lags.setdefault(name, {})[partition] = LagInfo(current, end, hosted.rebuilt)
         return lags

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from iqstate.position import Position
-from iqstate_kafka.format import BatchMarker, DataRecord, is_fenced
+from iqstate_kafka.format import BatchMarker, DataRecord
 from iqstate_kafka.reader import ChangelogUnit
 
 GAP = "gap"
@@ -87,8 +87,9 @@ def fold(units: Sequence[ChangelogUnit], fence: int | None) -> StoreCommit:
         if marker is None:
             entries += unit.entries(fence)
             continue
-        if is_fenced(marker.batch_id, fence):  # a replay: its records were applied with it
-            refused += _strays(unit.records, fence, None, marker)
+        records = unit.unfenced(fence)  # the others are replays of applied batches
+        if unit.fenced(fence):  # a replayed batch: what its marker did not apply is stray
+            refused += [_stray(record, marker) for record in records]
             continue
         if _skips_ahead(marker, fence) and not unit.compacted:
             refused.append(
@@ -102,14 +103,14 @@ def fold(units: Sequence[ChangelogUnit], fence: int | None) -> StoreCommit:
             )
             refused += [
                 Refusal(GAP, record.offset, f"a record of refused batch {marker.batch_id}")
-                for record in unit.records
-                if not is_fenced(record.batch_id, fence)
+                for record in records
             ]
             continue
-        for record in unit.records:
-            if _belongs(record, marker, fence, unit.compacted):
+        for record in records:
+            if _belongs(record, marker, unit.compacted):
                 entries.append((record.key, record.value))
-        refused += _strays(unit.records, fence, unit.compacted, marker)
+            else:
+                refused.append(_stray(record, marker))
         position = marker.position if position is None else position.merge(marker.position)
         if marker.batch_id is not None:
             fence = batch_id = marker.batch_id
@@ -125,9 +126,9 @@ def _skips_ahead(marker: BatchMarker, fence: int | None) -> bool:
     )
 
 
-def _belongs(record: DataRecord, marker: BatchMarker, fence: int | None, compacted: bool) -> bool:
-    """Whether `marker` applies `record`: its own batch's, or (where compaction removed the
-    markers in between) a batch's between the fence and the marker."""
+def _belongs(record: DataRecord, marker: BatchMarker, compacted: bool) -> bool:
+    """Whether `marker` applies `record` (of a batch after the fence): its own batch's, or
+    (where compaction removed the markers in between) an earlier batch's."""
     if record.batch_id == marker.batch_id:
         return True
     return (
@@ -135,23 +136,13 @@ def _belongs(record: DataRecord, marker: BatchMarker, fence: int | None, compact
         and record.batch_id is not None
         and marker.batch_id is not None
         and record.batch_id < marker.batch_id
-        and not is_fenced(record.batch_id, fence)
     )
 
 
-def _strays(
-    records: list[DataRecord], fence: int | None, compacted: bool | None, marker: BatchMarker
-) -> list[Refusal]:
-    """The records before `marker` it does not apply (`compacted` None: it applies none),
-    replays of applied batches aside."""
-    return [
-        Refusal(
-            STRAY,
-            record.offset,
-            f"a record of batch {record.batch_id}, which got no marker of its own before "
-            f"batch marker {marker.batch_id}",
-        )
-        for record in records
-        if not is_fenced(record.batch_id, fence)
-        and (compacted is None or not _belongs(record, marker, fence, compacted))
-    ]
+def _stray(record: DataRecord, marker: BatchMarker) -> Refusal:
+    return Refusal(
+        STRAY,
+        record.offset,
+        f"a record of batch {record.batch_id}, which got no marker of its own before "
+        f"batch marker {marker.batch_id}",
+    )

@@ -237,12 +237,13 @@ class KafkaAssignment(AssignmentProvider):
                     return
                 self._dirty = False
                 previous, progress = self._mine, self._progress
-            was_cut_off, cut_off = cut_off, self.contact().lost
+            contact = self.contact()
+            was_cut_off, cut_off = cut_off, contact.lost
             if cut_off and not was_cut_off:
                 logger.warning(
                     "this instance has not heard from Kafka for %.1f s (liveness timeout %g s): "
                     "its active partitions are cut off until it does",
-                    self.contact().silence_s,
+                    contact.silence_s,
                     self._timeout,
                 )
             live = self._membership.live()

@@ -186,7 +186,7 @@ class Follower:
         """The end offset the broker gave; `None` until it has (see `lags`)."""
         with self._lock:
             offsets = self._offsets.get((store, partition))
-            return None if offsets is None or offsets.seen_at is None else offsets.end
+            return None if offsets is None or not offsets.end_known else offsets.end
 
     def caught_up(self, store: str, partition: int) -> bool:
         with self._lock:
@@ -334,7 +334,7 @@ class Follower:
             if not followed.assigned and time.monotonic() >= followed.retry_at:
                 self._assign(reader, key, followed, answer)
             with self._lock:
-                self._offsets[key].saw(answer, time.monotonic())
+                self._offsets[key].saw(answer)
         now = time.monotonic()
         if failed:
             delay = self._broker_backoff.next()

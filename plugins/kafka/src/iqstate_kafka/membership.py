@@ -11,8 +11,7 @@ lag]...]}`. Readers ignore fields they do not know, so a later version may add s
 document of another version or shape is logged and skipped. A clean close writes a tombstone
 (null value), so the others see the departure within `LEAVING_GRACE` heartbeat intervals (a
 member that heartbeats after its tombstone did not write it, and stays: no churn from a
-forged one);
-compaction then forgets the member.
+forged one); compaction then forgets the member.
 
 **Suspect records.** Whoever can write the topic can write heartbeats. A heartbeat of a new
 member id that claims the endpoint of a live member is logged as suspect and ignored while
@@ -561,10 +560,9 @@ class Membership:
             self._warned.add(member_id)
             logger.warning(
                 "members topic: member %s claims endpoint %s of live member %s (suspect); "
-                "ignored while %s is live",
+                "ignored while that member is live",
                 member_id,
                 host,
-                holders[0],
                 holders[0],
             )
         return True
@@ -592,8 +590,7 @@ class Membership:
 
     def _expire(self) -> bool:
         """Drop the members that left (a tombstone, then no heartbeat for `LEAVING_GRACE`
-        intervals) or
-        were not heard from for the liveness timeout; True if any was."""
+        intervals) or were not heard from for the liveness timeout; True if any was."""
         now = time.monotonic()
         expired = False
         for member_id, since in list(self._leaving.items()):

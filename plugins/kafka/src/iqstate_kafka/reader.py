@@ -100,15 +100,15 @@ class ChangelogUnit:
         """True iff the unit's batch was applied already where the fence is `fence`."""
         return self.marker is not None and is_fenced(self.marker.batch_id, fence)
 
+    def unfenced(self, fence: int | None) -> list[DataRecord]:
+        """The records of batches after `fence` (the others are replays), in order."""
+        if fence is None:
+            return self.records
+        return [record for record in self.records if not is_fenced(record.batch_id, fence)]
+
     def entries(self, fence: int | None) -> list[tuple[bytes, bytes | None]]:
         """`(key, value)` of the records to apply: those of batches after `fence`, in order."""
-        if fence is None:
-            return [(record.key, record.value) for record in self.records]
-        return [
-            (record.key, record.value)
-            for record in self.records
-            if not is_fenced(record.batch_id, fence)
-        ]
+        return [(record.key, record.value) for record in self.unfenced(fence)]
 
 
 @dataclass(frozen=True, slots=True)

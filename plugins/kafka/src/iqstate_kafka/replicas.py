@@ -6,7 +6,7 @@ from the earliest offset. The end offset comes from the broker (refreshed now an
 is raised by every commit beyond it, so a replica at the tail never shows a lag the broker
 would not. Until the broker has answered once, the end offset is not known: a commit alone
 (a replica reopened at its committed offset) says nothing of how far the changelog goes, so
-the lag is unknown rather than zero. `seen_at` says how old the broker's answer is.
+the lag is unknown rather than zero (`end_known`).
 
 An active replica is caught up when it has reached the end offset seen when it became
 active (its *target*): the assignment keeps it `RESTORING` until then. Reached means *read*
@@ -39,8 +39,6 @@ class ReplicaOffsets:
     """The active replica reached its target (announced once per activation or rebuild)."""
     read: int | None = None
     """The reader's next offset (past records read but not applicable), while assigned."""
-    seen_at: float | None = None
-    """When the broker last gave the partition's offsets (monotonic), `None`: never."""
 
     @property
     def next_offset(self) -> int | None:
@@ -48,10 +46,15 @@ class ReplicaOffsets:
         return self.committed if self.committed is not None else self.earliest
 
     @property
+    def end_known(self) -> bool:
+        """Whether the broker has given the partition's offsets (only `saw` sets `earliest`)."""
+        return self.earliest is not None
+
+    @property
     def lag(self) -> int | None:
         """Offsets between the replica and the end of its changelog partition, if known."""
         position = self.next_offset
-        if position is None or self.end is None or self.seen_at is None:
+        if position is None or self.end is None or not self.end_known:
             return None
         return max(0, self.end - position)
 
@@ -69,9 +72,8 @@ class ReplicaOffsets:
             self.target = None
             self.reached = False
 
-    def saw(self, watermarks: Watermarks, now: float) -> None:
-        """The broker's offsets of the partition, asked just now (`now`, monotonic)."""
-        self.seen_at = now
+    def saw(self, watermarks: Watermarks) -> None:
+        """The broker's offsets of the partition, asked just now."""
         self.earliest = watermarks.earliest
         self.end = watermarks.end
         if self.active and self.target is None:

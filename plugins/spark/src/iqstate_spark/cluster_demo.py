@@ -93,13 +93,21 @@ class Producer(threading.Thread):
         self.produced = 0
         self.chunks = 0
         self._producer: Any = None
+        self._ends: dict[str, int] | None = None
 
     @property
     def exhausted(self) -> bool:
         return self.limit is not None and self.chunks >= self.limit
 
     def ends(self) -> dict[str, int]:
-        """The input topic's end offset per partition (as Spark's progress writes them)."""
+        """The input topic's end offset per partition (as Spark's progress writes them),
+        asked of the broker once after each chunk (nothing else writes while chunks go one
+        at a time)."""
+        if self._ends is None:
+            self._ends = self._fetch_ends()
+        return self._ends
+
+    def _fetch_ends(self) -> dict[str, int]:
         from confluent_kafka import Consumer
         from confluent_kafka import TopicPartition as KafkaTopicPartition
 
@@ -126,6 +134,7 @@ class Producer(threading.Thread):
         for _ in range(self.chunk):
             self._producer.produce(self.topic, self.words.choice(VOCABULARY).encode())
         self._producer.flush(30)
+        self._ends = None
         self.produced += self.chunk
         self.chunks += 1
 
