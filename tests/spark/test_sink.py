@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +169,58 @@ def test_sink_arguments_are_checked(tmp_path: Path) -> None:
         to_store(app, "kv", key="k", window="w")
     with pytest.raises(ValueError, match="complete mode"):
         to_store(app, "w", key="k", output_mode="complete")
+
+
+@pytest.mark.iqstate_slow
+def test_a_query_stopped_mid_batch_stops_cleanly_and_reruns_the_batch(
+    spark: Any, tmp_path: Path, words: Path
+) -> None:
+    """`query.stop()` during a batch's Spark job: the query ends "Stopped" with no error
+    (before, Spark's stream thread died of a StackOverflowError matching the job's long
+    cancellation text), nothing of the batch lands, and a restart writes it once."""
+    from pyspark.sql import functions as F
+
+    running, slow = tmp_path / "running", tmp_path / "slow"
+    slow.touch()
+
+    def pause(word):  # type: ignore[no-untyped-def]  # hints would make Spark guess a pandas UDF
+        import time
+
+        running.touch()
+        while slow.exists():
+            time.sleep(0.05)
+        return word
+
+    (words / "1.txt").write_text("spark kafka spark\n")
+    app = Application("stops", tmp_path / "state")
+    app.key_value_store("counts", 2, value_serde="int64")
+
+    def start() -> Any:
+        paused = F.udf(pause, "string")
+        counts = word_counts(spark, words).select(paused("word").alias("word"), "count")
+        return (
+            counts.writeStream.outputMode("update")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .foreachBatch(to_store(app, "counts", key="word", value="count"))
+            .start()
+        )
+
+    with app:
+        query = start()
+        deadline = time.monotonic() + 120
+        while not running.exists():
+            assert time.monotonic() < deadline, "the batch's job never started"
+            time.sleep(0.05)
+        query.stop()
+        assert query.exception() is None
+        assert query.status["message"] == "Stopped"
+        assert everything(app, "counts") == ({}, Position.empty())
+
+        slow.unlink()
+        query = start()
+        query.processAllAvailable()
+        query.stop()
+        assert everything(app, "counts") == (
+            {"spark": 2, "kafka": 1},
+            Position.from_map({"spark-source-0": {0: 0}}),
+        )

@@ -50,6 +50,7 @@ from iqstate_spark.offsets import batch_position
 from iqstate_spark.rows import RowColumns
 from iqstate_spark.sink import OutputMode, checkpoint_of_running_query
 from iqstate_spark.spark_records import SparkRecords, spark_records
+from iqstate_spark.stopping import interrupted_by_stop
 
 WritePath = Literal["spark-kafka-sink", "python-producer"]
 
@@ -126,10 +127,11 @@ class ClusterSink:
         position = batch_position(checkpoint, batch_id, self.source_names)
         self.columns.check(batch_df.columns)
         self._choose_write_path(batch_df)
-        if self._records is not None:
-            written = self._write_with_spark_sink(batch_df, self._records, batch_id)
-        else:
-            written = self._write_with_producers(batch_df, batch_id)
+        with interrupted_by_stop(batch_df, self.store.name, batch_id):
+            if self._records is not None:
+                written = self._write_with_spark_sink(batch_df, self._records, batch_id)
+            else:
+                written = self._write_with_producers(batch_df, batch_id)
         self._markers.write({}, batch_id=batch_id, position=position, stores=self._stores)
         self.last_batch = (batch_id, written)
 

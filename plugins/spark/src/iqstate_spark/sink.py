@@ -24,6 +24,7 @@ from iqstate import Application
 from iqstate.errors import IqstateError
 from iqstate_spark.offsets import batch_position
 from iqstate_spark.rows import RowColumns
+from iqstate_spark.stopping import interrupted_by_stop
 
 if TYPE_CHECKING:
     from iqstate_spark.cluster_stores import ClusterStores
@@ -97,7 +98,8 @@ class StoreSink:
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         checkpoint = self.checkpoint or checkpoint_of_running_query(batch_df)
         position = batch_position(checkpoint, batch_id, self.source_names)
-        table: pa.Table = batch_df.toArrow()
+        with interrupted_by_stop(batch_df, self.store, batch_id):
+            table: pa.Table = batch_df.toArrow()
         self.columns.check(table.column_names)
         keys = self.columns.keys(table)
         values = self.columns.values(table)
