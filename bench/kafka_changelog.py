@@ -5,7 +5,7 @@ raw confluent-kafka in the same run.
   every acknowledgement), batch after batch; floor: a raw idempotent producer writing the
   same records with the same header, flushed once per batch (the least a durable batch
   costs) and once at the end (no per-batch durability at all).
-* read: `ChangelogReader.read` (decode, group into units) over the written changelog;
+* read: `ChangelogConsumer.read` (decode, group into units) over the written changelog;
   floors: a raw consumer with `consume(10_000, 1.0)` (asking no more than remain, so it never
   waits out its timeout), with `poll()` per message, and with `poll()` then `consume(n, 0)`
   (the reader's way), touching key, value and headers.
@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from iqstate_kafka import (
     BatchWriter,
-    ChangelogReader,
+    ChangelogConsumer,
     ChangelogUnit,
     KafkaCluster,
     LocalBroker,
@@ -135,7 +135,7 @@ def read_raw(cluster: KafkaCluster, topic: str, partitions: int, total: int, mod
 
 
 def read_iqstate(cluster: KafkaCluster, topic: str, partitions: int, batches: int) -> float:
-    with ChangelogReader(cluster) as reader:
+    with ChangelogConsumer(cluster) as reader:
         for partition in range(partitions):
             reader.assign(TopicPartition(topic, partition), None)
         units = 0
@@ -156,7 +156,7 @@ def tail_latency(cluster: KafkaCluster, partitions: int, probes: int, mode: str)
     latencies = []
     with BatchWriter(cluster, application_id) as writer:
         if mode == "reader":
-            with ChangelogReader(cluster) as reader:
+            with ChangelogConsumer(cluster) as reader:
                 reader.assign(TopicPartition(topic, 0), None)
                 reader.read(0.5)
                 for batch_id in range(probes):
@@ -193,7 +193,9 @@ def report(cluster: KafkaCluster, args: argparse.Namespace) -> None:
         times["write BatchWriter"], topic = write_iqstate(cluster, batches, args.partitions)
         for mode in ("consume", "poll", "poll+consume"):
             times[f"read raw {mode}"] = read_raw(cluster, topic, args.partitions, total, mode)
-        times["read ChangelogReader"] = read_iqstate(cluster, topic, args.partitions, len(batches))
+        times["read ChangelogConsumer"] = read_iqstate(
+            cluster, topic, args.partitions, len(batches)
+        )
         rounds.append(times)
 
     print(calibration_line())
@@ -214,14 +216,14 @@ def report(cluster: KafkaCluster, args: argparse.Namespace) -> None:
         "read raw consume",
         "read raw poll",
         "read raw poll+consume",
-        "read ChangelogReader",
+        "read ChangelogConsumer",
     ):
         rate = total / best(rounds, name)
         print(
             f"  {name:28s} {rate:>10,.0f} records/s  {read_floor / best(rounds, name):.2f}x floor"
         )
     for mode, label in (
-        ("reader", "ChangelogReader.read(2.0)"),
+        ("reader", "ChangelogConsumer.read(2.0)"),
         ("consume", "consume(10000, 0.5)"),
     ):
         latencies = tail_latency(cluster, args.partitions, args.probes, mode)

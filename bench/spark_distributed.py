@@ -43,7 +43,7 @@ import httpx
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from iqstate_kafka.cluster import KafkaCluster
-from iqstate_kafka.local_broker import LocalBroker
+from iqstate_kafka.testing import LocalBroker
 from iqstate_kafka.topics import changelog_topic
 from iqstate_spark import ClusterStores
 from iqstate_spark.distributed import ClusterSink

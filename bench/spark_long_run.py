@@ -31,7 +31,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from iqstate_kafka.cluster import KafkaCluster
-from iqstate_kafka.local_broker import LocalBroker
+from iqstate_kafka.testing import LocalBroker
 from iqstate_spark import cluster_pipeline
 from iqstate_spark.session import cluster_session
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 if TYPE_CHECKING:
-    from iqstate_kafka.local_broker import LocalBroker
+    from iqstate_kafka.testing import LocalBroker
 
 settings.register_profile("default", deadline=None)
 settings.register_profile(
@@ -29,7 +29,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBrok
     Its jars come from Maven Central through `mvn` the first time (then from the cache);
     it is stopped when the run ends, however it ends.
     """
-    from iqstate_kafka.local_broker import LocalBroker
+    from iqstate_kafka.testing import LocalBroker
 
     with LocalBroker(tmp_path_factory.mktemp("kafka")) as broker:
         yield broker

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from iqstate_kafka import ChangelogReader, ChangelogUnit, OffsetOutOfRange
+from iqstate_kafka import ChangelogConsumer, ChangelogUnit, OffsetOutOfRange
 
 from iqstate import TopicPartition
 
@@ -33,7 +33,7 @@ class Changelogs:
 Event = ChangelogUnit | OffsetOutOfRange
 
 
-def read_events(reader: ChangelogReader, count: int, within: float = 30.0) -> list[Event]:
+def read_events(reader: ChangelogConsumer, count: int, within: float = 30.0) -> list[Event]:
     """Read until `count` events arrived (or `within` seconds passed): what a follower gets."""
     events: list[Event] = []
     deadline = time.monotonic() + within

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from changelog_support import Changelogs
-from iqstate_kafka import ChangelogReader, KafkaCluster, LocalBroker, ensure_changelog_topics
+from iqstate_kafka import ChangelogConsumer, KafkaCluster, LocalBroker, ensure_changelog_topics
 
 
 @pytest.fixture
@@ -26,6 +26,6 @@ def changelogs(cluster: KafkaCluster, unique_name: Callable[[str], str]) -> Chan
 
 
 @pytest.fixture
-def reader(cluster: KafkaCluster) -> Iterator[ChangelogReader]:
-    with ChangelogReader(cluster) as reader:
+def reader(cluster: KafkaCluster) -> Iterator[ChangelogConsumer]:
+    with ChangelogConsumer(cluster) as reader:
         yield reader

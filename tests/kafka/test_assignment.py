@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterator, Mapping
 import pytest
 from iqstate_kafka import BrokerUnavailableError, KafkaCluster
 from iqstate_kafka.assignment import KafkaAssignment
-from iqstate_kafka.progress import CaughtUpListener, StorePartition
+from iqstate_kafka.progress import CaughtUpListener
 from test_membership import PATIENCE, wait_until
 
 from iqstate.runtime.assignment import ACTIVE, ACTIVE_RESTORING, STANDBY, Assignment
+from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.metadata import HostInfo
 
 INTERVAL = 0.1

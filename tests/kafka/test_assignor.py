@@ -10,9 +10,10 @@ from collections.abc import Mapping
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from iqstate_kafka.assignor import Member, StorePartition, assign
+from iqstate_kafka.assignor import Member, assign
 
 from iqstate.runtime.assignment import ACTIVE, STANDBY, Assignment
+from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.metadata import HostInfo
 
 ACCEPTABLE = 100

@@ -18,7 +18,8 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from iqstate_kafka import LocalBroker
 from iqstate_kafka.assignor import Member
 from iqstate_kafka.format import MARKER_KEY, batch_headers, marker_value
-from iqstate_kafka.membership import Heartbeat, encode, members_topic
+from iqstate_kafka.heartbeats import Heartbeat, encode
+from iqstate_kafka.topics import members_topic
 from serving_support import layout, serving_pair, stable, wait_for
 
 from iqstate import Application, Position

@@ -11,7 +11,7 @@ from changelog_support import Changelogs, read_events, units_by_partition
 from confluent_kafka import Producer
 from iqstate_kafka import (
     BatchWriter,
-    ChangelogReader,
+    ChangelogConsumer,
     DeliveryError,
     KafkaCluster,
     OffsetOutOfRange,
@@ -25,7 +25,7 @@ from iqstate.keyspace import decode_window_key
 SOURCE = Position.from_map({"events": {0: 120, 1: 98}})
 
 
-def assign_all(reader: ChangelogReader, changelogs: Changelogs) -> None:
+def assign_all(reader: ChangelogConsumer, changelogs: Changelogs) -> None:
     for partition in changelogs.partitions():
         reader.assign(partition, None)
 
@@ -49,7 +49,7 @@ def produce_raw(cluster: KafkaCluster, partition: TopicPartition, records: list[
 
 
 def test_a_batch_round_trips_with_markers_on_every_partition(
-    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogReader
+    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogConsumer
 ) -> None:
     entries = {
         ("counts", 0): [(b"apple", b"1"), (b"pear", b"2"), (b"apple", None)],
@@ -89,7 +89,7 @@ def test_a_batch_round_trips_with_markers_on_every_partition(
 
 
 def test_a_replayed_batch_is_recognised_by_its_batch_id(
-    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogReader
+    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogConsumer
 ) -> None:
     """Batch 2 is written twice (a pipeline replaying it): a follower that applies what the
     units tell it ends with each batch applied once."""
@@ -129,7 +129,7 @@ def test_a_replayed_batch_is_recognised_by_its_batch_id(
 
 
 def test_late_records_of_an_applied_batch_are_fenced_inside_a_unit(
-    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogReader
+    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogConsumer
 ) -> None:
     """Records of batch 1 that arrive after its marker (a zombie task of a pipeline) end up in
     batch 2's unit; the fence tells them apart."""
@@ -147,7 +147,7 @@ def test_late_records_of_an_applied_batch_are_fenced_inside_a_unit(
 
 
 def test_data_without_its_marker_is_held(
-    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogReader
+    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogConsumer
 ) -> None:
     """A batch interrupted before its markers is not handed out; its replay's marker ends a
     unit that holds both attempts, the replay last."""
@@ -180,7 +180,7 @@ def test_held_data_is_handed_out_in_incomplete_units_beyond_the_limit(
     partition = changelogs.partition("counts", 1)
     records: list[Raw] = [(b"k%d" % number, b"v", batch_headers(9)) for number in range(5)]
     produce_raw(cluster, partition, [*records, (MARKER_KEY, marker_value(9, SOURCE), None)])
-    with ChangelogReader(cluster, max_held_records=2) as reader:
+    with ChangelogConsumer(cluster, max_held_records=2) as reader:
         reader.assign(partition, None)
         units = units_by_partition(read_events(reader, 3))[partition]
     assert [(len(unit.records), unit.marker is None, unit.next_offset) for unit in units] == [
@@ -202,7 +202,7 @@ def test_a_follower_resumes_from_its_committed_offset(
             {("counts", 0): [(b"a", b"1")]}, batch_id=1, position=None, stores=stores
         )
         writer.write({("counts", 0): [(b"b", b"2")]}, batch_id=2, position=None, stores=stores)
-    with ChangelogReader(cluster) as reader:
+    with ChangelogConsumer(cluster) as reader:
         reader.assign(partition, first[partition])
         (unit,) = units_by_partition(read_events(reader, 1))[partition]
         assert unit.marker is not None and unit.marker.batch_id == 2
@@ -215,7 +215,7 @@ def test_a_follower_resumes_from_its_committed_offset(
 
 
 def test_an_offset_beyond_the_log_is_reported_and_the_partition_dropped(
-    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogReader
+    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogConsumer
 ) -> None:
     """As after a changelog topic was deleted and created again: the replica must rebuild."""
     partition = changelogs.partition("counts", 2)
@@ -233,7 +233,7 @@ def test_an_offset_beyond_the_log_is_reported_and_the_partition_dropped(
 def test_undecodable_records_are_skipped_counted_and_logged(
     cluster: KafkaCluster,
     changelogs: Changelogs,
-    reader: ChangelogReader,
+    reader: ChangelogConsumer,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     partition = changelogs.partition("counts", 1)
@@ -263,7 +263,7 @@ def test_undecodable_records_are_skipped_counted_and_logged(
 
 
 def test_bad_batches_are_refused_and_leave_nothing_behind(
-    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogReader
+    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogConsumer
 ) -> None:
     stores = {"counts": 3}
     with BatchWriter(cluster, changelogs.application_id) as writer:
@@ -289,7 +289,7 @@ def test_bad_batches_are_refused_and_leave_nothing_behind(
 
 
 def test_data_from_several_writers_is_one_unit_once_the_markers_follow(
-    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogReader
+    cluster: KafkaCluster, changelogs: Changelogs, reader: ChangelogConsumer
 ) -> None:
     """Spark's way: each task writes its share of a batch with `write_data` (no markers),
     and once all are durable one writer adds the markers: the reader gets one unit per

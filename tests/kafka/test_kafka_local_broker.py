@@ -10,7 +10,7 @@ from changelog_support import read_events, units_by_partition
 from iqstate_kafka import (
     BatchWriter,
     BrokerUnavailableError,
-    ChangelogReader,
+    ChangelogConsumer,
     DeliveryError,
     KafkaCluster,
     LocalBroker,
@@ -33,7 +33,7 @@ def test_clients_outlive_a_broker_restart(tmp_path: Path) -> None:
         impatient = KafkaCluster(address, timeout=2.0)
         with (
             BatchWriter(cluster, "restart", delivery_timeout=3.0) as writer,
-            ChangelogReader(impatient) as reader,
+            ChangelogConsumer(impatient) as reader,
         ):
             reader.assign(partition, None)
 
@@ -63,7 +63,7 @@ def test_clients_outlive_a_broker_restart(tmp_path: Path) -> None:
         assert first.entries(None) == [(b"k", b"1")]
         assert second.marker is not None and second.marker.batch_id == 2
         assert second.entries(None) == [(b"k", b"2")]
-        with ChangelogReader(cluster) as fresh:
+        with ChangelogConsumer(cluster) as fresh:
             fresh.assign(partition, None)
             units = units_by_partition(read_events(fresh, 2))[partition]
         assert [unit.entries(None) for unit in units] == [[(b"k", b"1")], [(b"k", b"2")]]

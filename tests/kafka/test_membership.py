@@ -18,14 +18,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from iqstate_kafka import BrokerUnavailableError, KafkaCluster, LocalBroker
 from iqstate_kafka.assignor import Member
-from iqstate_kafka.membership import (
-    Heartbeat,
-    Membership,
-    MembersTopicError,
-    decode,
-    encode,
-    ensure_members_topic,
-)
+from iqstate_kafka.errors import MembersTopicError
+from iqstate_kafka.heartbeats import Heartbeat, decode, encode
+from iqstate_kafka.membership import Membership
+from iqstate_kafka.topics import ensure_members_topic
 
 from iqstate.runtime.metadata import HostInfo
 
@@ -41,7 +37,8 @@ CHILD = """
 import sys, time
 from iqstate_kafka import KafkaCluster
 from iqstate_kafka.assignor import Member
-from iqstate_kafka.membership import Heartbeat, Membership
+from iqstate_kafka.heartbeats import Heartbeat
+from iqstate_kafka.membership import Membership
 from iqstate.runtime.metadata import HostInfo
 servers, application, member_id, port, interval, liveness = sys.argv[1:]
 heartbeat = Heartbeat(Member(member_id, HostInfo("127.0.0.1", int(port))))

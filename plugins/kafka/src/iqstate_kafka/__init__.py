@@ -1,12 +1,22 @@
 """iqstate's distributed mode on Apache Kafka (SPEC 9).
 
-- `KafkaCluster`: where the cluster is and how to talk to it (`cluster`).
-- Changelog topics, created and checked (`topics`); their record format (`format`).
-- `BatchWriter` writes a batch and its markers durably (`writer`); `ChangelogReader` hands a
-  follower units it can apply atomically (`reader`).
-- `Follower` applies the changelogs to the store partitions hosted here (`follower`);
-  `KafkaConnection` joins an application to the cluster (`connection`).
-- `LocalBroker`: a real Kafka broker on this machine for tests and demos (`local_broker`).
+The modules form layers; each imports only from the layers below it:
+
+1. `settings` (`ClusterSettings`: where the cluster is and how to talk to it), `errors`,
+   `assignor` (who hosts what, a pure function of the live members) and `progress` (what
+   the follower tells the assignment about the replicas hosted here);
+2. the records and topics: `format` (the changelog record format), `heartbeats` (the
+   members topic's records) and `topics` (both kinds of topic, created and checked);
+3. the clients: `reader` (`ChangelogConsumer` hands a follower units it can apply
+   atomically), `writer` (`BatchWriter` writes a batch and its markers durably), `applying`,
+   `replicas` and `watermarks` (the follower's steps), and `membership` (who is live);
+4. `follower` (`Follower` applies the changelogs to the store partitions hosted here),
+   `assignment` (the assignment provider) and `connection` (`KafkaConnection` joins an
+   application to the cluster);
+5. `cluster`: `KafkaCluster`, the settings users give, whose `connect` wires the rest.
+
+Beside them, `testing` (`LocalBroker`: a real Kafka broker on this machine for tests and
+demos) and `plugin` (the `iqstate broker` command).
 
 The names are imported when first used (PEP 562), so loading the package's `iqstate` plugin
 (`iqstate_kafka.plugin`, the `iqstate broker` command) does not load the Kafka client.
@@ -26,19 +36,18 @@ if TYPE_CHECKING:
         ChangelogTopicError,
         ClusterError,
         DeliveryError,
-        LocalBrokerError,
     )
     from iqstate_kafka.follower import Follower
-    from iqstate_kafka.local_broker import LocalBroker
-    from iqstate_kafka.reader import ChangelogReader, ChangelogUnit, OffsetOutOfRange, Watermarks
+    from iqstate_kafka.reader import ChangelogConsumer, ChangelogUnit, OffsetOutOfRange, Watermarks
+    from iqstate_kafka.testing import LocalBroker, LocalBrokerError
     from iqstate_kafka.topics import changelog_topic, ensure_changelog_topics
     from iqstate_kafka.writer import BatchWriter
 
 _MODULES = {
     "BatchWriter": "writer",
     "BrokerUnavailableError": "errors",
+    "ChangelogConsumer": "reader",
     "ChangelogFormatError": "errors",
-    "ChangelogReader": "reader",
     "ChangelogTopicError": "errors",
     "ChangelogUnit": "reader",
     "ClusterError": "errors",
@@ -46,8 +55,8 @@ _MODULES = {
     "Follower": "follower",
     "KafkaCluster": "cluster",
     "KafkaConnection": "connection",
-    "LocalBroker": "local_broker",
-    "LocalBrokerError": "errors",
+    "LocalBroker": "testing",
+    "LocalBrokerError": "testing",
     "OffsetOutOfRange": "reader",
     "Watermarks": "reader",
     "changelog_topic": "topics",
@@ -57,8 +66,8 @@ _MODULES = {
 __all__ = [
     "BatchWriter",
     "BrokerUnavailableError",
+    "ChangelogConsumer",
     "ChangelogFormatError",
-    "ChangelogReader",
     "ChangelogTopicError",
     "ChangelogUnit",
     "ClusterError",

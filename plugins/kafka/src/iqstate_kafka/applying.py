@@ -32,7 +32,7 @@ topic can write records in iqstate's format, so a follower checks what it applie
 A refused marker leaves the fence and position where they were; refused records are never
 applied; the offset moves past both, and each refusal is reported (`StoreCommit.refused`)
 for the follower to log and count. An incomplete unit (data handed out without its marker
-because a batch outgrew `max_held_records`, see `ChangelogReader`) adds the records of
+because a batch outgrew `max_held_records`, see `ChangelogConsumer`) adds the records of
 batches after the fence and its offset, and no position or fence, wherever it is in the fold.
 """
 

@@ -54,11 +54,13 @@ from iqstate.runtime.assignment import (
     Contact,
     PartitionRole,
 )
+from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.metadata import Departure, HostInfo
-from iqstate_kafka.assignor import Member, StorePartition, assign
-from iqstate_kafka.cluster import KafkaCluster
-from iqstate_kafka.membership import Heartbeat, Membership
+from iqstate_kafka.assignor import Member, assign
+from iqstate_kafka.heartbeats import Heartbeat
+from iqstate_kafka.membership import Membership
 from iqstate_kafka.progress import ReplicaProgress
+from iqstate_kafka.settings import ClusterSettings
 from iqstate_kafka.topics import ensure_changelog_topics
 
 logger = logging.getLogger("iqstate_kafka.assignment")
@@ -75,7 +77,7 @@ class KafkaAssignment(AssignmentProvider):
 
     def __init__(
         self,
-        cluster: KafkaCluster,
+        cluster: ClusterSettings,
         application_id: str,
         num_standby_replicas: int,
         *,
@@ -398,7 +400,7 @@ class WriterAssignment(AssignmentProvider):
     changelog topics its batches go to at start, hosts nothing, joins nothing, and so is
     never in the cluster's metadata nor routed to."""
 
-    def __init__(self, kafka: KafkaCluster, application_id: str) -> None:
+    def __init__(self, kafka: ClusterSettings, application_id: str) -> None:
         super().__init__()
         self._kafka = kafka
         self._application_id = application_id

@@ -46,9 +46,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from iqstate.runtime.assignment import ACTIVE, STANDBY, Assignment, PartitionRole
+from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.metadata import HostInfo
-
-StorePartition = tuple[str, int]
 
 
 @dataclass(frozen=True)

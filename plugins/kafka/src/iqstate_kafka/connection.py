@@ -14,8 +14,8 @@ from iqstate.runtime.assignment import AssignmentProvider
 from iqstate.runtime.batch import Batch
 from iqstate.runtime.cluster import ClusterMember
 from iqstate.runtime.partitions import HostedPartitions
-from iqstate_kafka.cluster import KafkaCluster
 from iqstate_kafka.follower import Follower
+from iqstate_kafka.settings import ClusterSettings
 from iqstate_kafka.writer import BatchWriter
 
 
@@ -28,7 +28,7 @@ class KafkaConnection:
 
     def __init__(
         self,
-        cluster: KafkaCluster,
+        cluster: ClusterSettings,
         member: ClusterMember,
         assignment: AssignmentProvider,
         follower: Follower | None = None,

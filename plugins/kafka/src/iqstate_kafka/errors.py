@@ -17,6 +17,10 @@ class ChangelogTopicError(ClusterError):
     """A changelog topic is missing and could not be created, or is configured wrongly."""
 
 
+class MembersTopicError(ClusterError):
+    """The members topic could not be created, or is configured so membership cannot work."""
+
+
 class ChangelogFormatError(ClusterError):
     """A changelog record does not decode; the message names topic, partition and offset."""
 
@@ -32,7 +36,3 @@ class ChangelogFormatError(ClusterError):
 
 class DeliveryError(ClusterError):
     """Records of a batch were not acknowledged by the cluster: the batch is not durable."""
-
-
-class LocalBrokerError(ClusterError):
-    """A local Kafka broker could not be fetched, formatted, started or stopped."""

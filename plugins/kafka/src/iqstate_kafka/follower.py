@@ -1,6 +1,6 @@
 """`Follower`: applies the changelogs to the store partitions hosted here (SPEC 9).
 
-One background thread and one `ChangelogReader` follow exactly the changelog partitions of
+One background thread and one `ChangelogConsumer` follow exactly the changelog partitions of
 the store partitions this instance hosts, actives and standbys alike. Each loop:
 
 1. **sync**: compare the hosted partitions (`HostedPartitions`, re-read every loop, so an
@@ -42,14 +42,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from iqstate.position import TopicPartition
+from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.partitions import HostedPartitions
 from iqstate.runtime.spec import WindowStoreSpec
 from iqstate_kafka.applying import Refusal, StoreCommit, fold
-from iqstate_kafka.cluster import KafkaCluster
-from iqstate_kafka.progress import CaughtUpListener, StorePartition
-from iqstate_kafka.reader import ChangelogReader, ChangelogUnit, OffsetOutOfRange, Watermarks
+from iqstate_kafka.progress import CaughtUpListener
+from iqstate_kafka.reader import ChangelogConsumer, ChangelogUnit, OffsetOutOfRange, Watermarks
 from iqstate_kafka.replicas import ReplicaOffsets
+from iqstate_kafka.settings import ClusterSettings
 from iqstate_kafka.watermarks import WatermarkAsker
 
 logger = logging.getLogger("iqstate_kafka.follower")
@@ -107,7 +108,7 @@ class Follower:
 
     def __init__(
         self,
-        cluster: KafkaCluster,
+        cluster: ClusterSettings,
         *,
         max_records: int = 50_000,
         poll_timeout: float = 0.1,
@@ -220,12 +221,12 @@ class Follower:
 
     # -- the thread --------------------------------------------------------------------------
 
-    def _new_reader(self) -> ChangelogReader:
+    def _new_reader(self) -> ChangelogConsumer:
         settings = {**CONSUMER_DEFAULTS, **self._cluster.client_config}
         consuming = dataclasses.replace(self._cluster, client_config=settings)
-        return ChangelogReader(consuming, max_records=self._max_records)
+        return ChangelogConsumer(consuming, max_records=self._max_records)
 
-    def _run(self, partitions: HostedPartitions, reader: ChangelogReader | None) -> None:
+    def _run(self, partitions: HostedPartitions, reader: ChangelogConsumer | None) -> None:
         failures = _Backoff(self._poll_timeout, self._max_backoff)
         try:
             while not self._stopping.is_set():
@@ -250,7 +251,7 @@ class Follower:
                 self._running = False
                 self._lifecycle.notify_all()
 
-    def _discard(self, reader: ChangelogReader | None) -> None:
+    def _discard(self, reader: ChangelogConsumer | None) -> None:
         """Close `reader` (what it had assigned is assigned again to its successor)."""
         for key, followed in self._followed.items():
             if followed.assigned and reader is not None:
@@ -264,7 +265,7 @@ class Follower:
             except Exception:
                 logger.exception("closing the changelog reader failed")
 
-    def _loop(self, partitions: HostedPartitions, reader: ChangelogReader) -> None:
+    def _loop(self, partitions: HostedPartitions, reader: ChangelogConsumer) -> None:
         self._sync(partitions, reader)
         self._ask_offsets(reader)
         events = reader.read(self._poll_timeout)
@@ -275,7 +276,7 @@ class Follower:
 
     # -- 1. the hosted partitions ------------------------------------------------------------
 
-    def _sync(self, partitions: HostedPartitions, reader: ChangelogReader) -> None:
+    def _sync(self, partitions: HostedPartitions, reader: ChangelogConsumer) -> None:
         hosted: dict[StorePartition, HostedPartition] = {}
         for store in partitions.store_names():
             for number, replica in partitions.of_store(store).items():
@@ -300,7 +301,7 @@ class Follower:
         with self._lock:
             self._offsets[key] = ReplicaOffsets()
 
-    def _drop(self, reader: ChangelogReader, key: StorePartition, followed: _Followed) -> None:
+    def _drop(self, reader: ChangelogConsumer, key: StorePartition, followed: _Followed) -> None:
         if followed.assigned:
             self._unassign(reader, key, followed)
         del self._followed[key]
@@ -308,7 +309,9 @@ class Follower:
         with self._lock:
             del self._offsets[key]
 
-    def _unassign(self, reader: ChangelogReader, key: StorePartition, followed: _Followed) -> None:
+    def _unassign(
+        self, reader: ChangelogConsumer, key: StorePartition, followed: _Followed
+    ) -> None:
         self._skipped_before[key] = self._skipped_before.get(key, 0) + reader.skipped(
             followed.changelog
         )
@@ -317,7 +320,7 @@ class Follower:
 
     # -- 2. offsets from the broker ------------------------------------------------------------
 
-    def _ask_offsets(self, reader: ChangelogReader) -> None:
+    def _ask_offsets(self, reader: ChangelogConsumer) -> None:
         """Take the watermarks that arrived, then ask for those now due."""
         assert self._watermarks is not None
         answers = self._watermarks.answers()
@@ -364,7 +367,7 @@ class Follower:
 
     def _assign(
         self,
-        reader: ChangelogReader,
+        reader: ChangelogConsumer,
         key: StorePartition,
         followed: _Followed,
         watermarks: Watermarks,
@@ -398,7 +401,7 @@ class Follower:
     # -- 3. applying -----------------------------------------------------------------------------
 
     def _apply(
-        self, reader: ChangelogReader, events: list[ChangelogUnit | OffsetOutOfRange]
+        self, reader: ChangelogConsumer, events: list[ChangelogUnit | OffsetOutOfRange]
     ) -> None:
         units: dict[TopicPartition, list[ChangelogUnit]] = {}
         lost: list[OffsetOutOfRange] = []
@@ -418,7 +421,7 @@ class Follower:
 
     def _commit(
         self,
-        reader: ChangelogReader,
+        reader: ChangelogConsumer,
         key: StorePartition,
         followed: _Followed,
         units: list[ChangelogUnit],
@@ -518,7 +521,7 @@ class Follower:
         with self._lock:
             self._offsets[key].rebuilt()
 
-    def _count_skipped(self, reader: ChangelogReader) -> None:
+    def _count_skipped(self, reader: ChangelogConsumer) -> None:
         counts = dict(self._skipped_before)
         for key, followed in self._followed.items():
             if followed.assigned:
@@ -526,7 +529,7 @@ class Follower:
         with self._lock:
             self._skipped = counts
 
-    def _note_positions(self, reader: ChangelogReader) -> None:
+    def _note_positions(self, reader: ChangelogConsumer) -> None:
         positions = {
             key: reader.position(followed.changelog) if followed.assigned else None
             for key, followed in self._followed.items()

@@ -1,13 +1,10 @@
 """Membership through Kafka: who is live, and what each live member reports (SPEC 9).
 
 Every member of an application heartbeats on the compacted topic `<application_id>-members`
-(one partition, created when missing, checked like the changelogs) and reads all of it, so
-every member sees every other member's reports in the same order.
+(one partition, created when missing and checked by `iqstate_kafka.topics`) and reads all of
+it, so every member sees every other member's reports in the same order.
 
-**Records.** Key = the member id (unique per process incarnation). Value = a versioned JSON
-document (never pickle): `{"v": 1, "host", "port", "stores": {name: partitions}, "actives":
-[[store, partition]...], "restoring": [[store, partition]...], "lags": [[store, partition,
-lag]...]}`. Readers ignore fields they do not know, so a later version may add some; a
+**Records.** Key = the member id, value = its heartbeat (`iqstate_kafka.heartbeats`): a
 document of another version or shape is logged and skipped. A clean close writes a tombstone
 (null value), so the others see the departure within `LEAVING_GRACE` heartbeat intervals (a
 member that heartbeats after its tombstone did not write it, and stays: no churn from a
@@ -46,15 +43,11 @@ than that are compacted away and joining reads little; a dead member's last hear
 
 from __future__ import annotations
 
-import concurrent.futures
-import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -66,26 +59,19 @@ from confluent_kafka import (
     Producer,
 )
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from iqstate.runtime.metadata import Departure, HostInfo
-from iqstate_kafka.assignor import Member, StorePartition
-from iqstate_kafka.cluster import KafkaCluster
-from iqstate_kafka.errors import ClusterError
-from iqstate_kafka.topics import await_topics, cluster_metadata, unavailable
+from iqstate_kafka.errors import MembersTopicError
+from iqstate_kafka.heartbeats import Heartbeat, decode, encode
+from iqstate_kafka.settings import ClusterSettings
+from iqstate_kafka.topics import (
+    MEMBERS_CLIENT_DEFAULTS,
+    ensure_members_topic,
+    members_topic,
+    unavailable,
+)
 
 logger = logging.getLogger("iqstate_kafka.membership")
-
-DOCUMENT_VERSION = 1
-TOPIC_SETTINGS: Mapping[str, str] = {"segment.ms": "600000"}
-"""Settings of a created members topic that `KafkaCluster.topic_config` may override."""
-OWNED_TOPIC_SETTINGS: Mapping[str, str] = {
-    "cleanup.policy": "compact",
-    "message.timestamp.type": "LogAppendTime",
-}
-"""Settings of the members topic that membership depends on: created so, checked at start."""
-CLIENT_DEFAULTS: Mapping[str, Any] = {"reconnect.backoff.max.ms": 1000}
-"""Client settings `client_config` may override: reconnect to a restarted broker quickly."""
 
 DEPARTURES_KEPT = 600.0
 """Seconds a departed member's host is remembered (`Membership.departures`) unless it returns."""
@@ -93,167 +79,7 @@ LEAVING_GRACE = 3
 """Heartbeat intervals a member whose tombstone came has to heartbeat again (then the
 tombstone was not its own) before it counts as gone; also how recently a member must have
 been heard from for a newcomer claiming its endpoint to be reported as an impostor."""
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _POLL = 0.05
-
-
-class MembersTopicError(ClusterError):
-    """The members topic could not be created, or is configured so membership cannot work."""
-
-
-@dataclass(frozen=True)
-class Heartbeat:
-    """What one member reports: what the assignor needs (`member`), which of its actives are
-    still restoring, and the stores it declares."""
-
-    member: Member
-    restoring: frozenset[StorePartition] = frozenset()
-    stores: Mapping[str, int] = field(default_factory=dict)
-
-
-def members_topic(application_id: str) -> str:
-    topic = f"{application_id}-members"
-    if not _TOPIC_NAME.fullmatch(topic):
-        raise ValueError(
-            f"members topic {topic!r} (application id {application_id!r}) is not a valid Kafka "
-            "topic name: at most 249 of [A-Za-z0-9._-]"
-        )
-    return topic
-
-
-def encode(heartbeat: Heartbeat) -> bytes:
-    member = heartbeat.member
-    document = {
-        "v": DOCUMENT_VERSION,
-        "host": member.host.host,
-        "port": member.host.port,
-        "stores": dict(sorted(heartbeat.stores.items())),
-        "actives": sorted([store, number] for store, number in member.actives),
-        "restoring": sorted([store, number] for store, number in heartbeat.restoring),
-        "lags": sorted([store, number, lag] for (store, number), lag in member.lags.items()),
-    }
-    return json.dumps(document, separators=(",", ":")).encode()
-
-
-def decode(member_id: str, value: bytes) -> Heartbeat:
-    """The heartbeat in `value`; `ValueError` saying what is wrong with it."""
-    try:
-        document = json.loads(value)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not JSON: {exc}") from exc
-    if not isinstance(document, dict):
-        raise ValueError("not a JSON object")
-    if document.get("v") != DOCUMENT_VERSION:
-        raise ValueError(f"version {document.get('v')!r}, this member reads {DOCUMENT_VERSION}")
-    host, port = document.get("host"), document.get("port")
-    if not isinstance(host, str) or not isinstance(port, int) or isinstance(port, bool):
-        raise ValueError("host must be a string and port an int")
-    stores = document.get("stores")
-    if not isinstance(stores, dict) or not all(_is_int(count) for count in stores.values()):
-        raise ValueError("stores must map names to partition counts")
-    lags = {}
-    for entry in _list(document, "lags"):
-        if not (isinstance(entry, list) and len(entry) == 3 and _is_int(entry[2])):
-            raise ValueError(f"lags entry {entry!r} is not [store, partition, lag]")
-        lags[_partition(entry[:2])] = entry[2]
-    return Heartbeat(
-        Member(
-            member_id,
-            HostInfo(host, port),
-            lags,
-            frozenset(_partition(entry) for entry in _list(document, "actives")),
-        ),
-        frozenset(_partition(entry) for entry in _list(document, "restoring")),
-        stores,
-    )
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _list(document: Mapping[str, object], name: str) -> list[object]:
-    value = document.get(name)
-    if not isinstance(value, list):
-        raise ValueError(f"{name} must be a list")
-    return value
-
-
-def _partition(entry: object) -> StorePartition:
-    if not (
-        isinstance(entry, list)
-        and len(entry) == 2
-        and isinstance(entry[0], str)
-        and _is_int(entry[1])
-    ):
-        raise ValueError(f"{entry!r} is not [store, partition]")
-    return entry[0], entry[1]
-
-
-def ensure_members_topic(cluster: KafkaCluster, application_id: str) -> str:
-    """Create the members topic when missing, check it when present; return its name.
-
-    `BrokerUnavailableError` if the cluster does not answer within `cluster.timeout`,
-    `MembersTopicError` naming what is wrong with the topic.
-    """
-    topic = members_topic(application_id)
-    admin = AdminClient(cluster.client_settings(CLIENT_DEFAULTS))
-    metadata = cluster_metadata(admin, cluster)
-    if topic not in metadata.topics:
-        _create(admin, cluster, topic)
-        metadata = await_topics(admin, cluster, [topic])
-    problems = []
-    partitions = len(metadata.topics[topic].partitions)
-    if partitions != 1:
-        problems.append(f"has {partitions} partitions, expected 1")
-    for name, expected in _settings(admin, cluster, topic, OWNED_TOPIC_SETTINGS).items():
-        if expected != OWNED_TOPIC_SETTINGS[name]:
-            problems.append(f"has {name}={expected!r}, expected {OWNED_TOPIC_SETTINGS[name]!r}")
-    if problems:
-        raise MembersTopicError(
-            f"members topic {topic!r} {' and '.join(problems)}: membership needs one ordered, "
-            "compacted log stamped with the broker's clock; delete the topic (iqstate creates "
-            "it again) or fix its settings"
-        )
-    return topic
-
-
-def _create(admin: AdminClient, cluster: KafkaCluster, topic: str) -> None:
-    config = {**TOPIC_SETTINGS, **cluster.topic_config, **OWNED_TOPIC_SETTINGS}
-    new = NewTopic(topic, 1, cluster.replication_factor, config=config)
-    future = admin.create_topics(
-        [new], operation_timeout=cluster.timeout, request_timeout=cluster.timeout
-    )[topic]
-    try:
-        future.result(timeout=cluster.timeout)
-    except concurrent.futures.TimeoutError as exc:
-        raise unavailable(cluster, "creating the members topic timed out") from exc
-    except KafkaException as exc:
-        error: KafkaError = exc.args[0]
-        if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-            return  # another member created it meanwhile
-        if error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
-            raise unavailable(cluster, error.str()) from exc
-        raise MembersTopicError(
-            f"could not create members topic {topic!r} (1 partition, replication factor "
-            f"{cluster.replication_factor}): {error.str()}"
-        ) from exc
-
-
-def _settings(
-    admin: AdminClient, cluster: KafkaCluster, topic: str, names: Mapping[str, str]
-) -> dict[str, str]:
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    future = admin.describe_configs([resource], request_timeout=cluster.timeout)[resource]
-    try:
-        entries = future.result(timeout=cluster.timeout)
-    except concurrent.futures.TimeoutError as exc:
-        raise unavailable(cluster, "describing the members topic timed out") from exc
-    except KafkaException as exc:
-        raise MembersTopicError(
-            f"could not read the configuration of members topic {topic!r}: {exc.args[0].str()}"
-        ) from exc
-    return {name: entries[name].value for name in names}
 
 
 class ObservedClock:
@@ -305,7 +131,7 @@ class Membership:
 
     def __init__(
         self,
-        cluster: KafkaCluster,
+        cluster: ClusterSettings,
         application_id: str,
         member_id: str,
         report: Report,
@@ -364,7 +190,7 @@ class Membership:
         ensure_members_topic(self._cluster, self._application_id)
         consumer = self._consumer = Consumer(
             self._cluster.client_settings(
-                {**CLIENT_DEFAULTS, "group.id": f"iqstate-members-{self._application_id}"},
+                {**MEMBERS_CLIENT_DEFAULTS, "group.id": f"iqstate-members-{self._application_id}"},
                 **{
                     "enable.auto.commit": False,
                     "enable.auto.offset.store": False,
@@ -652,7 +478,7 @@ class Membership:
     def _new_producer(self) -> Producer:
         return Producer(
             self._cluster.client_settings(
-                {**CLIENT_DEFAULTS, "linger.ms": 0},
+                {**MEMBERS_CLIENT_DEFAULTS, "linger.ms": 0},
                 **{
                     "max.in.flight.requests.per.connection": 1,
                     # One request in flight keeps records in order (a retried heartbeat never

@@ -21,7 +21,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from iqstate_kafka.local_broker import LocalBroker, LocalBrokerError
+    from iqstate_kafka.testing import LocalBroker, LocalBrokerError
 
     if not 0 <= args.port < 65536:
         raise SystemExit(f"iqstate broker: --port must be 0..65535, got {args.port}")

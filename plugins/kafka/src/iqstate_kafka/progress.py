@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-StorePartition = tuple[str, int]
+from iqstate.runtime.batch import StorePartition
 
 CaughtUpListener = Callable[[StorePartition], None]
 """`listener((store, partition))`: an active replica hosted here reached its target offset."""

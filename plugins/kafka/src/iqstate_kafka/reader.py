@@ -1,5 +1,6 @@
-"""`ChangelogReader`: reads changelog partitions and hands a follower units it can apply
-atomically.
+"""`ChangelogConsumer`: reads changelog partitions with a Kafka consumer and hands a follower
+units it can apply atomically. (Core's `iqstate.changelog.ChangelogReader` is another thing:
+a changelog a store partition restores from, read to its end in one call.)
 
 A unit is a partition's data records up to a batch marker, that marker (batch id and source
 position) and the offset after it. Data after a partition's last marker is held until its
@@ -53,9 +54,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from iqstate.position import TopicPartition
-from iqstate_kafka.cluster import KafkaCluster
 from iqstate_kafka.errors import BrokerUnavailableError, ChangelogFormatError, ClusterError
 from iqstate_kafka.format import BatchMarker, DataRecord, decode, is_fenced
+from iqstate_kafka.settings import ClusterSettings
 
 logger = logging.getLogger("iqstate_kafka.reader")
 
@@ -132,7 +133,7 @@ class _Partition:
     """An offset was missing since the last marker read (compaction)."""
 
 
-class ChangelogReader:
+class ChangelogConsumer:
     """Reads assigned changelog partitions in batches and groups them into units.
 
     `max_records`: at most this many records per `read`. `max_held_records`: data records
@@ -141,7 +142,7 @@ class ChangelogReader:
 
     def __init__(
         self,
-        cluster: KafkaCluster,
+        cluster: ClusterSettings,
         *,
         max_records: int = 10_000,
         max_held_records: int | None = 100_000,
@@ -288,7 +289,7 @@ class ChangelogReader:
         """Close the consumer (nothing is committed to Kafka: offsets live in the stores)."""
         self._consumer.close()
 
-    def __enter__(self) -> ChangelogReader:
+    def __enter__(self) -> ChangelogConsumer:
         return self
 
     def __exit__(

@@ -1,9 +1,16 @@
-"""Changelog topics: `<application_id>-<store>-changelog`, compacted, one partition per store
-partition; created when missing, checked when present (SPEC 9).
+"""The topics iqstate keeps in Kafka, created when missing and checked when present (SPEC 9).
 
-A changelog is never re-partitioned or re-configured silently: a topic with another
-partition count or another cleanup policy than the store needs is an error naming the topic,
-what was found and what was expected.
+**Changelogs**: `<application_id>-<store>-changelog`, compacted, one partition per store
+partition. A changelog is never re-partitioned or re-configured silently: a topic with
+another partition count or another cleanup policy than the store needs is an error naming
+the topic, what was found and what was expected.
+
+**The members topic**: `<application_id>-members`, one partition, compacted, stamped with the
+broker's clock (`iqstate_kafka.membership` says why), with `segment.ms` of ten minutes so
+that old heartbeats are compacted away and joining reads little.
+
+Both kinds are created and checked by the same two admin steps; `EndOffsets` asks for the
+end offsets of their partitions.
 """
 
 from __future__ import annotations
@@ -11,7 +18,8 @@ from __future__ import annotations
 import concurrent.futures
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
@@ -23,13 +31,49 @@ from confluent_kafka.admin import (
 )
 
 from iqstate.layers.changelogging import changelog_topic
-from iqstate_kafka.cluster import KafkaCluster
-from iqstate_kafka.errors import BrokerUnavailableError, ChangelogTopicError
+from iqstate_kafka.errors import (
+    BrokerUnavailableError,
+    ChangelogTopicError,
+    ClusterError,
+    MembersTopicError,
+)
+from iqstate_kafka.settings import ClusterSettings
 
-__all__ = ["EndOffsets", "changelog_topic", "changelog_topics", "ensure_changelog_topics"]
+__all__ = [
+    "EndOffsets",
+    "changelog_topic",
+    "changelog_topics",
+    "ensure_changelog_topics",
+    "ensure_members_topic",
+    "members_topic",
+]
 
 CLEANUP_POLICY = "compact"
+MEMBERS_TOPIC_SETTINGS: Mapping[str, str] = {"segment.ms": "600000"}
+"""Settings of a created members topic that `KafkaCluster.topic_config` may override."""
+MEMBERS_OWNED_TOPIC_SETTINGS: Mapping[str, str] = {
+    "cleanup.policy": "compact",
+    "message.timestamp.type": "LogAppendTime",
+}
+"""Settings of the members topic that membership depends on: created so, checked at start."""
+MEMBERS_CLIENT_DEFAULTS: Mapping[str, Any] = {"reconnect.backoff.max.ms": 1000}
+"""Settings of the members topic's clients that `client_config` may override: reconnect to
+a restarted broker quickly."""
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+class _Kind(NamedTuple):
+    """How the admin steps name one kind of topic, and the error they raise for it."""
+
+    name: str
+    """One topic of the kind, in messages."""
+    several: str
+    """The topics of one request, in timeout messages."""
+    error: type[ClusterError]
+
+
+_CHANGELOGS = _Kind("changelog topic", "topics", ChangelogTopicError)
+_MEMBERS = _Kind("members topic", "the members topic", MembersTopicError)
 
 
 def changelog_topics(application_id: str, stores: Mapping[str, int]) -> dict[str, str]:
@@ -52,7 +96,7 @@ def changelog_topics(application_id: str, stores: Mapping[str, int]) -> dict[str
 
 
 def ensure_changelog_topics(
-    cluster: KafkaCluster, application_id: str, stores: Mapping[str, int]
+    cluster: ClusterSettings, application_id: str, stores: Mapping[str, int]
 ) -> dict[str, str]:
     """Create the missing changelog topics of `stores` (name -> partitions), check the others.
 
@@ -62,14 +106,23 @@ def ensure_changelog_topics(
     """
     topics = changelog_topics(application_id, stores)
     admin = AdminClient(cluster.client_settings())
-    existing = cluster_metadata(admin, cluster)
-    missing = [store for store, topic in topics.items() if topic not in existing.topics]
+    existing = cluster_metadata(admin, cluster).topics
+    missing = {topic: stores[store] for store, topic in topics.items() if topic not in existing}
     if missing:
-        _create(admin, cluster, {topics[store]: stores[store] for store in missing})
-        existing = await_topics(admin, cluster, [topics[store] for store in missing])
+        config = {**cluster.topic_config, "cleanup.policy": CLEANUP_POLICY}
+        refused = _create(admin, cluster, missing, config, _CHANGELOGS)
+        if refused:
+            raise ChangelogTopicError(
+                "; ".join(
+                    f"could not create changelog topic {topic!r} ({missing[topic]} partitions, "
+                    f"replication factor {cluster.replication_factor}): {reason}"
+                    for topic, reason in refused.items()
+                )
+            )
+        existing = await_topics(admin, cluster, list(missing)).topics
     problems = []
     for store, topic in topics.items():
-        found = existing.topics[topic]
+        found = existing[topic]
         if len(found.partitions) != stores[store]:
             problems.append(
                 f"changelog topic {topic!r} has {len(found.partitions)} partitions, expected "
@@ -77,7 +130,9 @@ def ensure_changelog_topics(
                 f"re-partitions a changelog: declare the store with {len(found.partitions)} "
                 "partitions, or use another application id"
             )
-    for topic, policy in _cleanup_policies(admin, cluster, list(topics.values())).items():
+    configs = _configs(admin, cluster, list(topics.values()), ["cleanup.policy"], _CHANGELOGS)
+    for topic, settings in configs.items():
+        policy = settings["cleanup.policy"]
         if policy != CLEANUP_POLICY:
             problems.append(
                 f"changelog topic {topic!r} has cleanup.policy={policy!r}, expected "
@@ -90,7 +145,55 @@ def ensure_changelog_topics(
     return topics
 
 
-def cluster_metadata(admin: AdminClient, cluster: KafkaCluster) -> ClusterMetadata:
+def members_topic(application_id: str) -> str:
+    """The members topic of `application_id`; `ValueError` for a name Kafka refuses."""
+    topic = f"{application_id}-members"
+    if not _TOPIC_NAME.fullmatch(topic):
+        raise ValueError(
+            f"members topic {topic!r} (application id {application_id!r}) is not a valid Kafka "
+            "topic name: at most 249 of [A-Za-z0-9._-]"
+        )
+    return topic
+
+
+def ensure_members_topic(cluster: ClusterSettings, application_id: str) -> str:
+    """Create the members topic when missing, check it when present; return its name.
+
+    `BrokerUnavailableError` if the cluster does not answer within `cluster.timeout`,
+    `MembersTopicError` naming what is wrong with the topic.
+    """
+    topic = members_topic(application_id)
+    admin = AdminClient(cluster.client_settings(MEMBERS_CLIENT_DEFAULTS))
+    metadata = cluster_metadata(admin, cluster)
+    if topic not in metadata.topics:
+        config = {**MEMBERS_TOPIC_SETTINGS, **cluster.topic_config, **MEMBERS_OWNED_TOPIC_SETTINGS}
+        refused = _create(admin, cluster, {topic: 1}, config, _MEMBERS)
+        if refused:
+            raise MembersTopicError(
+                f"could not create members topic {topic!r} (1 partition, replication factor "
+                f"{cluster.replication_factor}): {refused[topic]}"
+            )
+        metadata = await_topics(admin, cluster, [topic])
+    problems = []
+    partitions = len(metadata.topics[topic].partitions)
+    if partitions != 1:
+        problems.append(f"has {partitions} partitions, expected 1")
+    found = _configs(admin, cluster, [topic], MEMBERS_OWNED_TOPIC_SETTINGS, _MEMBERS)[topic]
+    for name, value in found.items():
+        if value != MEMBERS_OWNED_TOPIC_SETTINGS[name]:
+            problems.append(
+                f"has {name}={value!r}, expected {MEMBERS_OWNED_TOPIC_SETTINGS[name]!r}"
+            )
+    if problems:
+        raise MembersTopicError(
+            f"members topic {topic!r} {' and '.join(problems)}: membership needs one ordered, "
+            "compacted log stamped with the broker's clock; delete the topic (iqstate creates "
+            "it again) or fix its settings"
+        )
+    return topic
+
+
+def cluster_metadata(admin: AdminClient, cluster: ClusterSettings) -> ClusterMetadata:
     """The cluster's topic metadata; `BrokerUnavailableError` when it does not answer."""
     try:
         return admin.list_topics(timeout=cluster.timeout)
@@ -98,7 +201,9 @@ def cluster_metadata(admin: AdminClient, cluster: KafkaCluster) -> ClusterMetada
         raise unavailable(cluster, exc) from exc
 
 
-def await_topics(admin: AdminClient, cluster: KafkaCluster, topics: list[str]) -> ClusterMetadata:
+def await_topics(
+    admin: AdminClient, cluster: ClusterSettings, topics: list[str]
+) -> ClusterMetadata:
     """Metadata once it shows every created topic: a broker learns of them a moment later."""
     deadline = time.monotonic() + cluster.timeout
     while True:
@@ -129,7 +234,7 @@ class EndOffsets:
     """End offsets of topic partitions, through an admin client of its own that is replaced
     when the broker says its metadata is out of date (a broker restarted, a leader moved)."""
 
-    def __init__(self, cluster: KafkaCluster) -> None:
+    def __init__(self, cluster: ClusterSettings) -> None:
         self._cluster = cluster
         self._admin = AdminClient(cluster.client_settings())
 
@@ -173,7 +278,7 @@ class EndOffsets:
             time.sleep(0.05)
 
 
-def unavailable(cluster: KafkaCluster, cause: object) -> BrokerUnavailableError:
+def unavailable(cluster: ClusterSettings, cause: object) -> BrokerUnavailableError:
     """The error for a cluster that did not answer, with what to check."""
     return BrokerUnavailableError(
         f"Kafka at {cluster.bootstrap_servers} did not answer within {cluster.timeout:g} s "
@@ -182,8 +287,16 @@ def unavailable(cluster: KafkaCluster, cause: object) -> BrokerUnavailableError:
     )
 
 
-def _create(admin: AdminClient, cluster: KafkaCluster, topics: Mapping[str, int]) -> None:
-    config = {**cluster.topic_config, "cleanup.policy": CLEANUP_POLICY}
+def _create(
+    admin: AdminClient,
+    cluster: ClusterSettings,
+    topics: Mapping[str, int],
+    config: dict[str, str],
+    kind: _Kind,
+) -> dict[str, str]:
+    """Create `topics` (name -> partitions) with `config`; return why the cluster refused
+    each one it did not create. A topic that exists already is not refused: another
+    instance created it meanwhile, and it is checked like any other."""
     new = [
         NewTopic(topic, partitions, cluster.replication_factor, config=config)
         for topic, partitions in topics.items()
@@ -191,41 +304,42 @@ def _create(admin: AdminClient, cluster: KafkaCluster, topics: Mapping[str, int]
     futures = admin.create_topics(
         new, operation_timeout=cluster.timeout, request_timeout=cluster.timeout
     )
-    problems = []
+    refused = {}
     for topic, future in futures.items():
         try:
             future.result(timeout=cluster.timeout)
         except concurrent.futures.TimeoutError as exc:
-            raise unavailable(cluster, "creating topics timed out") from exc
+            raise unavailable(cluster, f"creating {kind.several} timed out") from exc
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                continue  # another instance created it meanwhile; it is checked like any other
+                continue
             if error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
                 raise unavailable(cluster, error.str()) from exc
-            problems.append(
-                f"could not create changelog topic {topic!r} ({topics[topic]} partitions, "
-                f"replication factor {cluster.replication_factor}): {error.str()}"
-            )
-    if problems:
-        raise ChangelogTopicError("; ".join(problems))
+            refused[topic] = error.str()
+    return refused
 
 
-def _cleanup_policies(
-    admin: AdminClient, cluster: KafkaCluster, topics: list[str]
-) -> dict[str, str]:
+def _configs(
+    admin: AdminClient,
+    cluster: ClusterSettings,
+    topics: list[str],
+    names: Iterable[str],
+    kind: _Kind,
+) -> dict[str, dict[str, str]]:
+    """The values of the settings `names` of each of `topics`."""
     resources = [ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in topics]
     futures = admin.describe_configs(resources, request_timeout=cluster.timeout)
-    policies = {}
+    configs = {}
     for resource, future in futures.items():
         try:
             entries = future.result(timeout=cluster.timeout)
         except concurrent.futures.TimeoutError as exc:
-            raise unavailable(cluster, "describing topics timed out") from exc
+            raise unavailable(cluster, f"describing {kind.several} timed out") from exc
         except KafkaException as exc:
-            raise ChangelogTopicError(
-                f"could not read the configuration of changelog topic {resource.name!r}: "
+            raise kind.error(
+                f"could not read the configuration of {kind.name} {resource.name!r}: "
                 f"{exc.args[0].str()}"
             ) from exc
-        policies[resource.name] = entries["cleanup.policy"].value
-    return policies
+        configs[resource.name] = {name: entries[name].value for name in names}
+    return configs

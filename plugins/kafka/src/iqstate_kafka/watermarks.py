@@ -3,7 +3,7 @@ blocking the follower.
 
 The follower needs them to assign a partition (is the committed offset still in the log?),
 to capture an active's target, and for lags. Asking through the follower's own consumer
-(`ChangelogReader.watermarks`) is slow: the request queues behind the consumer's
+(`ChangelogConsumer.watermarks`) is slow: the request queues behind the consumer's
 long-polling fetch on the same connection, up to `fetch.wait.max.ms` (500 ms) per partition
 at the tail (measured), so a refresh of a dozen partitions would stall the follower for
 seconds. This asks through an admin client of its own, all due partitions in one
@@ -21,8 +21,8 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from iqstate.position import TopicPartition
-from iqstate_kafka.cluster import KafkaCluster
 from iqstate_kafka.reader import Watermarks
+from iqstate_kafka.settings import ClusterSettings
 from iqstate_kafka.topics import STALE_METADATA
 
 _EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
@@ -38,7 +38,7 @@ Answer = Watermarks | str
 class WatermarkAsker:
     """Asks for the watermarks of many partitions at once; one request in flight at a time."""
 
-    def __init__(self, cluster: KafkaCluster) -> None:
+    def __init__(self, cluster: ClusterSettings) -> None:
         self._cluster = cluster
         self._admin = self._new_admin()
         self._failed_requests = 0

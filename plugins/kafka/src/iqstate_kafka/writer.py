@@ -40,7 +40,6 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from iqstate.position import Position, TopicPartition
-from iqstate_kafka.cluster import KafkaCluster
 from iqstate_kafka.errors import DeliveryError
 from iqstate_kafka.format import (
     MARKER_KEY,
@@ -50,6 +49,7 @@ from iqstate_kafka.format import (
     marker_value,
     window_data_key,
 )
+from iqstate_kafka.settings import ClusterSettings
 from iqstate_kafka.topics import changelog_topics
 
 Entry = tuple[bytes, bytes | None] | tuple[bytes, int, bytes | None]
@@ -97,7 +97,7 @@ class BatchWriter:
 
     def __init__(
         self,
-        cluster: KafkaCluster,
+        cluster: ClusterSettings,
         application_id: str,
         *,
         delivery_timeout: float = 30.0,

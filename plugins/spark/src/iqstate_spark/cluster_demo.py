@@ -319,7 +319,7 @@ def _report(
 def _work(args: argparse.Namespace) -> int:
     """Run the distributed demo until a stop request, `--batches` or `--duration`."""
     from iqstate_kafka.cluster import KafkaCluster
-    from iqstate_kafka.local_broker import LocalBroker
+    from iqstate_kafka.testing import LocalBroker
 
     from iqstate_spark import cluster_pipeline
     from iqstate_spark.demo import StopSignals

@@ -1,4 +1,5 @@
-"""A real Apache Kafka broker on this machine, for tests, demos and benchmarks.
+"""A real Apache Kafka broker on this machine, for tests, demos and benchmarks: distributed
+mode itself never imports this module.
 
 `kafka_classpath()` fetches Apache Kafka's broker jars from Maven Central with `mvn` once
 (a one-dependency `pom.xml` in `~/.cache/iqstate/kafka-<version>/`; Maven's local repository
@@ -7,6 +8,8 @@ formats a log directory and runs one combined KRaft broker/controller on free lo
 as a child process, settings chosen for small machines (one offsets partition, no initial
 rebalance delay, no auto-created topics, a small heap). It can be stopped and started again
 on the same ports and data, like a broker that restarts under running clients.
+`maven_jars()` is the fetching step on its own (iqstate-spark fetches Spark's Kafka connector
+with it).
 
     with LocalBroker() as broker:
         cluster = KafkaCluster(broker.bootstrap_servers)
@@ -34,8 +37,13 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from iqstate_kafka.cluster import CLIENT_LOGGER
-from iqstate_kafka.errors import LocalBrokerError
+from iqstate_kafka.errors import ClusterError
+from iqstate_kafka.settings import CLIENT_LOGGER
+
+
+class LocalBrokerError(ClusterError):
+    """A local Kafka broker could not be fetched, formatted, started or stopped."""
+
 
 KAFKA_VERSION = "4.4.0"
 """The newest Apache Kafka 4.x release on Maven Central when this was written."""

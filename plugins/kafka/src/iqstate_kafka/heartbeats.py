@@ -1,0 +1,101 @@
+"""The heartbeat record of the members topic (SPEC 9): what one member reports, and its codec.
+
+Key = the member id (unique per process incarnation). Value = a versioned JSON document
+(never pickle): `{"v": 1, "host", "port", "stores": {name: partitions}, "actives": [[store,
+partition]...], "restoring": [[store, partition]...], "lags": [[store, partition, lag]...]}`.
+Readers ignore fields they do not know, so a later version may add some; a document of
+another version or shape does not decode (`ValueError`), and membership logs and skips it.
+A null value is a tombstone: the member left (`iqstate_kafka.membership`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from iqstate.runtime.batch import StorePartition
+from iqstate.runtime.metadata import HostInfo
+from iqstate_kafka.assignor import Member
+
+DOCUMENT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """What one member reports: what the assignor needs (`member`), which of its actives are
+    still restoring, and the stores it declares."""
+
+    member: Member
+    restoring: frozenset[StorePartition] = frozenset()
+    stores: Mapping[str, int] = field(default_factory=dict)
+
+
+def encode(heartbeat: Heartbeat) -> bytes:
+    """The record value of `heartbeat` (its key is the member id)."""
+    member = heartbeat.member
+    document = {
+        "v": DOCUMENT_VERSION,
+        "host": member.host.host,
+        "port": member.host.port,
+        "stores": dict(sorted(heartbeat.stores.items())),
+        "actives": sorted([store, number] for store, number in member.actives),
+        "restoring": sorted([store, number] for store, number in heartbeat.restoring),
+        "lags": sorted([store, number, lag] for (store, number), lag in member.lags.items()),
+    }
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def decode(member_id: str, value: bytes) -> Heartbeat:
+    """The heartbeat in `value`; `ValueError` saying what is wrong with it."""
+    try:
+        document = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise ValueError("not a JSON object")
+    if document.get("v") != DOCUMENT_VERSION:
+        raise ValueError(f"version {document.get('v')!r}, this member reads {DOCUMENT_VERSION}")
+    host, port = document.get("host"), document.get("port")
+    if not isinstance(host, str) or not isinstance(port, int) or isinstance(port, bool):
+        raise ValueError("host must be a string and port an int")
+    stores = document.get("stores")
+    if not isinstance(stores, dict) or not all(_is_int(count) for count in stores.values()):
+        raise ValueError("stores must map names to partition counts")
+    lags = {}
+    for entry in _list(document, "lags"):
+        if not (isinstance(entry, list) and len(entry) == 3 and _is_int(entry[2])):
+            raise ValueError(f"lags entry {entry!r} is not [store, partition, lag]")
+        lags[_partition(entry[:2])] = entry[2]
+    return Heartbeat(
+        Member(
+            member_id,
+            HostInfo(host, port),
+            lags,
+            frozenset(_partition(entry) for entry in _list(document, "actives")),
+        ),
+        frozenset(_partition(entry) for entry in _list(document, "restoring")),
+        stores,
+    )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _list(document: Mapping[str, object], name: str) -> list[object]:
+    value = document.get(name)
+    if not isinstance(value, list):
+        raise ValueError(f"{name} must be a list")
+    return value
+
+
+def _partition(entry: object) -> StorePartition:
+    if not (
+        isinstance(entry, list)
+        and len(entry) == 2
+        and isinstance(entry[0], str)
+        and _is_int(entry[1])
+    ):
+        raise ValueError(f"{entry!r} is not [store, partition]")
+    return entry[0], entry[1]
