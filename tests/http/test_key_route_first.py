@@ -67,3 +67,31 @@ def test_a_token_is_checked_on_the_key_route_too(app: Application) -> None:
 
     assert asyncio.run(ask({})) == 401
     assert asyncio.run(ask({"Authorization": "Bearer s3cret"})) == 200
+
+
+def test_a_bug_on_the_key_route_is_the_500_every_route_gives_and_runs_once(
+    app: Application, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The direct answer declines only what it knows (other paths, a token to check); a bug
+    is not retried through the routed app, which would hide it and do the work twice."""
+    service = QueryService(app)
+    calls = []
+
+    def broken(request: Any) -> Any:
+        calls.append(request)
+        raise RuntimeError("a bug in the query path")
+
+    monkeypatch.setattr(app, "query", broken)
+
+    async def ask() -> httpx.Response:
+        transport = httpx.ASGITransport(app=service.asgi(), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            return await http.get("/v1/stores/counts/keys/spark")
+
+    response = asyncio.run(ask())
+    assert response.status_code == 500
+    assert response.json() == {
+        "error": {"code": "internal_error", "message": "RuntimeError: a bug in the query path"}
+    }
+    assert response.headers["connection"] == "close"
+    assert len(calls) == 1

@@ -87,6 +87,28 @@ def test_units_commit_data_offset_position_and_fence_together(tmp_path: Path) ->
     reopened.close()
 
 
+def test_changelog_and_pipeline_batches_keep_one_commit_contract(tmp_path: Path) -> None:
+    """Whether a batch comes from the pipeline (`apply`) or from the changelog
+    (`apply_changelog`), its commit ends the same way: the partition is recorded as holding
+    committed data, and the stores' commit callbacks run (the contract in context.py)."""
+    spec = declared(tmp_path)
+    hosted = followed(tmp_path, spec)
+    callbacks: list[int | None] = []
+    hosted.context.register(object(), lambda: callbacks.append(hosted.fence))  # type: ignore[arg-type]
+
+    hosted.apply_changelog([encoded(spec, "a", 1)], 1, Position.from_map({"in": {0: 1}}), 2)
+    assert callbacks == [1]
+    assert 0 in CommittedPartitions(tmp_path / "app" / "s")
+    hosted.apply_changelog([], 1, None, 3)  # a replayed marker: the offset moves, and commits
+    assert callbacks == [1, 1]
+    assert hosted.apply([encoded(spec, "b", 2)], Position.from_map({"in": {0: 2}}), 2, None)
+    assert callbacks == [1, 1, 2]
+    assert not hosted.apply([encoded(spec, "b", 3)], None, 2, None)  # fenced: no commit
+    assert callbacks == [1, 1, 2]
+    assert value(hosted, "b") == 2
+    hosted.close()
+
+
 def test_rebuild_moves_the_files_aside_and_starts_empty(tmp_path: Path) -> None:
     spec = declared(tmp_path)
     hosted = followed(tmp_path, spec)

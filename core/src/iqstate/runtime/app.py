@@ -33,6 +33,7 @@ from iqstate.runtime.assignment import (
 from iqstate.runtime.batch import Batch, StorePartition
 from iqstate.runtime.cluster import Cluster
 from iqstate.runtime.committer import BatchCommitter
+from iqstate.runtime.declaration import declare_store
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.iqv1 import StoreQueryParameters
 from iqstate.runtime.metadata import (
@@ -49,7 +50,7 @@ from iqstate.runtime.partitions import HostedPartitions, HostingSettings, change
 from iqstate.runtime.querying import execute as _execute
 from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec, WindowStoreSpec
 from iqstate.runtime.state_directory import StateDirectory
-from iqstate.serdes import Serde, Serdes
+from iqstate.serdes import Serde
 
 T = TypeVar("T")
 
@@ -226,27 +227,29 @@ class Application:
         value_serde: Serde[Any] | str | None,
         **options: Any,
     ) -> StoreSpec:
-        check_name("store", name)
         if self._state is not AppState.CREATED:
             raise RuntimeError(f"store {name!r}: stores must be declared before start()")
-        if name in self._specs:
-            raise ValueError(f"store {name!r} is declared twice")
-        check_positive_int(f"store {name!r}: partitions", partitions)
+        declaration = declare_store(
+            self._specs.keys(),
+            name,
+            partitions,
+            key_serde,
+            value_serde,
+            options.get("partitioner"),
+            self.plugins,
+        )
         engine = self.plugins.engine(engine_name, store=name)
         if spec_type is WindowStoreSpec and engine.window_store is None:
             raise ValueError(f"store {name!r}: engine {engine_name!r} has no window stores")
         config = dict(options.pop("config", None) or {})
         if engine.check_config is not None:
             engine.check_config(config, name)
-        partitioner = options.get("partitioner")
-        if partitioner is not None and not callable(partitioner):
-            raise TypeError(f"store {name!r}: partitioner must be callable(key, partitions)")
         spec = spec_type(
             name=name,
             partitions=partitions,
             engine=engine,
-            key_serde=self.plugins.serde(key_serde or Serdes.string(), store=name),
-            value_serde=self.plugins.serde(value_serde or Serdes.json(), store=name),
+            key_serde=declaration.key_serde,
+            value_serde=declaration.value_serde,
             config=config,
             **options,
         )

@@ -17,7 +17,7 @@ from iqstate.runtime.spec import StoreSpec
 
 if TYPE_CHECKING:
     from iqstate.runtime.batch import Batch
-    from iqstate.runtime.partitions import HostedPartitions
+    from iqstate.runtime.following import FollowedPartitions
 
 
 class ClusterMember(Protocol):
@@ -41,7 +41,7 @@ class ClusterConnection(Protocol):
         """Membership and roles; its `start` joins the cluster (checking topics first)."""
         ...
 
-    def follow(self, partitions: HostedPartitions) -> None:
+    def follow(self, partitions: FollowedPartitions) -> None:
         """Start applying the changelogs to the partitions hosted here, as they change."""
         ...
 

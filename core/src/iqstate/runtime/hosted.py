@@ -16,7 +16,7 @@ from iqstate.position import Position, TopicPartition
 from iqstate.runtime.assignment import PartitionRole
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.offsets import OffsetKeeper, fence_partition
-from iqstate.runtime.spec import StoreSpec
+from iqstate.runtime.spec import StoreSpec, WindowStoreSpec
 
 _log = logging.getLogger(__name__)
 RESTORE_CHUNK = 10_000
@@ -167,21 +167,12 @@ class HostedPartition:
         with self.lock:
             if self.closed:
                 return
-            chain = self.chain
             if entries:
-                chain.restore(entries)
-            changes: dict[TopicPartition, int | None] = {tp: next_offset}
+                self.chain.restore(entries)
             fenced = self.skips(batch_id)
             if position is not None and not fenced:
-                chain.restore_position(position)
-            if batch_id is not None and not fenced:
-                changes[self.fence_partition] = batch_id
-            self.offsets.commit(changes)
-            if batch_id is not None and not fenced:
-                self.fence = batch_id
-            committed = self._committed
-            if committed is not None and self.partition not in committed:
-                committed.add(self.partition)
+                self.chain.restore_position(position)
+            self._commit(None if fenced else batch_id, {tp: next_offset})
 
     def rebuild(self) -> None:
         """Start over from an empty store (the changelog no longer holds what this replica
@@ -209,6 +200,15 @@ class HostedPartition:
     def offsets(self) -> OffsetKeeper:
         assert self._offsets is not None, "open() first"
         return self._offsets
+
+    @property
+    def is_window_store(self) -> bool:
+        return isinstance(self.spec, WindowStoreSpec)
+
+    def resume_offset(self) -> int | None:
+        """The changelog offset committed with the last unit (None: none, or closed)."""
+        with self.lock:
+            return None if self.closed else self.committed_changelog_offset()
 
     def committed_changelog_offset(self) -> int | None:
         if self.changelog_partition is None or self._offsets is None:
@@ -244,23 +244,28 @@ class HostedPartition:
                 chain.update_position(position)
             if entries:
                 chain.write(entries)
-            fence = batch_id if batch_id is not None else self.fence
             changes: dict[TopicPartition, int | None] = {}
-            if fence is not None:
-                changes[self.fence_partition] = fence
             if changelog is not None and self.changelog_partition is not None:
                 chain.prepare_commit()  # cached writes reach the changelog first
                 end = changelog.flush().get(self.changelog_partition)
                 if end is not None:
                     changes[self.changelog_partition] = end
-            self.offsets.commit(changes)
-            self.fence = fence
-            committed = self._committed
-            if (
-                committed is not None
-                and self.partition not in committed
-                and not self._holds_nothing()
-            ):
-                committed.add(self.partition)
-            self.context.run_commit_callbacks()
+            self._commit(batch_id, changes)
             return True
+
+    def _commit(self, batch_id: int | None, changes: dict[TopicPartition, int | None]) -> None:
+        """The end of every batch, from a pipeline or from a changelog (the caller holds the
+        lock and has written the batch): one atomic store commit of the data, the offsets
+        in `changes` and the fence (moved to `batch_id` when given), then the record that
+        this partition holds committed data, then the stores' commit callbacks."""
+        if batch_id is not None:
+            changes[self.fence_partition] = batch_id
+        elif self.fence is not None:
+            changes[self.fence_partition] = self.fence
+        self.offsets.commit(changes)
+        if batch_id is not None:
+            self.fence = batch_id
+        committed = self._committed
+        if committed is not None and self.partition not in committed and not self._holds_nothing():
+            committed.add(self.partition)
+        self.context.run_commit_callbacks()

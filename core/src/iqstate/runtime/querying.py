@@ -14,6 +14,7 @@ from iqstate.runtime.spec import StoreSpec
 from iqstate.store import QueryConfig
 
 _KEYED_QUERIES = frozenset({KeyQuery, WindowKeyQuery})
+_DEFAULT, _WITH_INFO = QueryConfig.DEFAULT, QueryConfig.WITH_EXECUTION_INFO
 
 
 def partitions_to_ask(
@@ -37,11 +38,17 @@ def partitions_to_ask(
 
 def locate_key(spec: StoreSpec, key: Any) -> tuple[int, bytes] | None:
     """The key's partition and bytes; `None` when the key serde refuses the key."""
+    key_bytes = key_bytes_of(spec, key)
+    return None if key_bytes is None else (spec.partition_of(key, key_bytes), key_bytes)
+
+
+def key_bytes_of(spec: StoreSpec, key: Any) -> bytes | None:
+    """The key serialized with the store's serde; `None` when the serde refuses it (each
+    partition asked then reports the serde's error)."""
     try:
-        key_bytes = spec.key_serde.serialize(key)
+        return spec.key_serde.serialize(key)
     except Exception:
         return None
-    return spec.partition_of(key, key_bytes), key_bytes
 
 
 def query_partition(
@@ -61,11 +68,10 @@ def query_partition(
     if hosted is not None and (not require_active or hosted.role.is_running_active):
         with hosted.lock:
             if not hosted.closed:
-                chain = hosted.chain
                 try:
                     if key_bytes is None:
-                        return chain.query(query, bound, config)
-                    return chain.key_lookup(query, key_bytes, bound, config)  # type: ignore[arg-type]
+                        return hosted.chain.query(query, bound, config)
+                    return hosted.chain.key_lookup(query, key_bytes, bound, config)  # type: ignore[arg-type]
                 except Exception as exc:  # a layer failing is this partition's failure
                     return failed(spec, hosted, partition, query, exc)
     return unanswered(spec, hosted, partition)
@@ -122,65 +128,29 @@ def unanswered(spec: StoreSpec, hosted: HostedPartition | None, partition: int) 
 def execute(
     spec: StoreSpec, request: StateQueryRequest[Any], hosted: Mapping[int, HostedPartition]
 ) -> StateQueryResult[Any]:
+    """The request's answer from the partitions hosted here, one result per partition asked."""
     query = request.query
-    if type(query) is KeyQuery and request.partition_set is None and spec.has_key_lookup:
-        # The hot path: a key lookup across the store asks only the key's partition, with
-        # the key's bytes, which partitioning needed anyway. A key the serde refuses takes
-        # the general path, where every hosted partition reports the serde's error.
+    config = _WITH_INFO if request.is_execution_info_enabled else _DEFAULT
+    bound, require_active = request.position_bound, request.is_require_active
+    key_bytes = None
+    if type(query) is KeyQuery and spec.has_key_lookup:
+        # The hot path: a key lookup asks the chain with the key's bytes, and across the
+        # store only the key's partition (found from those bytes). A key the serde refuses
+        # takes the general path, where each partition reports the serde's error.
         key = query.key
-        try:
-            raw_key = spec.key_serde.serialize(key)
-        except Exception:
-            raw_key = None
-        if raw_key is not None:
-            partition = spec.partition_of(key, raw_key)
+        key_bytes = key_bytes_of(spec, key)
+        if key_bytes is not None and request.partition_set is None:
+            partition = spec.partition_of(key, key_bytes)
             owner = hosted.get(partition)
             if owner is None:
                 return StateQueryResult()
-            return StateQueryResult(
-                {partition: _key_lookup(spec, owner, partition, request, raw_key)}
+            answer = query_partition(
+                spec, owner, partition, query, bound, require_active, config, key_bytes
             )
-    config = (
-        QueryConfig.WITH_EXECUTION_INFO
-        if request.is_execution_info_enabled
-        else QueryConfig.DEFAULT
-    )
-    bound, require_active = request.position_bound, request.is_require_active
-    key_bytes: bytes | None = None
-    if type(query) is KeyQuery and spec.has_key_lookup:
-        # Listed partitions: each asked with the key's bytes, serialized once (a key the
-        # serde refuses is reported by each partition's layered path).
-        try:
-            key_bytes = spec.key_serde.serialize(query.key)
-        except Exception:
-            key_bytes = None
-    results: dict[int, QueryResult[Any]] = {}
-    for partition in partitions_to_ask(spec, request, hosted):
-        results[partition] = query_partition(
-            spec, hosted.get(partition), partition, query, bound, require_active, config, key_bytes
+            return StateQueryResult({partition: answer})
+    results = {}
+    for number in partitions_to_ask(spec, request, hosted):
+        results[number] = query_partition(
+            spec, hosted.get(number), number, query, bound, require_active, config, key_bytes
         )
     return StateQueryResult(results)
-
-
-def _key_lookup(
-    spec: StoreSpec,
-    owner: HostedPartition,
-    partition: int,
-    request: StateQueryRequest[Any],
-    raw_key: bytes,
-) -> QueryResult[Any]:
-    """`query_partition` for a key lookup of the whole store, written out (the hottest path)."""
-    query, bound = request.query, request.position_bound
-    config = (
-        QueryConfig.WITH_EXECUTION_INFO
-        if request.is_execution_info_enabled
-        else QueryConfig.DEFAULT
-    )
-    if not request.is_require_active or owner.role.is_running_active:
-        with owner.lock:
-            if not owner.closed:
-                try:
-                    return owner.chain.key_lookup(query, raw_key, bound, config)  # type: ignore[arg-type]
-                except Exception as exc:  # a layer failing is this partition's failure
-                    return failed(spec, owner, partition, query, exc)
-    return unanswered(spec, owner, partition)

@@ -72,9 +72,20 @@ def api_error(exc: Exception) -> ApiError | None:
     return None
 
 
+def api_error_response(error: ApiError) -> JSONResponse:
+    return error_response(error.status, error.code, error.message, error.headers, error.details)
+
+
+def unexpected_error_response(exc: Exception) -> JSONResponse:
+    """A 500 without a stack trace; the server logs the traceback and closes the connection."""
+    return error_response(
+        500, "internal_error", f"{type(exc).__name__}: {exc}", {"Connection": "close"}
+    )
+
+
 async def on_api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message, exc.headers, exc.details)
+    return api_error_response(exc)
 
 
 async def on_http_error(request: Request, exc: Exception) -> Response:
@@ -91,10 +102,7 @@ async def on_disconnect(request: Request, exc: Exception) -> Response:
 
 
 async def on_unexpected(request: Request, exc: Exception) -> Response:
-    """A 500 without a stack trace; the server logs the traceback and closes the connection."""
-    return error_response(
-        500, "internal_error", f"{type(exc).__name__}: {exc}", {"Connection": "close"}
-    )
+    return unexpected_error_response(exc)
 
 
 HANDLERS = {

@@ -46,7 +46,13 @@ from iqstate_http.codecs import (
     position_to_json,
     to_json,
 )
-from iqstate_http.errors import HANDLERS, ApiError, api_error, error_response
+from iqstate_http.errors import (
+    HANDLERS,
+    ApiError,
+    api_error,
+    api_error_response,
+    unexpected_error_response,
+)
 from iqstate_http.forwarding import FORWARDED_HEADER, Forwarded, Forwarder
 from iqstate_http.limits import DEFAULT_MAX_BODY, DEFAULT_MAX_ROWS
 from iqstate_http.openapi import openapi_document
@@ -120,8 +126,8 @@ class KeyRouteFirst:
     """The service's ASGI app: a `GET` of the key route (the busiest) answered before
     Starlette's middleware, routing and `Response` (measured in bench/http_service.py), from
     this instance's running active or forwarded to the instance that may answer; every
-    other request, and every key request that is not well formed or needs a token checked,
-    goes to the routed app, which answers it as every route answers."""
+    other request, and every key request that needs a token checked, goes to the routed
+    app. Errors are answered as the routed app answers them (`errors.HANDLERS`)."""
 
     def __init__(self, service: QueryService, routed: ASGIApp) -> None:
         self.service, self.routed = service, routed
@@ -130,9 +136,12 @@ class KeyRouteFirst:
         if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):
             try:
                 body = await self.service.key_answer_or_none(scope)
-            except ApiError as error:  # no replica of the key's partition answered
-                await error_response(error.status, error.code, error.message)(scope, receive, send)
+            except ApiError as error:
+                await api_error_response(error)(scope, receive, send)
                 return
+            except Exception as exc:  # a bug: the 500 every route gives, and the traceback
+                await unexpected_error_response(exc)(scope, receive, send)
+                raise
             if body is not None:
                 await send(
                     {
@@ -442,25 +451,20 @@ class QueryService:
 
     async def key_answer_or_none(self, scope: Scope) -> bytes | None:
         """The body of a `GET` of the key route when it is a 200, answered here or
-        forwarded; `ApiError` (503) when no replica of the key's partition answered; None
-        for any other path, when a token must be checked, or for a request that is not well
-        formed (the routed app then answers it, with its error)."""
+        forwarded; None for any other path, or when a token must be checked (the routed app
+        answers those). `ApiError` for an error answer: an unknown store, a malformed key or
+        `acceptable_lag`, no replica of the key's partition answering."""
         path = scope["path"]
         if self.token is not None or not path.startswith(_KEY_ROUTE_PREFIX):
             return None
         store, found, key_text = path[len(_KEY_ROUTE_PREFIX) :].partition("/keys/")
         if not found or not store or "/" in store:
             return None
-        try:
-            spec = self._key_value_spec(store)
-            key = key_from_path(spec, key_text)
-            lag = _lag_in(scope) if scope.get("query_string") else None
-            if lag is None:
-                body = self._local_key_body(spec, key, None)
-                if body is not None:
-                    return body
-        except Exception:
-            return None
+        spec = self._key_value_spec(store)
+        key = self._guard(lambda: key_from_path(spec, key_text))
+        lag = self._guard(lambda: _lag_in(scope)) if scope.get("query_string") else None
+        if lag is None and (body := self._local_key_body(spec, key, None)) is not None:
+            return body
         forwarded = any(name == _FORWARDED for name, _ in scope["headers"])
         return await self._key_elsewhere(spec, key, lag, forwarded, scope, None)
 

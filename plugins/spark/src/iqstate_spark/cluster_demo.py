@@ -127,7 +127,7 @@ class Producer(threading.Thread):
         """Produce one chunk and wait until the broker has all of it."""
         from confluent_kafka import Producer as KafkaProducer
 
-        from iqstate_spark.demo import VOCABULARY
+        from iqstate_spark.demo_parts import VOCABULARY
 
         if self._producer is None:
             self._producer = KafkaProducer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
@@ -146,7 +146,8 @@ class Producer(threading.Thread):
 
 def _create_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
@@ -322,7 +323,7 @@ def _work(args: argparse.Namespace) -> int:
     from iqstate_kafka.testing import LocalBroker
 
     from iqstate_spark import cluster_pipeline
-    from iqstate_spark.demo import StopSignals
+    from iqstate_spark.demo_parts import StopSignals
     from iqstate_spark.session import cluster_session
 
     def say(line: str) -> None:

@@ -20,9 +20,10 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from iqstate.plugins import default_registry
-from iqstate.runtime.names import check_name, check_positive_int
+from iqstate.runtime.declaration import declare_store
+from iqstate.runtime.names import check_name
 from iqstate.runtime.partitioner import Partitioner, PartitionFunction, partition_function
-from iqstate.serdes import Serde, Serdes
+from iqstate.serdes import Serde
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -104,19 +105,21 @@ class ClusterStores:
         value_serde: Serde[Any] | str | None,
         partitioner: Partitioner | None,
     ) -> ChangelogStore:
-        check_name("store", name)
-        check_positive_int(f"store {name!r}: partitions", partitions)
-        if name in self._stores:
-            raise ValueError(f"store {name!r} is declared twice")
-        if partitioner is not None and not callable(partitioner):
-            raise TypeError(f"store {name!r}: partitioner must be callable(key, partitions)")
-        registry = default_registry()
+        declared = declare_store(
+            self._stores.keys(),
+            name,
+            partitions,
+            key_serde,
+            value_serde,
+            partitioner,
+            default_registry(),
+        )
         store = ChangelogStore(
             name,
             partitions,
             store_type,
-            registry.serde(key_serde or Serdes.string(), store=name),
-            registry.serde(value_serde or Serdes.json(), store=name),
+            declared.key_serde,
+            declared.value_serde,
             partitioner,
         )
         self._stores[name] = store

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import signal
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -35,95 +34,13 @@ from iqstate import (
     StateQueryRequest,
     WindowRangeQuery,
 )
+from iqstate_spark.demo_parts import VOCABULARY, StopSignals
 from iqstate_spark.offsets import committed_batches
 from iqstate_spark.sink import to_store
 
 SOURCE = "demo-files"
-VOCABULARY = [
-    "spark",
-    "kafka",
-    "stream",
-    "state",
-    "query",
-    "partition",
-    "position",
-    "bound",
-    "replica",
-    "standby",
-    "active",
-    "window",
-    "batch",
-    "offset",
-    "commit",
-    "changelog",
-    "rocksdb",
-    "lmdb",
-    "python",
-    "arrow",
-    "schema",
-    "event",
-    "record",
-    "key",
-    "value",
-    "store",
-    "lag",
-    "host",
-    "route",
-    "session",
-    "fence",
-    "replay",
-    "crash",
-    "restart",
-    "exactly",
-    "once",
-    "the",
-    "a",
-    "of",
-    "to",
-    "and",
-    "in",
-    "is",
-    "for",
-    "on",
-    "with",
-    "as",
-    "by",
-    "at",
-]
 EPOCH = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
 SECONDS_PER_FILE = 20
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dir", default="iqstate-demo", help="working directory (state, checkpoints, input)"
-    )
-    parser.add_argument(
-        "--batches",
-        type=int,
-        default=None,
-        help="run this many word-count batches (one new input file each), then exit",
-    )
-    parser.add_argument("--duration", type=float, default=None, help="exit after this many seconds")
-    parser.add_argument(
-        "--files",
-        type=int,
-        default=None,
-        help="write this many input files in all, then stop writing",
-    )
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between input files")
-    parser.add_argument("--lines", type=int, default=200, help="lines per input file")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument(
-        "--http-port",
-        type=int,
-        default=7070,
-        help="port of the HTTP API (with iqstate-http); 0: any",
-    )
-    parser.add_argument("--quiet", action="store_true", help="print only the progress line")
-    from iqstate_spark.cluster_demo import add_arguments as add_cluster_arguments
-
-    add_cluster_arguments(parser)
 
 
 def corpus_file(index: int, lines: int, seed: int) -> str:
@@ -269,33 +186,6 @@ class Reporter:
                 print(f"   minute {label}: " + ", ".join(f"{w}={c}" for w, c in minute[:5]))
 
 
-class StopSignals:
-    """Ctrl-C and SIGTERM ask the demo to stop after the batches already written.
-
-    PySpark's own Ctrl-C handler cancels every running Spark job, which fails the streaming
-    queries mid-batch and floods the console with Java traces; this one only sets
-    `requested`, so the demo finishes the input it wrote and stops Spark while it is idle.
-    A second Ctrl-C raises `KeyboardInterrupt` as usual, to stop at once.
-    """
-
-    def __init__(self) -> None:
-        self.requested = threading.Event()
-        self.previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.requested.set()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    def __enter__(self) -> StopSignals:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self.previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-
-
 def start_queries(
     spark: Any, app: Application, directory: Path, generator: Generator, reporter: Reporter
 ) -> list[Any]:
@@ -338,10 +228,6 @@ def start_queries(
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "cluster", False):
-        from iqstate_spark.cluster_demo import run as run_cluster
-
-        return run_cluster(args)
     directory = Path(args.dir).resolve()
     inbox, staging = directory / "inbox", directory / "staging"
     for folder in (inbox, staging):

@@ -46,9 +46,8 @@ from iqstate_kafka.writer import BatchWriter
 from iqstate.errors import IqstateError
 from iqstate_spark.cluster_stores import ClusterStores
 from iqstate_spark.executor_write import RESULT_SCHEMA, PartitionWrite
-from iqstate_spark.offsets import batch_position
-from iqstate_spark.rows import RowColumns
-from iqstate_spark.sink import OutputMode, checkpoint_of_running_query
+from iqstate_spark.offsets import running_batch_position
+from iqstate_spark.sink_arguments import OutputMode, check_sink_arguments
 from iqstate_spark.spark_records import SparkRecords, spark_records
 from iqstate_spark.stopping import interrupted_by_stop
 
@@ -79,27 +78,28 @@ class ClusterSink:
         delivery_timeout: float = 30.0,
     ) -> None:
         declared = target.stores.get(store)
-        if declared is None:
-            raise IqstateError(
-                f"to_store: application {target.application_id!r} declares no store "
-                f"{store!r} on this cluster; declared: {', '.join(sorted(target.stores)) or 'none'}"
-            )
-        if output_mode not in ("append", "update"):
-            raise ValueError(
-                f"to_store: output_mode must be append or update in distributed mode, got "
-                f"{output_mode!r} (complete mode deletes the keys a batch lacks, which needs "
-                "the store's contents on the writer)"
-            )
-        if declared.store_type == "window":
-            window = window or "window"
-        elif window is not None:
-            raise ValueError(
-                f"to_store: store {store!r} is a key-value store; window= does not apply"
-            )
+        checked = check_sink_arguments(
+            store=store,
+            store_type=None if declared is None else declared.store_type,
+            declared=target.stores.keys(),
+            declared_by=f"application {target.application_id!r} on this cluster",
+            key=key,
+            value=value,
+            window=window,
+            tombstone=tombstone,
+            output_mode=output_mode,
+            modes=("append", "update"),
+            modes_note=(
+                " in distributed mode (complete mode deletes the keys a batch lacks, which "
+                "needs the store's contents on the writer)"
+            ),
+            checkpoint=checkpoint,
+            source_names=source_names,
+        )
+        assert declared is not None  # checked
         self.target, self.store = target, declared
-        self.columns = RowColumns.of(store, key, value, window, tombstone)
-        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
-        self.source_names = source_names
+        self.columns = checked.columns
+        self.checkpoint, self.source_names = checked.checkpoint, checked.source_names
         self._stores = {declared.name: declared.partitions}
         ensure_changelog_topics(target.cluster, target.application_id, self._stores)
         self._topic = changelog_topic(target.application_id, declared.name)
@@ -123,8 +123,7 @@ class ClusterSink:
                 "to_store in distributed mode needs spark.speculation off: a speculative copy "
                 "of a task still writing after the batch's markers would change the next batch"
             )
-        checkpoint = self.checkpoint or checkpoint_of_running_query(batch_df)
-        position = batch_position(checkpoint, batch_id, self.source_names)
+        position = running_batch_position(batch_df, batch_id, self.checkpoint, self.source_names)
         self.columns.check(batch_df.columns)
         self._choose_write_path(batch_df)
         with interrupted_by_stop(batch_df, self.store.name, batch_id):

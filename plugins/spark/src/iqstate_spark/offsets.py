@@ -26,9 +26,10 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from iqstate import Position
-from iqstate.errors import CorruptStateError
+from iqstate.errors import CorruptStateError, IqstateError
 
 
 def offsets_file(checkpoint: str | Path, batch_id: int) -> Path:
@@ -90,6 +91,39 @@ def batch_position(
         except ValueError as exc:
             raise CorruptStateError(f"{path} line {index + 3}: {exc}") from exc
     return Position.from_map(components)
+
+
+def running_batch_position(
+    batch_df: Any,
+    batch_id: int,
+    checkpoint: Path | None,
+    source_names: Sequence[str] | None = None,
+) -> Position:
+    """The position of the micro-batch `foreachBatch` is running: from `checkpoint`, or
+    the running query's own checkpoint when None."""
+    found = checkpoint or checkpoint_of_running_query(batch_df)
+    return batch_position(found, batch_id, source_names)
+
+
+def checkpoint_of_running_query(batch_df: Any) -> Path:
+    """The checkpoint directory of the streaming query that is running this foreachBatch."""
+    from pyspark.sql import SparkSession
+
+    query_id = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    query = SparkSession.builder.getOrCreate().streams.get(query_id) if query_id else None
+    if query is None:
+        raise IqstateError(
+            "cannot find the streaming query running this batch; pass checkpoint=<the query's "
+            "checkpointLocation> to iqstate_spark.to_store"
+        )
+    root = str(query._jsq.streamingQuery().resolvedCheckpointRoot())
+    parsed = urlparse(root)
+    if parsed.scheme not in ("", "file"):
+        raise IqstateError(
+            f"the query's checkpoint {root} is not on the local file system; iqstate reads "
+            "batch offsets from it"
+        )
+    return Path(parsed.path if parsed.scheme else root)
 
 
 def committed_batches(checkpoint: str | Path) -> int:

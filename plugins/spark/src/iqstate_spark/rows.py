@@ -84,6 +84,9 @@ class RowColumns:
         column = rows.column(self.window)
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks()
+        assert isinstance(column, pa.StructArray), "a window column is a struct"
         starts = column.field("start")
-        unit = starts.type.unit
-        return [int(value * _MS_PER_UNIT[unit]) for value in starts.cast(pa.int64()).to_pylist()]
+        if starts.null_count:
+            raise IqstateError(f"to_store({self.store!r}): a row's window has no start")
+        scale = _MS_PER_UNIT[starts.type.unit]
+        return [int((value or 0) * scale) for value in starts.cast(pa.int64()).to_pylist()]

@@ -15,43 +15,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlparse
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from iqstate import Application
-from iqstate.errors import IqstateError
-from iqstate_spark.offsets import batch_position
-from iqstate_spark.rows import RowColumns
+from iqstate_spark.cluster_stores import ClusterStores
+from iqstate_spark.offsets import running_batch_position
+from iqstate_spark.sink_arguments import OutputMode, check_sink_arguments
 from iqstate_spark.stopping import interrupted_by_stop
 
 if TYPE_CHECKING:
-    from iqstate_spark.cluster_stores import ClusterStores
     from iqstate_spark.distributed import ClusterSink
-
-OutputMode = Literal["append", "update", "complete"]
-
-
-def checkpoint_of_running_query(batch_df: Any) -> Path:
-    """The checkpoint directory of the streaming query that is running this foreachBatch."""
-    from pyspark.sql import SparkSession
-
-    query_id = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-    query = SparkSession.builder.getOrCreate().streams.get(query_id) if query_id else None
-    if query is None:
-        raise IqstateError(
-            "cannot find the streaming query running this batch; pass checkpoint=<the query's "
-            "checkpointLocation> to iqstate_spark.to_store"
-        )
-    root = str(query._jsq.streamingQuery().resolvedCheckpointRoot())
-    parsed = urlparse(root)
-    if parsed.scheme not in ("", "file"):
-        raise IqstateError(
-            f"the query's checkpoint {root} is not on the local file system; iqstate reads "
-            "batch offsets from it"
-        )
-    return Path(parsed.path if parsed.scheme else root)
 
 
 class StoreSink:
@@ -70,34 +45,28 @@ class StoreSink:
         source_names: Sequence[str] | None,
     ) -> None:
         spec = app.stores.get(store)
-        if spec is None:
-            raise IqstateError(
-                f"to_store: the application declares no store {store!r}; declared: "
-                f"{', '.join(sorted(app.stores)) or 'none'}"
-            )
-        if output_mode not in ("append", "update", "complete"):
-            raise ValueError(
-                f"to_store: output_mode must be append, update or complete, got {output_mode!r}"
-            )
-        if spec.store_type == "window":
-            window = window or "window"
-            if output_mode == "complete":
-                raise ValueError("to_store: complete mode is supported for key-value stores only")
-        elif window is not None:
-            raise ValueError(
-                f"to_store: store {store!r} is a key-value store; window= does not apply"
-            )
-        self.app, self.store, self.key, self.value = app, store, key, value
-        self.window, self.tombstone, self.output_mode = window, tombstone, output_mode
-        self.columns = RowColumns.of(store, key, value, window, tombstone)
-        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
-        self.source_names = source_names
+        checked = check_sink_arguments(
+            store=store,
+            store_type=None if spec is None else spec.store_type,
+            declared=app.stores.keys(),
+            declared_by="the application",
+            key=key,
+            value=value,
+            window=window,
+            tombstone=tombstone,
+            output_mode=output_mode,
+            modes=("append", "update", "complete"),
+            checkpoint=checkpoint,
+            source_names=source_names,
+        )
+        self.app, self.store = app, store
+        self.columns, self.output_mode = checked.columns, checked.output_mode
+        self.checkpoint, self.source_names = checked.checkpoint, checked.source_names
         self.last_batch: tuple[int, int] | None = None
         """`(batch_id, rows)` of the last micro-batch written, for progress reports."""
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
-        checkpoint = self.checkpoint or checkpoint_of_running_query(batch_df)
-        position = batch_position(checkpoint, batch_id, self.source_names)
+        position = running_batch_position(batch_df, batch_id, self.checkpoint, self.source_names)
         with interrupted_by_stop(batch_df, self.store, batch_id):
             table: pa.Table = batch_df.toArrow()
         self.columns.check(table.column_names)
@@ -106,7 +75,7 @@ class StoreSink:
         with self.app.begin_batch(
             position=position, batch_id=batch_id, stores=[self.store]
         ) as batch:
-            if self.window is not None:
+            if self.columns.window is not None:
                 starts = self.columns.window_starts_ms(table)
                 batch.put_all_windows(self.store, zip(keys, starts, values, strict=True))
             else:
@@ -153,9 +122,8 @@ def to_store(
     batch's position is read from the query's checkpoint (found automatically; pass
     `checkpoint` when the query is not in this process's default session).
     """
-    from iqstate_spark.cluster_stores import ClusterStores
-
     if isinstance(target, ClusterStores):
+        # Imported here: distributed mode needs iqstate-kafka, embedded mode does not.
         from iqstate_spark.distributed import ClusterSink
 
         return ClusterSink(

@@ -31,5 +31,5 @@ class _SignalsKeepingSigintIgnored:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    daemon.signal = _SignalsKeepingSigintIgnored()  # type: ignore[attr-defined]
+    daemon.signal = _SignalsKeepingSigintIgnored()  # type: ignore[attr-defined,assignment]
     daemon.manager()

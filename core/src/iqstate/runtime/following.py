@@ -1,0 +1,69 @@
+"""What a changelog follower may do to the partitions hosted here (distributed mode).
+
+A follower (the Kafka plugin's `Follower`) keeps each hosted replica up to date from its
+changelog. It needs to know which partitions are hosted, where each resumes, to apply units
+and to start a replica over; the partition's lock, chain, files and commit stay the
+runtime's (`HostedPartition`), so these protocols are all a follower gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from iqstate.position import Position, TopicPartition
+from iqstate.runtime.assignment import PartitionRole
+
+
+class FollowedPartition(Protocol):
+    """One hosted partition as its follower sees it."""
+
+    @property
+    def changelog_partition(self) -> TopicPartition | None:
+        """The changelog partition it follows (None: it follows none)."""
+        ...
+
+    @property
+    def role(self) -> PartitionRole: ...
+
+    @property
+    def closed(self) -> bool:
+        """True once it is no longer hosted here (revoked, or the application closed)."""
+        ...
+
+    @property
+    def fence(self) -> int | None:
+        """The id of the last batch it committed (None before its first)."""
+        ...
+
+    @property
+    def is_window_store(self) -> bool:
+        """Whether its changelog keys carry a window start."""
+        ...
+
+    def resume_offset(self) -> int | None:
+        """The changelog offset to read next: the one committed with its last unit (None
+        when it has none, or is closed)."""
+        ...
+
+    def apply_changelog(
+        self,
+        entries: list[tuple[bytes, bytes | None]],
+        batch_id: int | None,
+        position: Position | None,
+        next_offset: int,
+    ) -> None:
+        """Apply and commit one unit read from the changelog (see `HostedPartition`)."""
+        ...
+
+    def rebuild(self) -> None:
+        """Start over from an empty store (files moved aside, never deleted)."""
+        ...
+
+
+class FollowedPartitions(Protocol):
+    """The partitions hosted here, as they are now (they change with the assignment)."""
+
+    def store_names(self) -> list[str]: ...
+
+    def of_store(self, name: str) -> Mapping[int, FollowedPartition]: ...
