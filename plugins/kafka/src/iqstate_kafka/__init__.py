@@ -15,8 +15,9 @@ The modules form layers; each imports only from the layers below it:
    application to the cluster);
 5. `cluster`: `KafkaCluster`, the settings users give, whose `connect` wires the rest.
 
-Beside them, `testing` (`LocalBroker`: a real Kafka broker on this machine for tests and
-demos) and `plugin` (the `iqstate broker` command).
+Beside them, `maven` (jars fetched from Maven Central once), `testing` (`LocalBroker`: a
+real Kafka broker on this machine for tests and demos) and `plugin` (the `iqstate broker`
+command).
 
 The names are imported when first used (PEP 562), so loading the package's `iqstate` plugin
 (`iqstate_kafka.plugin`, the `iqstate broker` command) does not load the Kafka client.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from iqstate.runtime.assignment import AssignmentProvider
 from iqstate.runtime.batch import Batch
 from iqstate.runtime.cluster import ClusterMember
-from iqstate.runtime.partitions import HostedPartitions
+from iqstate.runtime.following import FollowedPartitions
 from iqstate_kafka.follower import Follower
 from iqstate_kafka.settings import ClusterSettings
 from iqstate_kafka.writer import BatchWriter
@@ -42,7 +42,7 @@ class KafkaConnection:
     def assignment(self) -> AssignmentProvider:
         return self._assignment
 
-    def follow(self, partitions: HostedPartitions) -> None:
+    def follow(self, partitions: FollowedPartitions) -> None:
         """Start applying the changelogs to `partitions` (and whatever they come to hold)."""
         if self.follower is not None:
             self.follower.start(partitions)

@@ -3,7 +3,7 @@
 One background thread and one `ChangelogConsumer` follow exactly the changelog partitions of
 the store partitions this instance hosts, actives and standbys alike. Each loop:
 
-1. **sync**: compare the hosted partitions (`HostedPartitions`, re-read every loop, so an
+1. **sync**: compare the hosted partitions (`FollowedPartitions`, re-read every loop, so an
    assignment change needs no listener) with those followed: stop reading the ones that
    went (or were closed and reopened), start tracking new ones, note role changes;
 2. **offsets**: take the watermarks that arrived and ask, without waiting for the answer
@@ -12,7 +12,7 @@ the store partitions this instance hosts, actives and standbys alike. Each loop:
    A partition is assigned at the offset committed inside its store (KIP-1035; none: from
    the earliest); a committed offset outside the watermarks means the changelog no longer
    holds what the replica would resume from, so the replica is rebuilt
-   (`HostedPartition.rebuild`, which sets `LagInfo.rebuilt`) and read from the earliest;
+   (`FollowedPartition.rebuild`, which sets `LagInfo.rebuilt`) and read from the earliest;
 3. **read** up to `max_records` records and apply them: the units of each partition are
    folded into one atomic store commit (`iqstate_kafka.applying`), under the partition's
    lock (`apply_changelog` ignores a partition closed meanwhile). `OffsetOutOfRange` while
@@ -43,9 +43,7 @@ from typing import Any
 
 from iqstate.position import TopicPartition
 from iqstate.runtime.batch import StorePartition
-from iqstate.runtime.hosted import HostedPartition
-from iqstate.runtime.partitions import HostedPartitions
-from iqstate.runtime.spec import WindowStoreSpec
+from iqstate.runtime.following import FollowedPartition, FollowedPartitions
 from iqstate_kafka.applying import Refusal, StoreCommit, fold
 from iqstate_kafka.progress import CaughtUpListener
 from iqstate_kafka.reader import ChangelogConsumer, ChangelogUnit, OffsetOutOfRange, Watermarks
@@ -88,7 +86,7 @@ class _Backoff:
 class _Followed:
     """A hosted partition the follower tracks (touched by the follower thread only)."""
 
-    hosted: HostedPartition
+    hosted: FollowedPartition
     changelog: TopicPartition
     window: bool
     assigned: bool = False
@@ -150,7 +148,7 @@ class Follower:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def start(self, partitions: HostedPartitions) -> None:
+    def start(self, partitions: FollowedPartitions) -> None:
         """Start following the changelogs of `partitions`, as they change, until `stop`."""
         with self._lifecycle:
             if self._thread is not None:
@@ -226,7 +224,7 @@ class Follower:
         consuming = dataclasses.replace(self._cluster, client_config=settings)
         return ChangelogConsumer(consuming, max_records=self._max_records)
 
-    def _run(self, partitions: HostedPartitions, reader: ChangelogConsumer | None) -> None:
+    def _run(self, partitions: FollowedPartitions, reader: ChangelogConsumer | None) -> None:
         failures = _Backoff(self._poll_timeout, self._max_backoff)
         try:
             while not self._stopping.is_set():
@@ -265,7 +263,7 @@ class Follower:
             except Exception:
                 logger.exception("closing the changelog reader failed")
 
-    def _loop(self, partitions: HostedPartitions, reader: ChangelogConsumer) -> None:
+    def _loop(self, partitions: FollowedPartitions, reader: ChangelogConsumer) -> None:
         self._sync(partitions, reader)
         self._ask_offsets(reader)
         events = reader.read(self._poll_timeout)
@@ -276,8 +274,8 @@ class Follower:
 
     # -- 1. the hosted partitions ------------------------------------------------------------
 
-    def _sync(self, partitions: HostedPartitions, reader: ChangelogConsumer) -> None:
-        hosted: dict[StorePartition, HostedPartition] = {}
+    def _sync(self, partitions: FollowedPartitions, reader: ChangelogConsumer) -> None:
+        hosted: dict[StorePartition, FollowedPartition] = {}
         for store in partitions.store_names():
             for number, replica in partitions.of_store(store).items():
                 hosted[(store, number)] = replica
@@ -292,10 +290,10 @@ class Follower:
             with self._lock:
                 self._offsets[key].set_active(replica.role.is_active)
 
-    def _track(self, key: StorePartition, replica: HostedPartition) -> None:
+    def _track(self, key: StorePartition, replica: FollowedPartition) -> None:
         changelog = replica.changelog_partition
         assert changelog is not None
-        followed = _Followed(replica, changelog, isinstance(replica.spec, WindowStoreSpec))
+        followed = _Followed(replica, changelog, replica.is_window_store)
         self._followed[key] = followed
         self._by_changelog[changelog] = key
         with self._lock:
@@ -373,10 +371,9 @@ class Follower:
         watermarks: Watermarks,
     ) -> None:
         hosted = followed.hosted
-        with hosted.lock:
-            if hosted.closed:
-                return  # revoked meanwhile: the next sync drops it
-            committed = hosted.committed_changelog_offset()
+        committed = hosted.resume_offset()
+        if hosted.closed:
+            return  # revoked meanwhile: the next sync drops it
         if committed is not None and not watermarks.contains(committed):
             logger.warning(
                 "store %r partition %d committed changelog offset %d, outside %s's offsets "

@@ -8,8 +8,6 @@ formats a log directory and runs one combined KRaft broker/controller on free lo
 as a child process, settings chosen for small machines (one offsets partition, no initial
 rebalance delay, no auto-created topics, a small heap). It can be stopped and started again
 on the same ports and data, like a broker that restarts under running clients.
-`maven_jars()` is the fetching step on its own (iqstate-spark fetches Spark's Kafka connector
-with it).
 
     with LocalBroker() as broker:
         cluster = KafkaCluster(broker.bootstrap_servers)
@@ -18,8 +16,6 @@ with it).
 from __future__ import annotations
 
 import base64
-import fcntl
-import os
 import shutil
 import signal
 import socket
@@ -28,8 +24,7 @@ import tempfile
 import time
 import uuid
 import weakref
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -38,6 +33,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from iqstate_kafka.errors import ClusterError
+from iqstate_kafka.maven import MavenError, last_lines, maven_jars
 from iqstate_kafka.settings import CLIENT_LOGGER
 
 
@@ -47,26 +43,6 @@ class LocalBrokerError(ClusterError):
 
 KAFKA_VERSION = "4.4.0"
 """The newest Apache Kafka 4.x release on Maven Central when this was written."""
-
-_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
-_COMPLETE = ".complete"
-_OUTPUT_TAIL_LINES = 40
-
-_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>iqstate.local</groupId>
-  <artifactId>classpath</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>{group}</groupId>
-      <artifactId>{artifact}</artifactId>
-      <version>{version}</version>
-    </dependency>
-  </dependencies>
-</project>
-"""
 
 BROKER_SETTINGS: Mapping[str, str] = {
     "process.roles": "broker,controller",
@@ -88,92 +64,17 @@ BROKER_SETTINGS: Mapping[str, str] = {
 """The broker's settings besides listeners and directories (see distributed-mode.md)."""
 
 
-def cache_root() -> Path:
-    """`$IQSTATE_CACHE_DIR`, else `$XDG_CACHE_HOME/iqstate`, else `~/.cache/iqstate`."""
-    explicit = os.environ.get("IQSTATE_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "iqstate"
-
-
 def kafka_classpath(version: str = KAFKA_VERSION, cache: Path | None = None) -> Path:
     """The folder of Apache Kafka `version`'s broker jars, fetched with `mvn` on first use.
 
     Concurrent callers (several test processes) wait on a lock file; only one runs Maven.
     """
-    return maven_jars(
-        "org.apache.kafka", "kafka_2.13", version, f"kafka-{version}", cache, "Apache Kafka"
-    )
-
-
-def maven_jars(
-    group: str,
-    artifact: str,
-    version: str,
-    folder_name: str,
-    cache: Path | None = None,
-    what: str | None = None,
-) -> Path:
-    """The folder of `group:artifact:version`'s jar and its runtime dependencies, fetched
-    from Maven Central with `mvn` the first time into `<cache>/<folder_name>/lib` (a
-    one-dependency `pom.xml`; a finished folder is reused without running Maven again).
-
-    Concurrent callers wait on a lock file; only one runs Maven. `LocalBrokerError`, with
-    Maven's last lines, when the artifact cannot be fetched.
-    """
-    what = what or f"{group}:{artifact}"
-    folder = (cache or cache_root()) / folder_name
-    lib = folder / "lib"
-    if (lib / _COMPLETE).exists():
-        return lib
-    folder.mkdir(parents=True, exist_ok=True)
-    with _locked(folder / ".lock"):
-        if (lib / _COMPLETE).exists():
-            return lib
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise LocalBrokerError(
-                f"mvn (Apache Maven) is not on PATH: it fetches {what}'s jars from Maven "
-                "Central (install it, e.g. apt-get install maven)"
-            )
-        pom = _POM.format(group=group, artifact=artifact, version=version)
-        (folder / "pom.xml").write_text(pom, encoding="utf-8")
-        staging = folder / "lib.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        command = [
-            mvn,
-            "-q",
-            "-B",
-            f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
-            "-DincludeScope=runtime",
-            f"-DoutputDirectory={staging}",
-        ]
-        done = subprocess.run(command, cwd=folder, capture_output=True, text=True, check=False)
-        if done.returncode != 0 or not any(staging.glob(f"{artifact}-*.jar")):
-            output = _tail((done.stdout + done.stderr).splitlines())
-            raise LocalBrokerError(
-                f"could not fetch {what} {version} with Maven (exit {done.returncode}) "
-                f"in {folder}:\n{output}"
-            )
-        (staging / _COMPLETE).touch()
-        shutil.rmtree(lib, ignore_errors=True)
-        staging.rename(lib)
-    return lib
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _tail(lines: list[str]) -> str:
-    return "\n".join(lines[-_OUTPUT_TAIL_LINES:]) or "(no output)"
+    try:
+        return maven_jars(
+            "org.apache.kafka", "kafka_2.13", version, f"kafka-{version}", cache, "Apache Kafka"
+        )
+    except MavenError as exc:
+        raise LocalBrokerError(str(exc)) from exc
 
 
 def _free_ports(count: int) -> list[int]:
@@ -348,7 +249,7 @@ class LocalBroker:
             text = (self.directory / "broker.log").read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
             return "(no output)"
-        return _tail(text.splitlines())
+        return last_lines(text.splitlines())
 
     def _format(self, classpath: Path, settings: Path) -> None:
         command = [
@@ -364,7 +265,7 @@ class LocalBroker:
         ]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            output = _tail((done.stdout + done.stderr).splitlines())
+            output = last_lines((done.stdout + done.stderr).splitlines())
             raise LocalBrokerError(
                 f"formatting the Kafka log directory {self.directory / 'data'} failed "
                 f"(exit {done.returncode}):\n{output}"

@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 
-from iqstate.layers.changelogging import changelog_topic
+from iqstate.changelog import changelog_topic
 from iqstate_kafka.errors import (
     BrokerUnavailableError,
     ChangelogTopicError,
@@ -38,6 +38,10 @@ from iqstate_kafka.errors import (
     MembersTopicError,
 )
 from iqstate_kafka.settings import ClusterSettings
+
+EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+"""The offset specs of `list_offsets` (confluent-kafka leaves them untyped)."""
 
 __all__ = [
     "EndOffsets",
@@ -248,11 +252,7 @@ class EndOffsets:
         deadline = time.monotonic() + cluster.timeout
         found: dict[int, int] = {}
         while True:
-            wanted = {
-                TopicPartition(topic, p): OffsetSpec.latest()
-                for p in range(partitions)
-                if p not in found
-            }
+            wanted = {TopicPartition(topic, p): LATEST for p in range(partitions) if p not in found}
             futures = self._admin.list_offsets(wanted, request_timeout=cluster.timeout)
             settled, stale = True, False
             for partition, future in futures.items():

@@ -18,15 +18,12 @@ from concurrent.futures import Future
 
 from confluent_kafka import KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient
 
 from iqstate.position import TopicPartition
 from iqstate_kafka.reader import Watermarks
 from iqstate_kafka.settings import ClusterSettings
-from iqstate_kafka.topics import STALE_METADATA
-
-_EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
-_LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+from iqstate_kafka.topics import EARLIEST, LATEST, STALE_METADATA
 
 REPLACE_AFTER_FAILURES = 5
 """Requests in a row that failed after which the admin client is replaced by a new one."""
@@ -60,10 +57,10 @@ class WatermarkAsker:
             return
         timeout = self._cluster.timeout
         self._earliest = self._admin.list_offsets(
-            {tp: _EARLIEST for tp in wanted}, request_timeout=timeout
+            {tp: EARLIEST for tp in wanted}, request_timeout=timeout
         )
         self._latest = self._admin.list_offsets(
-            {tp: _LATEST for tp in wanted}, request_timeout=timeout
+            {tp: LATEST for tp in wanted}, request_timeout=timeout
         )
 
     def answers(self) -> dict[TopicPartition, Answer]:

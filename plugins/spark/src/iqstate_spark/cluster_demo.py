@@ -146,8 +146,7 @@ class Producer(threading.Thread):
 
 def _create_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.cimpl import NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:

@@ -22,7 +22,7 @@ _NEEDED = (CONNECTOR, "spark-token-provider-kafka-0-10_2.13", "kafka-clients", "
 def kafka_connector_jars(version: str | None = None, cache: Path | None = None) -> list[Path]:
     """The jars that add Spark's Kafka source and sink to a PySpark `version` session
     (default: the installed PySpark's), fetched on first use."""
-    from iqstate_kafka.testing import maven_jars
+    from iqstate_kafka.maven import maven_jars
 
     if version is None:
         import pyspark
