@@ -224,3 +224,32 @@ def test_a_query_stopped_mid_batch_stops_cleanly_and_reruns_the_batch(
             {"spark": 2, "kafka": 1},
             Position.from_map({"spark-source-0": {0: 0}}),
         )
+
+
+def test_only_a_stop_becomes_query_stopped(spark: Any, tmp_path: Path) -> None:
+    """An error that merely looks like a stop (it names the job group, a cancellation and an
+    interruption) while the query is still active fails the query with that very error."""
+    from iqstate_spark.stopping import QueryStopped, interrupted_by_stop
+    from pyspark.errors import StreamingQueryException
+
+    with pytest.raises(ValueError, match="boom"), interrupted_by_stop(None, "s", 0):
+        raise ValueError("boom")  # nothing like a stop: not even looked into
+
+    def failing(batch_df: Any, batch_id: int) -> None:
+        with interrupted_by_stop(batch_df, "s", batch_id):
+            group = batch_df.sparkSession.sparkContext.getLocalProperty("spark.jobGroup.id")
+            raise RuntimeError(
+                f"Job 7 cancelled part of job group {group}: java.lang.InterruptedException"
+            )
+
+    query = (
+        spark.readStream.format("rate")
+        .load()
+        .writeStream.option("checkpointLocation", str(tmp_path / "ckpt"))
+        .foreachBatch(failing)
+        .start()
+    )
+    with pytest.raises(StreamingQueryException) as failed:
+        query.awaitTermination(120)
+    assert "Job 7 cancelled" in str(failed.value)
+    assert QueryStopped.__name__ not in str(failed.value)

@@ -67,8 +67,10 @@ class StateStoreContext:
         return self.query_handlers
 
     def register(self, store: StateStore, commit_callback: CommitCallback | None = None) -> None:
-        """Register a store's commit callback (once per store). Restoring needs no callback:
-        the runtime restores a store partition through its chain."""
+        """Register a store's commit callback (once per store). It runs after every batch
+        commit of the partition, a pipeline's and one read from a changelog (distributed
+        mode); restoring from the application's own changelog while the partition opens
+        runs none (nothing reads the partition yet)."""
         key = id(store)
         if key in self._registrations:
             raise IqstateError(f"store {store.name!r} is already registered with this context")

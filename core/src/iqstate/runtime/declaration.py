@@ -19,14 +19,10 @@ from iqstate.serdes import Serde, Serdes
 
 @dataclass(frozen=True)
 class StoreDeclaration:
-    """A store's checked name and partitions, its resolved serdes (string keys and JSON
-    values by default) and its partitioner."""
+    """A checked store's resolved serdes (string keys and JSON values by default)."""
 
-    name: str
-    partitions: int
     key_serde: Serde[Any]
     value_serde: Serde[Any]
-    partitioner: Partitioner | None
 
 
 def declare_store(
@@ -47,9 +43,6 @@ def declare_store(
     if partitioner is not None and not callable(partitioner):
         raise TypeError(f"store {name!r}: partitioner must be callable(key, partitions)")
     return StoreDeclaration(
-        name,
-        partitions,
         plugins.serde(key_serde or Serdes.string(), store=name),
         plugins.serde(value_serde or Serdes.json(), store=name),
-        partitioner,
     )

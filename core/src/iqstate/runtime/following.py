@@ -24,7 +24,9 @@ class FollowedPartition(Protocol):
         ...
 
     @property
-    def role(self) -> PartitionRole: ...
+    def role(self) -> PartitionRole:
+        """Its role here (an active's lag decides when it runs)."""
+        ...
 
     @property
     def closed(self) -> bool:
@@ -43,7 +45,7 @@ class FollowedPartition(Protocol):
 
     def resume_offset(self) -> int | None:
         """The changelog offset to read next: the one committed with its last unit (None
-        when it has none, or is closed)."""
+        when it has none, or is closed: check `closed` after calling it)."""
         ...
 
     def apply_changelog(

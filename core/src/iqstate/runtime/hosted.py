@@ -203,6 +203,7 @@ class HostedPartition:
 
     @property
     def is_window_store(self) -> bool:
+        """Whether its changelog keys carry a window start."""
         return isinstance(self.spec, WindowStoreSpec)
 
     def resume_offset(self) -> int | None:
@@ -257,7 +258,8 @@ class HostedPartition:
         """The end of every batch, from a pipeline or from a changelog (the caller holds the
         lock and has written the batch): one atomic store commit of the data, the offsets
         in `changes` and the fence (moved to `batch_id` when given), then the record that
-        this partition holds committed data, then the stores' commit callbacks."""
+        this partition holds committed data, then the stores' commit callbacks (a callback
+        that fails is logged: the commit stands)."""
         if batch_id is not None:
             changes[self.fence_partition] = batch_id
         elif self.fence is not None:
@@ -268,4 +270,11 @@ class HostedPartition:
         committed = self._committed
         if committed is not None and self.partition not in committed and not self._holds_nothing():
             committed.add(self.partition)
-        self.context.run_commit_callbacks()
+        try:
+            self.context.run_commit_callbacks()
+        except Exception:  # the commit is durable: a failing callback must not undo or repeat it
+            _log.exception(
+                "a commit callback of store %r partition %d failed after the commit (which stands)",
+                self.spec.name,
+                self.partition,
+            )

@@ -73,6 +73,7 @@ def api_error(exc: Exception) -> ApiError | None:
 
 
 def api_error_response(error: ApiError) -> JSONResponse:
+    """The JSON error answer for `error`, as every route gives it."""
     return error_response(error.status, error.code, error.message, error.headers, error.details)
 
 

@@ -1,6 +1,7 @@
 """iqstate's distributed mode on Apache Kafka (SPEC 9).
 
-The modules form layers; each imports only from the layers below it:
+The modules form layers; each imports only from the layers below it and from modules
+listed before it in its own layer:
 
 1. `settings` (`ClusterSettings`: where the cluster is and how to talk to it), `errors`,
    `assignor` (who hosts what, a pure function of the live members) and `progress` (what

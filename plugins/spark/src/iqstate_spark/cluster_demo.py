@@ -37,6 +37,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from iqstate_spark.demo_parts import VOCABULARY, StopSignals
+
 WORKER_VARIABLE = "IQSTATE_DEMO_CLUSTER_WORKER"
 """Set in the worker's environment: it runs the demo rather than supervising it."""
 QUERIED_WORDS = ("spark", "kafka", "stream")
@@ -126,8 +128,6 @@ class Producer(threading.Thread):
     def produce_chunk(self) -> None:
         """Produce one chunk and wait until the broker has all of it."""
         from confluent_kafka import Producer as KafkaProducer
-
-        from iqstate_spark.demo_parts import VOCABULARY
 
         if self._producer is None:
             self._producer = KafkaProducer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
@@ -322,7 +322,6 @@ def _work(args: argparse.Namespace) -> int:
     from iqstate_kafka.testing import LocalBroker
 
     from iqstate_spark import cluster_pipeline
-    from iqstate_spark.demo_parts import StopSignals
     from iqstate_spark.session import cluster_session
 
     def say(line: str) -> None:

@@ -82,16 +82,18 @@ class ClusterSink:
             store=store,
             store_type=None if declared is None else declared.store_type,
             declared=target.stores.keys(),
-            declared_by=f"application {target.application_id!r} on this cluster",
+            declared_by=f"application {target.application_id!r}",
+            declared_where=" on this cluster",
             key=key,
             value=value,
             window=window,
             tombstone=tombstone,
             output_mode=output_mode,
             modes=("append", "update"),
-            modes_note=(
-                " in distributed mode (complete mode deletes the keys a batch lacks, which "
-                "needs the store's contents on the writer)"
+            modes_where=" in distributed mode",
+            modes_why=(
+                " (complete mode deletes the keys a batch lacks, which needs the store's "
+                "contents on the writer)"
             ),
             checkpoint=checkpoint,
             source_names=source_names,

@@ -84,7 +84,11 @@ class RowColumns:
         column = rows.column(self.window)
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks()
-        assert isinstance(column, pa.StructArray), "a window column is a struct"
+        if not isinstance(column, pa.StructArray):
+            raise IqstateError(
+                f"to_store({self.store!r}): column {self.window!r} must be a window (a struct "
+                f"with 'start', as F.window makes), got {column.type}"
+            )
         starts = column.field("start")
         if starts.null_count:
             raise IqstateError(f"to_store({self.store!r}): a row's window has no start")

@@ -34,29 +34,31 @@ def check_sink_arguments(
     store_type: str | None,
     declared: Collection[str],
     declared_by: str,
+    declared_where: str = "",
     key: str,
     value: str | Sequence[str] | None,
     window: str | None,
     tombstone: str | None,
     output_mode: str,
     modes: Sequence[OutputMode],
-    modes_note: str = "",
+    modes_where: str = "",
+    modes_why: str = "",
     checkpoint: str | Path | None,
     source_names: Sequence[str] | None,
 ) -> SinkArguments:
     """Check `to_store`'s arguments against the store's declaration (`store_type` None: not
     declared by `declared_by`, which declares `declared`; `modes`: the output modes allowed,
-    `modes_note` why no others); `IqstateError` or `ValueError` naming what is wrong. A
-    window store's window column defaults to `window`."""
+    `modes_where` and `modes_why`: what the error says of them); `IqstateError` or
+    `ValueError` naming what is wrong. A window store's window column defaults to `window`."""
     if store_type is None:
         raise IqstateError(
-            f"to_store: {declared_by} declares no store {store!r}; declared: "
+            f"to_store: {declared_by} declares no store {store!r}{declared_where}; declared: "
             f"{', '.join(sorted(declared)) or 'none'}"
         )
     if output_mode not in modes:
         allowed = " or ".join([", ".join(modes[:-1]), modes[-1]] if len(modes) > 1 else modes)
         raise ValueError(
-            f"to_store: output_mode must be {allowed}{modes_note}, got {output_mode!r}"
+            f"to_store: output_mode must be {allowed}{modes_where}, got {output_mode!r}{modes_why}"
         )
     if store_type == "window":
         window = window or "window"

@@ -10,20 +10,25 @@ dies of a `java.lang.StackOverflowError` in `java.util.regex`, its status stays
 "Processing new data", and the trace lands on the driver's stderr. Any PySpark
 `foreachBatch` stopped during a job does this; nothing grows from batch to batch.
 
-`interrupted_by_stop` turns exactly that case (the query's own job group cancelled, or an
-interruption) into `QueryStopped`, raised without its long cause: a short message in the
-form Spark's pattern recognises, so the query ends as "Stopped" with no error. The batch
-still fails, so Spark never commits it: it runs again, with the same id and offsets, when
-the query restarts.
+`interrupted_by_stop` turns exactly that case into `QueryStopped`: an error of a batch whose
+query is no longer active (`stop()` marks it terminated before it cancels its jobs) and
+whose text says it was cancelled with the query's job group, or interrupted. It is raised
+without its long cause (which is logged), with a short message in the form Spark's pattern
+recognises, so the query ends as "Stopped" with no error. Any other error passes unchanged.
+The batch fails either way, so Spark never commits it: it runs again, with the same id and
+offsets, when the query restarts.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from iqstate.errors import IqstateError
+
+logger = logging.getLogger("iqstate_spark.stopping")
 
 INTERRUPTIONS = (
     "java.lang.InterruptedException",
@@ -44,9 +49,9 @@ def interrupted_by_stop(batch_df: Any, store: str, batch_id: int) -> Iterator[No
     try:
         yield
     except Exception as error:
-        job_group = batch_df.sparkSession.sparkContext.getLocalProperty("spark.jobGroup.id")
-        if not _stopped(str(error), job_group):
+        if not stopped_by_query(batch_df, str(error)):
             raise
+        logger.info("batch %d of store %r cut short by stop(): %s", batch_id, store, error)
         raise QueryStopped(
             f"batch {batch_id} of store {store!r} was not written: its query was stopped "
             "(Spark's stop signal: py4j.protocol.Py4JJavaError: An error occurred while "
@@ -54,9 +59,22 @@ def interrupted_by_stop(batch_df: Any, store: str, batch_id: int) -> Iterator[No
         ) from None
 
 
-def _stopped(text: str, job_group: str | None) -> bool:
-    """Spark's own test (`isInterruptionException`): an interruption, or a cancellation of
-    the query's job group (only `stop()` cancels it; the group is the query's run id)."""
-    if any(name in text for name in INTERRUPTIONS):
-        return True
-    return job_group is not None and "cancelled" in text and job_group in text
+def stopped_by_query(batch_df: Any, text: str) -> bool:
+    """Whether an error with `text`, raised in `foreachBatch`, comes from the query's own
+    `stop()`: the query is no longer active, and the error is an interruption or a
+    cancellation of the query's job group (Spark's own test, `isInterruptionException`).
+    False when that cannot be told (the JVM going away, no query found)."""
+    interrupted = any(name in text for name in INTERRUPTIONS)
+    if not interrupted and "cancelled" not in text:
+        return False
+    try:
+        from pyspark.sql import SparkSession
+
+        context = batch_df.sparkSession.sparkContext
+        query_id = context.getLocalProperty("sql.streaming.queryId")
+        job_group = context.getLocalProperty("spark.jobGroup.id")
+        query = SparkSession.builder.getOrCreate().streams.get(query_id) if query_id else None
+        stopping = query is not None and not query.isActive
+    except Exception:
+        return False
+    return stopping and (interrupted or (job_group is not None and job_group in text))
