@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -138,3 +139,49 @@ def test_serve_stops_quietly_on_sigint(tmp_path: Path) -> None:
             process.kill()
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+
+
+def test_log_format_json_writes_one_object_a_line(tmp_path: Path) -> None:
+    """For log shippers: with `--log-format json` every line on stderr is one JSON object,
+    the server's own lines, the application's and a traceback's alike."""
+    (tmp_path / "logged_app.py").write_text(
+        "import logging\n"
+        "from iqstate import Application\n"
+        f"app = Application('logged', {str(tmp_path / 'state')!r})\n"
+        "app.key_value_store('s', 1)\n"
+        "try:\n"
+        "    1 / 0\n"
+        "except ZeroDivisionError:\n"
+        "    logging.getLogger('logged_app').exception('a \"quoted\"\\nmessage')\n"
+    )
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "iqstate.cli", "serve", "logged_app:app", "--port", str(port),
+         "--log-format", "json", "--log-level", "info"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "iqstate serve did not start"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr
+    lines = [json.loads(line) for line in stderr.splitlines()]
+    by_message = {entry["message"]: entry for entry in lines}
+    assert by_message[f"serving logged on http://127.0.0.1:{port}"]["logger"] == "iqstate_http"
+    assert by_message["stopped serving logged"]["level"] == "INFO"
+    failure = by_message['a "quoted"\nmessage']
+    assert failure["level"] == "ERROR" and failure["logger"] == "logged_app"
+    assert "ZeroDivisionError" in failure["exception"]
+    assert all({"time", "level", "logger", "message"} <= entry.keys() for entry in lines)

@@ -15,6 +15,7 @@ from iqstate import Application, IqstateError
 from iqstate.hookspecs import hookimpl
 from iqstate_http.kafka_settings import kafka_settings
 from iqstate_http.limits import DEFAULT_MAX_BODY, ConnectionLimits
+from iqstate_http.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from iqstate_http.store_options import parse_store
 
 if TYPE_CHECKING:
@@ -57,6 +58,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="environment variable holding the bearer token (it must be set and non-empty)",
     )
     parser.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY, help="bytes")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                        help="log lines on stderr as text, or one JSON object a line")  # fmt: skip
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="warning")
     for name in _LIMITS:
         number = float if name.endswith("timeout") else int
         parser.add_argument(
@@ -101,6 +105,7 @@ def token_from_env(variable: str | None) -> str | None:
 def _serve(args: argparse.Namespace) -> int:
     from iqstate_http.server import serve
 
+    configure_logging(args.log_format, args.log_level)
     token = token_from_env(args.token_env)
     chosen = {name: getattr(args, name) for name in _LIMITS if getattr(args, name) is not None}
     try:

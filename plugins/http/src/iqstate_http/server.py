@@ -44,6 +44,7 @@ def _config(
         asgi,
         host=host,
         port=port,
+        log_config=None,  # uvicorn's loggers go where the process sends every other
         log_level="warning",
         access_log=False,
         http=functools.partial(LimitedHttpToolsProtocol, limits=limits),  # type: ignore[arg-type]
@@ -68,7 +69,11 @@ def serve(
     range requests run and wait at once, `forward_timeout` how long a request forwarded to
     another instance may take (seconds)."""
     service = QueryService(app, token, max_body, max_rows, range_limits, forward_timeout)
-    uvicorn.Server(_config(app, host, port, token, limits, service)).run()
+    log.info("serving %s on http://%s:%d", app.application_id, host, port)
+    try:
+        uvicorn.Server(_config(app, host, port, token, limits, service)).run()
+    finally:  # also when uvicorn hands the Ctrl-C it caught back as KeyboardInterrupt
+        log.info("stopped serving %s", app.application_id)
 
 
 @dataclass
