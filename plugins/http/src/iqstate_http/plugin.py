@@ -87,17 +87,17 @@ def load_application(target: str) -> Any:
         raise SystemExit(f"iqstate serve: module {module_name!r} has no {attribute!r}") from None
 
 
-def token_from_env(variable: str | None) -> str | None:
-    """The token named by `--token-env`; a variable that is unset or empty stops the command,
-    as serving without the token asked for would let anyone in."""
+def token_from_env(variable: str | None, command: str = "iqstate serve") -> str | None:
+    """The token named by `--token-env`; a variable that is unset or empty stops the command
+    (serving without the token asked for would let anyone in)."""
     if variable is None:
         return None
     token = os.environ.get(variable, "")
     if not token.strip():
         state = "is not set" if variable not in os.environ else "is empty"
         raise SystemExit(
-            f"iqstate serve: --token-env {variable}: the variable {state}; set it to the "
-            "bearer token, or leave --token-env out to serve without one"
+            f"{command}: --token-env {variable}: the variable {state}; set it to the "
+            "bearer token, or leave --token-env out to go without one"
         )
     return token
 
@@ -171,6 +171,35 @@ def cluster_application(args: argparse.Namespace) -> Application:
     return app
 
 
+def _add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("url", help="any instance, e.g. http://127.0.0.1:7070")
+    parser.add_argument(
+        "--token-env", default=None, help="environment variable holding the bearer token"
+    )
+    parser.add_argument("--watch", action="store_true", help="redraw until Ctrl-C")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between redraws")
+
+
+def _status(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from iqstate_http.status import show, watch
+
+    token = token_from_env(args.token_env, "iqstate status")
+    if args.interval <= 0:
+        raise SystemExit(f"iqstate status: --interval must be > 0 seconds, got {args.interval}")
+    console = Console()
+    if args.watch:
+        return watch(args.url, token, console, args.interval)
+    return show(args.url, token, console)
+
+
 @hookimpl
 def iqstate_register_commands(register: Any) -> None:
     register("serve", "serve an Application's stores over HTTP", _add_arguments, _serve)
+    register(
+        "status",
+        "show a cluster's instances, roles and lags, as one instance sees them",
+        _add_status_arguments,
+        _status,
+    )

@@ -1,0 +1,160 @@
+"""`iqstate status URL`: the cluster as tables, in a real terminal (a pseudo-terminal)."""
+
+from __future__ import annotations
+
+import io
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from iqstate_http import start_background
+from iqstate_http.status import render
+from rich.console import Console
+from support.network import free_port
+
+from iqstate import Application
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def as_text(renderable: Any) -> str:
+    console = Console(record=True, width=160, color_system=None, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_the_tables_show_roles_lags_and_instances_that_went_away() -> None:
+    cluster = [
+        {
+            "host": "10.0.0.1",
+            "port": 7070,
+            "live": True,
+            "departure": None,
+            "replicas": [
+                {"store": "counts", "partition": 0, "role": "RUNNING", "lag": 0},
+                {"store": "counts", "partition": 1, "role": "RESTORING", "lag": 1200},
+                {"store": "counts", "partition": 2, "role": "STANDBY", "lag": 30},
+            ],
+        },
+        {
+            "host": "10.0.0.2",
+            "port": 7070,
+            "live": True,
+            "departure": None,
+            "replicas": [
+                {"store": "counts", "partition": 2, "role": "RUNNING", "lag": 0},
+                {"store": "counts", "partition": 0, "role": "STANDBY", "lag": None},
+            ],
+        },
+        {
+            "host": "10.0.0.3",
+            "port": 7070,
+            "live": False,
+            "departure": {"reason": "no heartbeat for 3 s", "seconds_ago": 12.5},
+            "replicas": [],
+        },
+    ]
+    health = {"status": "degraded", "state": "RUNNING", "broker_silence_s": 4.2}
+    text = as_text(render("http://10.0.0.1:7070", health, cluster))
+    assert "http://10.0.0.1:7070: degraded (RUNNING), Kafka last heard 4.2 s ago" in text
+    rows = {
+        line.split("│")[1].strip(): line
+        for line in text.splitlines()
+        if line.startswith("│ 10.0.0.")
+    }
+    first = [cell.strip() for cell in rows["10.0.0.1:7070"].split("│")[1:-1]]
+    assert first == ["10.0.0.1:7070", "live", "1", "1", "0", "1", "1230"]
+    second = [cell.strip() for cell in rows["10.0.0.2:7070"].split("│")[1:-1]]
+    assert second[-1] == "?", "an unknown lag is shown as unknown, never as 0"
+    gone = [cell.strip() for cell in rows["10.0.0.3:7070"].split("│")[1:-1]]
+    assert gone == ["10.0.0.3:7070", "gone: no heartbeat for 3 s, 12.5 s ago", *["-"] * 5]
+    partitions = {
+        tuple(cell.strip() for cell in line.split("│")[1:3]): line
+        for line in text.splitlines()
+        if line.startswith("│ counts")
+    }
+    assert "10.0.0.1:7070 │ RUNNING" in partitions[("counts", "0")]
+    assert "10.0.0.2:7070 (?)" in partitions[("counts", "0")]
+    assert "RESTORING" in partitions[("counts", "1")]
+    assert "10.0.0.1:7070 (30)" in partitions[("counts", "2")]
+
+
+@pytest.fixture
+def served(tmp_path: Any) -> Iterator[str]:
+    app = Application("status", tmp_path)
+    app.key_value_store("counts", 2, value_serde="int64")
+    with app:
+        server = start_background(app)
+        try:
+            yield server.url
+        finally:
+            server.stop()
+
+
+def run_in_terminal(arguments: list[str], seconds: float, interrupt: bool) -> tuple[int, str]:
+    """Run `iqstate ...` with a pseudo-terminal as its stdout for `seconds` (then SIGINT
+    when `interrupt`); its exit code and what it wrote, escape codes removed."""
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "iqstate.cli", *arguments],
+        stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary,
+        env={**os.environ, "COLUMNS": "160", "TERM": "xterm-256color"},
+    )  # fmt: skip
+    os.close(secondary)
+    output = b""
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            ready, _, _ = select.select([primary], [], [], 0.1)
+            if ready:
+                try:
+                    output += os.read(primary, 65536)
+                except OSError:
+                    break
+        if interrupt and process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        code = process.wait(timeout=30)
+        while select.select([primary], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(primary)
+    return code, ANSI.sub("", output.decode(errors="replace"))
+
+
+def test_status_renders_in_a_terminal(served: str) -> None:
+    code, text = run_in_terminal(["status", served], 30, interrupt=False)
+    assert code == 0, text
+    port = served.rsplit(":", 1)[1]
+    assert f"{served}: ok (RUNNING)" in text
+    assert f"127.0.0.1:{port}" in text and "instances" in text and "partitions" in text
+    assert text.count("RUNNING") >= 3  # the status line and both partitions
+
+
+def test_watch_redraws_until_ctrl_c(served: str) -> None:
+    code, text = run_in_terminal(["status", served, "--watch", "--interval", "0.2"], 3, True)
+    assert code == 0, text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text
+    assert len(set(re.findall(r"\d\d:\d\d:\d\d", text))) >= 2, "redrawn with a new time"
+
+
+def test_an_instance_that_does_not_answer_is_named() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    code, text = run_in_terminal(["status", url], 30, interrupt=False)
+    assert code == 1
+    assert f"iqstate status: {url} did not answer" in text
