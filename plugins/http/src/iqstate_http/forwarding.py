@@ -53,6 +53,8 @@ class Forwarder:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self.sent = 0
+        """Requests forwarded so far (counted in the server's event loop, one thread)."""
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:  # made in the server's event loop, on first use
@@ -115,6 +117,7 @@ class Forwarder:
         body: dict[str, Any] | None,
         authorization: str | None,
     ) -> Forwarded | ForwardFailure:
+        self.sent += 1
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = self._headers(authorization)
         if data is not None:

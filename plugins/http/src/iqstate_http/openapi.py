@@ -467,6 +467,9 @@ def openapi_document(
         "/v1/ready": {"get": _with_503(
             ops.operation("whether to send this instance traffic (for load balancers)",
                           _READY, public=True), _READY)},
+        "/metrics": {"get": ops.operation(
+            "Prometheus' text format: queries, durations, requests, lags, live instances",
+            {"type": "string"}, media="text/plain")},
         "/v1/query": {
             "post": {
                 **ops.operation(

@@ -26,6 +26,7 @@ from iqstate import (
     QueryResult,
     RangeQuery,
     StateQueryRequest,
+    StateQueryResult,
 )
 from iqstate.queries import LimitedRangeQuery
 from iqstate.runtime.querying import locate_key
@@ -119,9 +120,16 @@ class QueryRunner:
     """Answers `POST /v1/query` (see the module doc)."""
 
     def __init__(
-        self, app: Application, codecs: Codecs, choice: ReplicaChoice, forwarder: Forwarder
+        self,
+        app: Application,
+        codecs: Codecs,
+        choice: ReplicaChoice,
+        forwarder: Forwarder,
+        query: Callable[[StateQueryRequest[Any]], StateQueryResult[Any]],
     ) -> None:
+        """`query`: how this instance answers a request (`app.query`, counted)."""
         self.app, self.codecs, self.choice, self.forwarder = app, codecs, choice, forwarder
+        self.query = query
 
     async def answer(self, options: QueryOptions) -> bytes:
         if options.merge:
@@ -161,7 +169,7 @@ class QueryRunner:
     ) -> tuple[dict[int, QueryResult[Any]], dict[int, Replica | None]]:
         """This instance's answers, each from a replica that may give it: one whose lag is
         over `acceptable_lag` answers `NOT_ACTIVE` instead."""
-        results = dict(self.app.query(self._request(options, query, partitions)).partition_results)
+        results = dict(self.query(self._request(options, query, partitions)).partition_results)
         replicas = {p: self.choice.local(options.store, p) for p in results}
         lag = options.acceptable_lag
         if lag is not None:
@@ -353,7 +361,7 @@ class QueryRunner:
         """Reads one more chunk of a local partition, as the page's first read was made."""
 
         def read(query: Query[Any]) -> QueryResult[Any]:
-            result = self.app.query(self._request(options, query, [partition]))
+            result = self.query(self._request(options, query, [partition]))
             return result.partition_results[partition]
 
         return read

@@ -13,7 +13,9 @@ scan never stalls the requests around it.
 
 from __future__ import annotations
 
+import functools
 import hmac
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,12 +23,13 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, quote
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from iqstate import Application, AppState, FailureReason, KeyQuery, StateQueryRequest
 from iqstate.runtime.metadata import InstanceStatus, StreamsMetadata
@@ -55,6 +58,7 @@ from iqstate_http.errors import (
 )
 from iqstate_http.forwarding import FORWARDED_HEADER, Forwarded, Forwarder
 from iqstate_http.limits import DEFAULT_MAX_BODY, DEFAULT_MAX_ROWS
+from iqstate_http.metrics import PROMETHEUS_TEXT, ServiceMetrics
 from iqstate_http.openapi import openapi_document
 from iqstate_http.paging import page_limit
 from iqstate_http.query_runner import QueryOptions, QueryRunner
@@ -117,6 +121,10 @@ class _Text(Convertor[str]):
 register_url_convertor("text", _Text())
 
 _KEY_ROUTE_PREFIX = "/v1/stores/"
+KEY_ROUTE = "/v1/stores/{store}/keys/{key}"
+"""The key route's template, as `iqstate_http_requests_total` names it."""
+OTHER_ROUTE = "other"
+"""The route label of a request that matched no route."""
 _FORWARDED = FORWARDED_HEADER.encode()
 _RUNNING_BODY = b'{"value":%b,"partition":%d,"position":%b,"host":%b,"role":"RUNNING","lag":0}'
 """The key route's answer from this instance's running active (the busiest answer)."""
@@ -131,18 +139,23 @@ class KeyRouteFirst:
 
     def __init__(self, service: QueryService, routed: ASGIApp) -> None:
         self.service, self.routed = service, routed
+        self.counted = CountedRequests(routed, service.metrics.record_request)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):
+            record = self.service.metrics.record_request
             try:
                 body = await self.service.key_answer_or_none(scope)
             except ApiError as error:
+                record(KEY_ROUTE, error.status)
                 await api_error_response(error)(scope, receive, send)
                 return
             except Exception as exc:  # a bug: the 500 every route gives, and the traceback
+                record(KEY_ROUTE, 500)
                 await unexpected_error_response(exc)(scope, receive, send)
                 raise
             if body is not None:
+                record(KEY_ROUTE, 200)
                 await send(
                     {
                         "type": "http.response.start",
@@ -155,7 +168,39 @@ class KeyRouteFirst:
                 )
                 await send({"type": "http.response.body", "body": body})
                 return
-        await self.routed(scope, receive, send)
+        await self.counted(scope, receive, send)
+
+
+class CountedRequests:
+    """An ASGI app that counts each HTTP request it passes on, by the template of the route
+    Starlette matched (`OTHER_ROUTE` when none did) and the status answered."""
+
+    def __init__(self, app: ASGIApp, record: Callable[[str, int], None]) -> None:
+        self.app, self.record = app, record
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # unless a response starts
+
+        async def send_counted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_counted)
+        finally:
+            route = scope.get("route")
+            self.record(OTHER_ROUTE if route is None else _template(route.path), status)
+
+
+@functools.cache
+def _template(path: str) -> str:
+    """A route's path as a label: `{key:text}` as `{key}`."""
+    return re.sub(r"\{(\w+):\w+\}", r"{\1}", path)
 
 
 class _KeyLookup:
@@ -276,7 +321,10 @@ class QueryService:
         self.codecs = Codecs(app.plugins)
         self.replicas = ReplicaChoice(app)
         self.forwarder = Forwarder(timeout=forward_timeout)
-        self.runner = QueryRunner(app, self.codecs, self.replicas, self.forwarder)
+        self.metrics = ServiceMetrics(app, lambda: self.forwarder.sent)
+        self.runner = QueryRunner(
+            app, self.codecs, self.replicas, self.forwarder, self.metrics.query
+        )
         limits = range_limits or RangeLimits()
         self._ranges, self._forwarded_ranges = Gate(limits), Gate(limits)
         self._host_json = json_bytes(str(app.host_info))
@@ -527,7 +575,7 @@ class QueryService:
         if replica is None or replica.state == RUNNING:
             request = request.require_active()
         try:
-            result = self.app.query(request)
+            result = self.metrics.query(request)
         except Exception as exc:
             mapped = api_error(exc)
             if mapped is None:
@@ -650,6 +698,13 @@ class QueryService:
             )
         )
 
+    async def metrics_document(self, request: Request) -> Response:
+        """Prometheus' text format: query counts and durations, requests, lags, live
+        instances and Kafka's silence (`iqstate_http.metrics`)."""
+        self._check_token(request)
+        body = await run_in_threadpool(self.metrics.document)
+        return Response(body, media_type=PROMETHEUS_TEXT)
+
     async def page(self, request: Request) -> Response:
         return HTMLResponse(PAGE)
 
@@ -684,6 +739,7 @@ class QueryService:
             Route("/v1/partitions", self.partitions),
             Route("/", self.page),
             Route("/openapi.json", self.openapi),
+            Route("/metrics", self.metrics_document),
         ]
         return Starlette(routes=routes, exception_handlers=dict(HANDLERS), lifespan=self._lifespan)
 

@@ -1,0 +1,238 @@
+"""`GET /metrics`: the service in Prometheus' text format, through `prometheus_client`.
+
+Recording sits on the hot paths (every query and every request), where `prometheus_client`'s
+own counters and histograms would cost a lock and, for a histogram, a Python loop over the
+buckets per observation. So each thread tallies in plain integers of its own, without a lock
+(`ServiceMetrics.record_query`, `record_request`), and a collector adds the threads' tallies
+up into metric families when Prometheus scrapes; values that already exist elsewhere (replica lags,
+live instances, Kafka's silence) are read then too. Labels are bounded: store, query type,
+outcome, partition, role, route template and status; never a key or a raw path.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Mapping
+from time import perf_counter
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+from iqstate import Application, StateQueryRequest, StateQueryResult
+from iqstate.queries import LimitedRangeQuery
+from iqstate.results import QueryResult
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+"""The media type of `/metrics`: Prometheus' text format, version 0.0.4 (what
+`generate_latest` writes, and every Prometheus reads)."""
+
+DURATION_BUCKETS = (
+    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+)  # fmt: skip
+"""Upper bounds (seconds) of the query duration histogram: a key lookup takes microseconds,
+a forwarded page of a range tens of milliseconds."""
+
+
+_AS_ASKED: dict[type[Any], str] = {LimitedRangeQuery: "RangeQuery"}
+"""Query types the service runs on a caller's behalf, labelled as the query asked: a page of
+a range reads its partitions with bounded `LimitedRangeQuery` reads, each counted."""
+
+
+class _QuerySeries:
+    """One store's queries of one type: counts per outcome, and the durations' histogram."""
+
+    __slots__ = ("buckets", "outcomes", "seconds")
+
+    def __init__(
+        self,
+        outcomes: dict[str, int] | None = None,
+        buckets: list[int] | None = None,
+        seconds: float = 0.0,
+    ) -> None:
+        self.outcomes = outcomes or {}
+        self.buckets = buckets or [0] * (len(DURATION_BUCKETS) + 1)
+        self.seconds = seconds
+
+
+class _Tally:
+    """One thread's counts: only that thread writes them, so recording takes no lock; a
+    scrape reads every thread's (a count read a moment early is read in full next time)."""
+
+    __slots__ = ("queries", "requests")
+
+    def __init__(self) -> None:
+        self.queries: dict[str, dict[type[Any], _QuerySeries]] = {}
+        self.requests: dict[tuple[str, int], int] = {}
+
+
+class ServiceMetrics:
+    """What one `QueryService` counts, and its `/metrics` document."""
+
+    def __init__(self, app: Application, forwarded: Callable[[], int]) -> None:
+        """`forwarded`: how many requests this instance has forwarded to another."""
+        self._app = app
+        self._lock = threading.Lock()  # guards the list of tallies only
+        self._tallies: list[_Tally] = []
+        self._local = threading.local()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Families(app, self.snapshot, forwarded))
+
+    def _tally(self) -> _Tally:
+        tally: _Tally | None = getattr(self._local, "tally", None)
+        if tally is None:
+            tally = self._local.tally = _Tally()
+            with self._lock:
+                self._tallies.append(tally)
+        return tally
+
+    def query(self, request: StateQueryRequest[Any]) -> StateQueryResult[Any]:
+        """`app.query(request)`, counted and timed (a request no partition here answered
+        is not counted: it is answered elsewhere, and counted there)."""
+        started = perf_counter()
+        result = self._app.query(request)
+        seconds = perf_counter() - started
+        answers = result.partition_results
+        if answers:
+            self.record_query(request.store_name, type(request.query), answers, seconds)
+        return result
+
+    def record_query(
+        self,
+        store: str,
+        kind: type[Any],
+        answers: Mapping[int, QueryResult[Any]],
+        seconds: float,
+    ) -> None:
+        """One query of type `kind` answered here: an outcome per partition, one duration."""
+        tally = self._tally()
+        by_kind = tally.queries.get(store)
+        if by_kind is None:
+            by_kind = tally.queries[store] = {}
+        series = by_kind.get(kind)
+        if series is None:
+            series = by_kind[kind] = _QuerySeries()
+        series.buckets[bisect_left(DURATION_BUCKETS, seconds)] += 1
+        series.seconds += seconds
+        outcomes = series.outcomes
+        for answer in answers.values():
+            outcome = "success" if answer.is_success else answer.failure_reason.name.lower()
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+    def record_request(self, route: str, status: int) -> None:
+        """One HTTP request answered: its route template and status."""
+        requests = self._tally().requests
+        requests[(route, status)] = requests.get((route, status), 0) + 1
+
+    def document(self) -> bytes:
+        """The text format Prometheus scrapes."""
+        return generate_latest(self.registry)
+
+    def snapshot(self) -> tuple[dict[tuple[str, str], _QuerySeries], dict[tuple[str, int], int]]:
+        """Every thread's tallies added up: queries by (store, query type name), requests by
+        (route, status)."""
+        with self._lock:
+            tallies = list(self._tallies)
+        queries: dict[tuple[str, str], _QuerySeries] = {}
+        requests: dict[tuple[str, int], int] = {}
+        for tally in tallies:
+            for store, by_kind in list(tally.queries.items()):
+                for kind, series in list(by_kind.items()):
+                    name = (store, _AS_ASKED.get(kind) or kind.__name__)
+                    merged = queries.setdefault(name, _QuerySeries())
+                    for outcome, count in list(series.outcomes.items()):
+                        merged.outcomes[outcome] = merged.outcomes.get(outcome, 0) + count
+                    merged.buckets = [
+                        a + b for a, b in zip(merged.buckets, list(series.buckets), strict=True)
+                    ]
+                    merged.seconds += series.seconds
+            for key, count in list(tally.requests.items()):
+                requests[key] = requests.get(key, 0) + count
+        return queries, requests
+
+
+class _Families(Collector):
+    """The metric families, made when Prometheus scrapes."""
+
+    def __init__(
+        self,
+        app: Application,
+        snapshot: Callable[
+            [], tuple[dict[tuple[str, str], _QuerySeries], dict[tuple[str, int], int]]
+        ],
+        forwarded: Callable[[], int],
+    ) -> None:
+        self._app, self._snapshot, self._forwarded = app, snapshot, forwarded
+
+    def collect(self) -> Iterator[Metric]:
+        queries, requests = self._snapshot()
+        yield from _query_families(queries)
+        http = CounterMetricFamily(
+            "iqstate_http_requests", "HTTP requests answered", labels=["route", "status"]
+        )
+        for (route, status), count in sorted(requests.items()):
+            http.add_metric([route, str(status)], count)
+        yield http
+        yield CounterMetricFamily(
+            "iqstate_forwarded_requests",
+            "requests this instance forwarded to another",
+            value=self._forwarded(),
+        )
+        yield from _replica_families(self._app)
+
+
+def _query_families(queries: Mapping[tuple[str, str], _QuerySeries]) -> Iterator[Metric]:
+    counts = CounterMetricFamily(
+        "iqstate_queries",
+        "queries answered here, per partition: outcome 'success' or the failure reason",
+        labels=["store", "query", "outcome"],
+    )
+    durations = HistogramMetricFamily(
+        "iqstate_query_duration_seconds",
+        "time to answer a query here",
+        labels=["store", "query"],
+    )
+    for (store, query), series in sorted(queries.items()):
+        for outcome, count in sorted(series.outcomes.items()):
+            counts.add_metric([store, query, outcome], count)
+        cumulative, buckets = 0, []
+        for bound, count in zip((*DURATION_BUCKETS, float("inf")), series.buckets, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+        durations.add_metric([store, query], buckets, series.seconds)
+    yield counts
+    yield durations
+
+
+def _replica_families(app: Application) -> Iterator[Metric]:
+    """Lags, live instances and Kafka's silence, as this instance knows them now."""
+    lags = GaugeMetricFamily(
+        "iqstate_replica_lag_offsets",
+        "changelog records a replica hosted here is behind (absent while unknown)",
+        labels=["store", "partition", "role"],
+    )
+    roles = app.roles()
+    for store, partitions in sorted(app.all_local_store_partition_lags().items()):
+        for partition, lag in sorted(partitions.items()):
+            role = roles.get(store, {}).get(partition)
+            if lag.offset_lag is not None and role is not None:
+                lags.add_metric([store, str(partition), role.state], lag.offset_lag)
+    yield lags
+    live = sum(1 for status in app.cluster_status() if status.live)
+    yield GaugeMetricFamily("iqstate_cluster_live_instances", "live instances", value=live)
+    contact = app.cluster_contact()
+    if contact is not None:
+        yield GaugeMetricFamily(
+            "iqstate_broker_silence_seconds",
+            "seconds since this instance last heard from Kafka",
+            value=contact.silence_s,
+        )

@@ -1,0 +1,106 @@
+"""`GET /metrics`: known traffic, then the counts Prometheus would scrape, parsed by
+`prometheus_client`'s own parser of the text format."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from iqstate_http import start_background
+from prometheus_client.parser import text_string_to_metric_families
+
+from iqstate import Application
+
+KEY_ROUTE = "/v1/stores/{store}/keys/{key}"
+
+
+def scrape(http: httpx.Client) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    response = http.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def value(samples: dict[Any, float], name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+@pytest.fixture
+def http(app: Application) -> Iterator[httpx.Client]:
+    server = start_background(app)
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            yield client
+    finally:
+        server.stop()
+
+
+def test_scraping_after_known_traffic_finds_its_counts(http: httpx.Client) -> None:
+    before = scrape(http)
+    for _ in range(3):
+        assert http.get("/v1/stores/counts/keys/spark").json()["value"] == 3
+    assert http.get("/v1/stores/counts/keys/nope").json()["value"] is None
+    assert http.get("/v1/stores/by-id/keys/forty-two").status_code == 400
+    assert http.get("/v1/stores/missing/keys/x").status_code == 404
+    ranged = http.post("/v1/query", json={"store": "counts", "query": {"type": "range"}})
+    assert ranged.status_code == 200
+    asked_absent = http.post(
+        "/v1/query",
+        json={"store": "counts", "query": {"type": "key", "key": "spark"}, "partitions": [0, 1, 2]},
+    )
+    assert asked_absent.status_code == 200
+    assert http.get("/v1/no-such-route").status_code == 404
+    after = scrape(http)
+
+    def grew(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert grew("iqstate_queries_total", store="counts", query="KeyQuery", outcome="success") == 7
+    assert grew("iqstate_queries_total", store="counts", query="RangeQuery", outcome="success") == 3
+    count = grew("iqstate_query_duration_seconds_count", store="counts", query="KeyQuery")
+    assert count == 5, "one duration per query: 4 lookups and one 3-partition request"
+    buckets = sorted(
+        (float(dict(labels)["le"]), number)
+        for (name, labels), number in after.items()
+        if name == "iqstate_query_duration_seconds_bucket"
+        and dict(labels)["store"] == "counts"
+        and dict(labels)["query"] == "KeyQuery"
+    )
+    assert [number for _, number in buckets] == sorted(number for _, number in buckets)
+    assert buckets[-1] == (float("inf"), value(after, "iqstate_query_duration_seconds_count",
+                                               store="counts", query="KeyQuery"))  # fmt: skip
+    assert grew("iqstate_http_requests_total", route=KEY_ROUTE, status="200") == 4
+    assert grew("iqstate_http_requests_total", route=KEY_ROUTE, status="400") == 1
+    assert grew("iqstate_http_requests_total", route=KEY_ROUTE, status="404") == 1
+    assert grew("iqstate_http_requests_total", route="/v1/query", status="200") == 2
+    assert grew("iqstate_http_requests_total", route="other", status="404") == 1
+    assert grew("iqstate_http_requests_total", route="/metrics", status="200") == 1
+    labels = {pair for _, pairs in after for pair in pairs}
+    assert not any("spark" in text or "no-such" in text for pair in labels for text in pair), (
+        "a key or a raw path never becomes a label"
+    )
+    assert value(after, "iqstate_cluster_live_instances") == 1
+    for partition in range(3):
+        assert (
+            value(after, "iqstate_replica_lag_offsets", store="counts", partition=str(partition),
+                  role="RUNNING") == 0
+        )  # fmt: skip
+    assert value(after, "iqstate_forwarded_requests_total") == 0
+
+
+def test_metrics_need_the_token_when_one_is_set(app: Application) -> None:
+    server = start_background(app, token="s3cret")
+    try:
+        assert httpx.get(f"{server.url}/metrics", timeout=10).status_code == 401
+        answer = httpx.get(
+            f"{server.url}/metrics", headers={"Authorization": "Bearer s3cret"}, timeout=10
+        )
+        assert answer.status_code == 200 and "iqstate_queries_total" in answer.text
+    finally:
+        server.stop()
