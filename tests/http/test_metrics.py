@@ -104,3 +104,17 @@ def test_metrics_need_the_token_when_one_is_set(app: Application) -> None:
         assert answer.status_code == 200 and "iqstate_queries_total" in answer.text
     finally:
         server.stop()
+
+
+def test_each_partition_commit_is_timed(app: Application, http: httpx.Client) -> None:
+    """KIP-1035's commit metrics: one duration per store partition a batch commits."""
+    before = scrape(http)
+    with app.begin_batch(position={"words": {0: 8}}, batch_id=2, stores=["counts"]) as batch:
+        batch.put("counts", "spark", 4)
+    after = scrape(http)
+    name = "iqstate_commit_duration_seconds_count"
+    assert value(after, name, store="counts") - value(before, name, store="counts") == 3
+    assert value(after, name, store="by-id") == value(before, name, store="by-id")
+    assert value(after, "iqstate_commit_duration_seconds_sum", store="counts") > value(
+        before, "iqstate_commit_duration_seconds_sum", store="counts"
+    )

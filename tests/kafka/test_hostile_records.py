@@ -20,6 +20,7 @@ from iqstate_kafka.assignor import Member
 from iqstate_kafka.format import MARKER_KEY, batch_headers, marker_value
 from iqstate_kafka.heartbeats import Heartbeat, encode
 from iqstate_kafka.topics import members_topic
+from prometheus_client.parser import text_string_to_metric_families
 from serving_support import layout, serving_pair, stable, wait_for
 
 from iqstate import Application, Position
@@ -98,6 +99,26 @@ def test_a_forged_marker_and_stray_records_are_refused(
             output = instance.output()
             assert "refused (gap): batch marker 9223372036854775807 skips ahead" in output
             assert "refused (stray): a record of batch 99" in output
+            # Counted where an operator looks: each instance hosts a replica of every
+            # partition, so it refused every forged marker and the stray record once.
+            scraped = _scrape(instance.url)
+            skipped = "iqstate_changelog_records_skipped_total"
+            assert scraped[(skipped, (("reason", "gap"), ("store", "counts")))] == PARTITIONS
+            assert scraped[(skipped, (("reason", "stray"), ("store", "counts")))] == 1
+            assert scraped[("iqstate_restored_records_total", (("store", "counts"),))] > 0
+            assert scraped[("iqstate_cluster_live_instances", ())] == 2
+            assert scraped[("iqstate_broker_silence_seconds", ())] < 5
+
+
+def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """`/metrics` as `{(sample name, sorted labels): value}`, read by prometheus_client's
+    own parser of the text format."""
+    text = httpx.get(url + "/metrics", timeout=5).text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def _member_ids(bootstrap: str, app_id: str) -> dict[int, str]:

@@ -31,9 +31,10 @@ from iqstate.runtime.assignment import (
     StandaloneAssignment,
 )
 from iqstate.runtime.batch import Batch, StorePartition
-from iqstate.runtime.cluster import Cluster
+from iqstate.runtime.cluster import ChangelogCounts, Cluster
 from iqstate.runtime.committer import BatchCommitter
 from iqstate.runtime.declaration import declare_store
+from iqstate.runtime.durations import DurationsSnapshot
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.iqv1 import StoreQueryParameters
 from iqstate.runtime.metadata import (
@@ -565,6 +566,16 @@ class Application:
         timeout; `None` on one machine. Past the timeout (`Contact.lost`) its actives are
         `CUT_OFF` (queries requiring an active get `NOT_ACTIVE`) and its lags unknown."""
         return self._assignment.contact()
+
+    def changelog_counts(self) -> ChangelogCounts | None:
+        """In distributed mode, the changelog records applied and skipped here per store
+        partition (`/metrics` exports them); None otherwise."""
+        return None if self._connection is None else self._connection.changelog_counts()
+
+    def commit_durations(self) -> dict[str, DurationsSnapshot]:
+        """How long each store's batch commits took here, as a histogram per store
+        (KIP-1035's commit metrics; `/metrics` exports them)."""
+        return self._partitions.commit_durations()
 
     def metrics(self) -> dict[str, dict[int, dict[str, float]]]:
         """Per store partition metrics (operation rates and latencies, commit metrics)."""

@@ -9,6 +9,7 @@ local stores), and a follower that applies the changelogs to the partitions host
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from iqstate.runtime.assignment import AssignmentProvider
@@ -16,8 +17,18 @@ from iqstate.runtime.metadata import HostInfo
 from iqstate.runtime.spec import StoreSpec
 
 if TYPE_CHECKING:
-    from iqstate.runtime.batch import Batch
+    from iqstate.runtime.batch import Batch, StorePartition
     from iqstate.runtime.following import FollowedPartitions
+
+
+@dataclass(frozen=True)
+class ChangelogCounts:
+    """What the follower did with the changelog records it read, per store partition hosted
+    here, since the application started: records `applied`, and records `skipped` by
+    reason (`undecodable`, or a refusal: `gap`, `stray`; each skipped record was logged)."""
+
+    applied: Mapping[StorePartition, int] = field(default_factory=dict)
+    skipped: Mapping[StorePartition, Mapping[str, int]] = field(default_factory=dict)
 
 
 class ClusterMember(Protocol):
@@ -47,6 +58,10 @@ class ClusterConnection(Protocol):
 
     def write_batch(self, batch: Batch) -> None:
         """Write a batch to the changelogs; return only when its markers are durable."""
+        ...
+
+    def changelog_counts(self) -> ChangelogCounts:
+        """Changelog records applied and skipped here, per store partition."""
         ...
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ from iqstate.persistent import UncleanShutdownError
 from iqstate.position import Position, TopicPartition
 from iqstate.runtime.assignment import PartitionRole
 from iqstate.runtime.committed import CommittedPartitions
+from iqstate.runtime.durations import Durations
 from iqstate.runtime.offsets import OffsetKeeper, fence_partition
 from iqstate.runtime.spec import StoreSpec, WindowStoreSpec
 
@@ -44,9 +45,11 @@ class HostedPartition:
         context: StateStoreContext,
         committed: CommittedPartitions | None = None,
         followed: bool = False,
+        commit_durations: Durations | None = None,
     ) -> None:
         """`followed`: the partition follows a changelog kept elsewhere (distributed mode),
-        which can rebuild it; a follower applies the changelog with `apply_changelog`."""
+        which can rebuild it; a follower applies the changelog with `apply_changelog`.
+        `commit_durations`: where the time of each batch's store commit is recorded."""
         self.spec = spec
         self.partition = partition
         self.role = role
@@ -66,6 +69,7 @@ class HostedPartition:
             reader if isinstance(reader, ChangelogReader) and spec.logging else None
         )
         self._rebuildable = followed or self._changelog is not None
+        self._commit_durations = commit_durations
 
     def open(self) -> None:
         try:
@@ -264,7 +268,10 @@ class HostedPartition:
             changes[self.fence_partition] = batch_id
         elif self.fence is not None:
             changes[self.fence_partition] = self.fence
+        started = time.perf_counter()
         self.offsets.commit(changes)
+        if self._commit_durations is not None:
+            self._commit_durations.observe(time.perf_counter() - started)
         if batch_id is not None:
             self.fence = batch_id
         committed = self._committed

@@ -12,6 +12,7 @@ from iqstate.dispatch import QueryHandlerRegistry
 from iqstate.position import Position, TopicPartition
 from iqstate.runtime.assignment import Assignment, PartitionRole
 from iqstate.runtime.committed import CommittedPartitions
+from iqstate.runtime.durations import Durations, DurationsSnapshot
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import StoreSpec
 from iqstate.runtime.state_directory import StateDirectory
@@ -54,6 +55,7 @@ class HostedPartitions:
         self._directory = directory
         self._committed: dict[str, CommittedPartitions] = {}
         self._hosted: dict[str, dict[int, HostedPartition]] = {}
+        self._commit_durations: dict[str, Durations] = {}
 
     def use_records(self, committed: dict[str, CommittedPartitions]) -> None:
         """The records of partitions with committed data, per persistent store."""
@@ -108,6 +110,7 @@ class HostedPartitions:
                         self._context(spec, partition),
                         self._committed.get(name),
                         followed=self._settings.followed,
+                        commit_durations=self._commit_durations.setdefault(name, Durations()),
                     )
                     partition_store.open()
                     opened.append(partition_store)
@@ -117,6 +120,11 @@ class HostedPartitions:
                 partition_store.close()
             raise
         self._hosted = hosted
+
+    def commit_durations(self) -> dict[str, DurationsSnapshot]:
+        """Each store's commit durations, over every partition it has hosted here (stores
+        that never hosted a partition here are absent)."""
+        return {name: durations.snapshot() for name, durations in self._commit_durations.items()}
 
     def close_all(self) -> None:
         for partitions in self._hosted.values():

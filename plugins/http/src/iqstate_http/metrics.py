@@ -3,10 +3,11 @@
 Recording sits on the hot paths (every query and every request), where `prometheus_client`'s
 own counters and histograms would cost a lock and, for a histogram, a Python loop over the
 buckets per observation. So each thread tallies in plain integers of its own, without a lock
-(`ServiceMetrics.record_query`, `record_request`), and a collector adds the threads' tallies
-up into metric families when Prometheus scrapes; values that already exist elsewhere (replica lags,
-live instances, Kafka's silence) are read then too. Labels are bounded: store, query type,
-outcome, partition, role, route template and status; never a key or a raw path.
+(`ServiceMetrics.record_query`, `record_request`), and a collector adds the threads'
+tallies up into metric families when Prometheus scrapes. Values that already exist
+elsewhere (replica lags, commit durations, changelog records applied and skipped, live
+instances, Kafka's silence) are read then too. Labels are bounded: store, query type,
+outcome, partition, role, route template, status and reason; never a key or a raw path.
 """
 
 from __future__ import annotations
@@ -214,7 +215,8 @@ def _query_families(queries: Mapping[tuple[str, str], _QuerySeries]) -> Iterator
 
 
 def _replica_families(app: Application) -> Iterator[Metric]:
-    """Lags, live instances and Kafka's silence, as this instance knows them now."""
+    """Lags, commits, changelog records, live instances and Kafka's silence, as this
+    instance knows them now."""
     lags = GaugeMetricFamily(
         "iqstate_replica_lag_offsets",
         "changelog records a replica hosted here is behind (absent while unknown)",
@@ -227,6 +229,43 @@ def _replica_families(app: Application) -> Iterator[Metric]:
             if lag.offset_lag is not None and role is not None:
                 lags.add_metric([store, str(partition), role.state], lag.offset_lag)
     yield lags
+    commits = HistogramMetricFamily(
+        "iqstate_commit_duration_seconds",
+        "time of a batch's store commit (data, offsets, position and fence at once)",
+        labels=["store"],
+    )
+    for store, durations in sorted(app.commit_durations().items()):
+        cumulative, buckets = 0, []
+        for bound, count in zip((*durations.bounds, float("inf")), durations.counts, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+        commits.add_metric([store], buckets, durations.total)
+    yield commits
+    counts = app.changelog_counts()
+    if counts is not None:
+        restored = CounterMetricFamily(
+            "iqstate_restored_records",
+            "changelog records applied to the replicas hosted here",
+            labels=["store"],
+        )
+        by_store: dict[str, int] = {}
+        for (store, _), applied in counts.applied.items():
+            by_store[store] = by_store.get(store, 0) + applied
+        for store, applied in sorted(by_store.items()):
+            restored.add_metric([store], applied)
+        yield restored
+        skipped = CounterMetricFamily(
+            "iqstate_changelog_records_skipped",
+            "changelog records not applied: undecodable, or refused (gap, stray)",
+            labels=["store", "reason"],
+        )
+        by_reason: dict[tuple[str, str], int] = {}
+        for (store, _), reasons in counts.skipped.items():
+            for reason, count in reasons.items():
+                by_reason[(store, reason)] = by_reason.get((store, reason), 0) + count
+        for (store, reason), count in sorted(by_reason.items()):
+            skipped.add_metric([store, reason], count)
+        yield skipped
     live = sum(1 for status in app.cluster_status() if status.live)
     yield GaugeMetricFamily("iqstate_cluster_live_instances", "live instances", value=live)
     contact = app.cluster_contact()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from iqstate.runtime.assignment import AssignmentProvider
 from iqstate.runtime.batch import Batch
-from iqstate.runtime.cluster import ClusterMember
+from iqstate.runtime.cluster import ChangelogCounts, ClusterMember
 from iqstate.runtime.following import FollowedPartitions
 from iqstate_kafka.follower import Follower
 from iqstate_kafka.settings import ClusterSettings
@@ -60,6 +60,10 @@ class KafkaConnection:
             stores={name: declared[name].partitions for name in sorted(covered)},
             allow_gaps=batch.allow_gaps,
         )
+
+    def changelog_counts(self) -> ChangelogCounts:
+        """The follower's counts (nothing for a writer, which follows nothing)."""
+        return ChangelogCounts() if self.follower is None else self.follower.counts()
 
     def close(self) -> None:
         """Stop following, release the producer, and leave the cluster."""

@@ -43,6 +43,7 @@ from typing import Any
 
 from iqstate.position import TopicPartition
 from iqstate.runtime.batch import StorePartition
+from iqstate.runtime.cluster import ChangelogCounts
 from iqstate.runtime.following import FollowedPartition, FollowedPartitions
 from iqstate_kafka.applying import Refusal, StoreCommit, fold
 from iqstate_kafka.progress import CaughtUpListener
@@ -134,7 +135,7 @@ class Follower:
         # Shared with other threads, under _lock:
         self._lock = threading.Lock()
         self._offsets: dict[StorePartition, ReplicaOffsets] = {}
-        self._applied = 0
+        self._applied: dict[StorePartition, int] = {}
         self._skipped: dict[StorePartition, int] = {}
         self._refused: dict[StorePartition, dict[str, int]] = {}
         self._skipped_before: dict[StorePartition, int] = {}
@@ -202,7 +203,7 @@ class Follower:
         """Data records applied to the hosted partitions since `start` (markers and records
         of batches a partition had applied already not counted)."""
         with self._lock:
-            return self._applied
+            return sum(self._applied.values())
 
     def refused_records(self) -> dict[StorePartition, dict[str, int]]:
         """Records refused per store partition since `start`, by reason (`gap`: a batch
@@ -216,6 +217,17 @@ class Follower:
         (each was logged naming topic, partition and offset)."""
         with self._lock:
             return {key: count for key, count in self._skipped.items() if count}
+
+    def counts(self) -> ChangelogCounts:
+        """Records applied and skipped (undecodable, or refused by reason) per partition."""
+        with self._lock:
+            skipped: dict[StorePartition, dict[str, int]] = {
+                key: dict(reasons) for key, reasons in self._refused.items()
+            }
+            for key, count in self._skipped.items():
+                if count:
+                    skipped.setdefault(key, {})["undecodable"] = count
+            return ChangelogCounts(dict(self._applied), skipped)
 
     # -- the thread --------------------------------------------------------------------------
 
@@ -450,7 +462,7 @@ class Follower:
             self._refuse(key, followed, commit.refused)
         with self._lock:
             self._offsets[key].committed_to(commit.next_offset)
-            self._applied += len(entries)
+            self._applied[key] = self._applied.get(key, 0) + len(entries)
 
     def _refuse(
         self, key: StorePartition, followed: _Followed, refused: tuple[Refusal, ...]
