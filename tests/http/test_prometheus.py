@@ -1,0 +1,104 @@
+"""A real Prometheus (Debian's package) scrapes the service, and the Grafana dashboard shipped
+in docs/ asks it only for what the service exports, in PromQL it accepts."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from iqstate_http import start_background
+from support.network import free_port
+
+from iqstate import Application
+
+DOCS = Path(__file__).parents[2] / "docs"
+DASHBOARD = DOCS / "grafana" / "iqstate-dashboard.json"
+PROMETHEUS = shutil.which("prometheus")
+
+
+def dashboard_queries() -> list[str]:
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    return [target["expr"] for panel in panels for target in panel["targets"]]
+
+
+def test_the_dashboard_asks_only_for_documented_families() -> None:
+    documented = set(re.findall(r"`(iqstate_[a-z_]+)`", (DOCS / "http.md").read_text()))
+    for expr in dashboard_queries():
+        for name in re.findall(r"\biqstate_[a-z_]+", expr):
+            family = re.sub(r"_(bucket|sum|count)$", "", name)
+            assert family in documented, f"{expr} asks for {name}, which /metrics lacks"
+    titles = [panel["title"] for panel in json.loads(DASHBOARD.read_text())["panels"]]
+    for wanted in ("Query rate", "Query latency", "Failures", "Lag", "Restore", "Commit"):
+        assert any(title.startswith(wanted) for title in titles), wanted
+
+
+@pytest.fixture
+def prometheus(app: Application, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A Prometheus scraping the service every second: `(its url, the service's url)`."""
+    if PROMETHEUS is None:
+        pytest.skip("Debian's prometheus package is not installed (apt-get install prometheus)")
+    server = start_background(app)
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n  - job_name: iqstate\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{server.port}']\n"
+    )
+    process = subprocess.Popen(
+        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        yield f"http://127.0.0.1:{port}", server.url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        server.stop()
+
+
+def ask(prometheus_url: str, expr: str) -> dict[str, Any]:
+    answer = httpx.get(f"{prometheus_url}/api/v1/query", params={"query": expr}, timeout=10)
+    body: dict[str, Any] = answer.json()
+    assert body["status"] == "success", f"{expr}: {body}"
+    return body
+
+
+def test_a_real_prometheus_scrapes_the_counts_and_runs_the_dashboard(
+    prometheus: tuple[str, str],
+) -> None:
+    prometheus_url, service_url = prometheus
+    for _ in range(3):
+        assert httpx.get(f"{service_url}/v1/stores/counts/keys/spark", timeout=5).status_code == 200
+    wanted = 'iqstate_queries_total{store="counts",query="KeyQuery",outcome="success"}'
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            found = ask(prometheus_url, wanted)["data"]["result"]
+        except httpx.HTTPError:
+            found = []
+        if found and float(found[0]["value"][1]) == 3:
+            break
+        assert time.monotonic() < deadline, f"Prometheus never scraped 3 lookups: {found}"
+        time.sleep(0.5)
+    targets = httpx.get(f"{prometheus_url}/api/v1/targets", timeout=10).json()["data"]
+    (target,) = targets["activeTargets"]
+    assert target["health"] == "up" and target["lastError"] == ""
+    time.sleep(2.5)  # a few more scrapes, so rates have two points
+    for expr in dashboard_queries():
+        ask(prometheus_url, expr.replace("$job", ".*").replace("$__rate_interval", "1m"))
+    latency = ask(
+        prometheus_url,
+        "histogram_quantile(0.5, sum by (le) "
+        '(iqstate_query_duration_seconds_bucket{store="counts",query="KeyQuery"}))',
+    )["data"]["result"]
+    assert 0 < float(latency[0]["value"][1]) < 1, "a key lookup's median is under a second"
