@@ -21,13 +21,16 @@ class HostInfo:
 
     @classmethod
     def parse(cls, endpoint: str) -> HostInfo:
-        """`"host:port"` -> `HostInfo`; raises `ValueError` naming what is malformed."""
+        """`"host:port"` (or `"https://host:port"`, `"http://host:port"`: whether an instance
+        speaks TLS is its server's setting, so the scheme is accepted and dropped) ->
+        `HostInfo`; raises `ValueError` naming what is malformed."""
         if not isinstance(endpoint, str):
             raise TypeError(
                 f"application_server must be a 'host:port' string, got {type(endpoint).__name__}"
                 f" {endpoint!r}"
             )
-        host, separator, port = endpoint.rpartition(":")
+        address = endpoint.removeprefix("https://").removeprefix("http://").rstrip("/")
+        host, separator, port = address.rpartition(":")
         if not separator or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(
                 f"application_server must look like 'host:port' with a port in 1..65535, "

@@ -18,6 +18,7 @@ plans of `client_plan`, which hold all the logic and do no I/O.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +58,11 @@ def _reply(response: httpx.Response) -> Reply:
     return Reply(response.status_code, body, retry_after=retry_after)
 
 
+def _tls(verify: bool | str) -> bool | ssl.SSLContext:
+    """httpx's `verify`: a CA bundle's path becomes a context that trusts it."""
+    return ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
+
+
 def _headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
@@ -65,7 +71,10 @@ class RemoteQueryClient:
     """Routes IQv2 requests across the instances of one iqstate application.
 
     `metadata_max_age`: seconds the cluster's layout is kept before it is read again.
-    `transport`: an httpx transport to send requests through (default: httpx's own)."""
+    `transport`: an httpx transport to send requests through (default: httpx's own).
+    `verify`, for an `https://` url: check the instances' certificates against the system's
+    CAs (True), a CA bundle (its path), or not at all (False). Every instance is reached
+    with the url's scheme."""
 
     def __init__(
         self,
@@ -74,9 +83,12 @@ class RemoteQueryClient:
         timeout: float = 5.0,
         metadata_max_age: float = 5.0,
         transport: httpx.BaseTransport | None = None,
+        verify: bool | str = True,
     ) -> None:
         self._logic = ClientLogic(url, metadata_max_age)
-        self._http = httpx.Client(timeout=timeout, headers=_headers(token), transport=transport)
+        self._http = httpx.Client(
+            timeout=timeout, headers=_headers(token), transport=transport, verify=_tls(verify)
+        )
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="iqstate-client")
 
     def close(self) -> None:
@@ -171,10 +183,11 @@ class AsyncRemoteQueryClient:
         timeout: float = 5.0,
         metadata_max_age: float = 5.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        verify: bool | str = True,
     ) -> None:
         self._logic = ClientLogic(url, metadata_max_age)
         self._http = httpx.AsyncClient(
-            timeout=timeout, headers=_headers(token), transport=transport
+            timeout=timeout, headers=_headers(token), transport=transport, verify=_tls(verify)
         )
 
     async def aclose(self) -> None:

@@ -140,8 +140,8 @@ def _value(query: Query[Any], value: Any) -> Any:
 _LAYOUT_MOVED = frozenset({FailureReason.NOT_PRESENT, FailureReason.NOT_ACTIVE})
 
 
-def _url(instance: dict[str, Any]) -> str:
-    return f"http://{instance['host']}:{instance['port']}"
+def _url(scheme: str, instance: dict[str, Any]) -> str:
+    return f"{scheme}://{instance['host']}:{instance['port']}"
 
 
 def _error_message(reply: Reply) -> str:
@@ -217,6 +217,8 @@ class ClusterView:
     instances: list[dict[str, Any]]
     stores: dict[str, StoreInfo]
     read_at: float
+    scheme: str = "http"
+    """Every instance's, as the seed's: a cluster serves HTTPS everywhere or nowhere."""
     active: dict[tuple[str, int], str] = field(default_factory=dict)
     """The URL of each store partition's active instance."""
 
@@ -224,10 +226,10 @@ class ClusterView:
         for instance in self.instances:
             for store, partitions in instance["active"].items():
                 for partition in partitions:
-                    self.active[(store, partition)] = _url(instance)
+                    self.active[(store, partition)] = _url(self.scheme, instance)
 
     def urls(self) -> list[str]:
-        return [_url(instance) for instance in self.instances]
+        return [_url(self.scheme, instance) for instance in self.instances]
 
 
 class ClientLogic:
@@ -237,6 +239,7 @@ class ClientLogic:
         if not metadata_max_age > 0:
             raise ValueError("metadata_max_age must be a positive number of seconds")
         self.seeds = [url.rstrip("/")]
+        self.scheme = "https" if url.startswith("https://") else "http"
         self.metadata_max_age = metadata_max_age
         self.view: ClusterView | None = None
         self._serdes: dict[str, Serde[Any] | None] = {}
@@ -278,7 +281,7 @@ class ClientLogic:
                 serde_name,
                 self._serde(serde_name) if default else None,
             )
-        self.view = ClusterView(instances, infos, time.monotonic())
+        self.view = ClusterView(instances, infos, time.monotonic(), self.scheme)
         for url in self.view.urls():  # every known instance can answer discovery next time
             if url not in self.seeds:
                 self.seeds.append(url)
@@ -369,7 +372,7 @@ class ClientLogic:
                 body = reply.body
                 result: QueryResult[Any] = QueryResult.for_result(body["value"])
                 result.position = position_from_json(body["position"])
-                if f"http://{body.get('host')}" != target:
+                if f"{self.scheme}://{body.get('host')}" != target:
                     self.moved()
                 return StateQueryResult({int(body["partition"]): result})
             if reply.status == 500:
@@ -484,7 +487,7 @@ class ClientLogic:
                 result = QueryResult.for_failure(FailureReason[entry["failure"]], entry["message"])
                 if result.failure_reason in _LAYOUT_MOVED:
                     self.moved()
-            if entry.get("host") is not None and f"http://{entry['host']}" != url:
+            if entry.get("host") is not None and f"{self.scheme}://{entry['host']}" != url:
                 self.moved()
             if entry.get("position") is not None:
                 result.position = position_from_json(entry["position"])

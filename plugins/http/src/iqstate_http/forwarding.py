@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +50,16 @@ class Forwarder:
     """Sends forwarded requests over one pool of keep-alive connections (aiohttp's client:
     a loopback request costs about a seventh of httpx's async client, measured)."""
 
-    def __init__(self, timeout: float = 10.0, max_connections: int = 64) -> None:
+    def __init__(
+        self,
+        timeout: float = 10.0,
+        max_connections: int = 64,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """`tls`: the other instances speak TLS, verified with this context (the cluster is
+        all TLS or all plain)."""
+        self._scheme = "http" if tls is None else "https"
+        self._tls = tls
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
@@ -60,7 +70,10 @@ class Forwarder:
         if self._session is None:  # made in the server's event loop, on first use
             self._session = aiohttp.ClientSession(
                 timeout=self._timeout,
-                connector=aiohttp.TCPConnector(limit=self._max_connections),
+                connector=aiohttp.TCPConnector(
+                    limit=self._max_connections,
+                    ssl=self._tls if self._tls is not None else True,
+                ),
                 skip_auto_headers=("User-Agent",),
             )
         return self._session
@@ -80,13 +93,13 @@ class Forwarder:
     async def get(
         self, host: str, path: str, authorization: str | None
     ) -> Forwarded | ForwardFailure:
-        """`GET http://host{path}` (path with its query string), forwarded."""
+        """`GET <scheme>://host{path}` (path with its query string), forwarded."""
         return await self._send("GET", host, path, None, authorization)
 
     async def post(
         self, host: str, path: str, body: dict[str, Any], authorization: str | None
     ) -> Forwarded | ForwardFailure:
-        """`POST http://host{path}` with a JSON body, forwarded."""
+        """`POST <scheme>://host{path}` with a JSON body, forwarded."""
         return await self._send("POST", host, path, body, authorization)
 
     def post_from_thread(
@@ -124,7 +137,7 @@ class Forwarder:
             headers["content-type"] = "application/json"
         try:
             async with self._http().request(
-                method, f"http://{host}{path}", data=data, headers=headers
+                method, f"{self._scheme}://{host}{path}", data=data, headers=headers
             ) as response:
                 content = await response.read()
                 status = response.status

@@ -58,6 +58,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="environment variable holding the bearer token (it must be set and non-empty)",
     )
     parser.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY, help="bytes")
+    parser.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate")
+    parser.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    parser.add_argument("--tls-ca", metavar="PEM", help="CA bundle to verify the other "
+                        "instances with when forwarding (default: the system's)")  # fmt: skip
     parser.add_argument("--log-format", choices=LOG_FORMATS, default="text",
                         help="log lines on stderr as text, or one JSON object a line")  # fmt: skip
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="warning")
@@ -107,6 +111,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_format, args.log_level)
     token = token_from_env(args.token_env)
+    if (args.tls_cert is None) != (args.tls_key is None) or (
+        args.tls_ca is not None and args.tls_cert is None
+    ):
+        raise SystemExit("iqstate serve: --tls-cert and --tls-key go together (and --tls-ca "
+                         "with them)")  # fmt: skip
     chosen = {name: getattr(args, name) for name in _LIMITS if getattr(args, name) is not None}
     try:
         limits = ConnectionLimits(**chosen)
@@ -129,7 +138,8 @@ def _serve(args: argparse.Namespace) -> int:
             raise SystemExit(f"iqstate serve: {exc}") from exc
     try:
         serve(app, host=args.host or host, port=args.port or port, token=token,
-              max_body=args.max_body, limits=limits)  # fmt: skip
+              max_body=args.max_body, limits=limits, ssl_certfile=args.tls_cert,
+              ssl_keyfile=args.tls_key, ssl_ca_certs=args.tls_ca)  # fmt: skip
     except KeyboardInterrupt:  # Ctrl-C: uvicorn stopped the server; stop quietly too
         pass
     finally:
@@ -176,11 +186,14 @@ def _add_status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token-env", default=None, help="environment variable holding the bearer token"
     )
+    parser.add_argument("--tls-ca", metavar="PEM", help="CA bundle to verify an https URL with")
     parser.add_argument("--watch", action="store_true", help="redraw until Ctrl-C")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between redraws")
 
 
 def _status(args: argparse.Namespace) -> int:
+    import ssl
+
     from rich.console import Console
 
     from iqstate_http.status import show, watch
@@ -189,9 +202,10 @@ def _status(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         raise SystemExit(f"iqstate status: --interval must be > 0 seconds, got {args.interval}")
     console = Console()
+    verify = True if args.tls_ca is None else ssl.create_default_context(cafile=args.tls_ca)
     if args.watch:
-        return watch(args.url, token, console, args.interval)
-    return show(args.url, token, console)
+        return watch(args.url, token, console, args.interval, verify)
+    return show(args.url, token, console, verify)
 
 
 @hookimpl

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import logging
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -27,6 +28,33 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+@dataclass(frozen=True)
+class Tls:
+    """The service's certificate and key (PEM files), and the CA bundle it verifies the
+    other instances' certificates with when it forwards (None: the system's)."""
+
+    certfile: str
+    keyfile: str
+    ca_certs: str | None = None
+
+    @classmethod
+    def of(cls, certfile: str | None, keyfile: str | None, ca_certs: str | None) -> Tls | None:
+        """The TLS settings given, or None; `ValueError` for half of them."""
+        if certfile is None and keyfile is None:
+            if ca_certs is not None:
+                raise ValueError("ssl_ca_certs needs ssl_certfile and ssl_keyfile")
+            return None
+        if certfile is None or keyfile is None:
+            raise ValueError(
+                "TLS needs both a certificate (ssl_certfile) and its key (ssl_keyfile)"
+            )
+        return cls(certfile, keyfile, ca_certs)
+
+    def peer_context(self) -> ssl.SSLContext:
+        """How forwarded requests verify the other instances."""
+        return ssl.create_default_context(cafile=self.ca_certs)
+
+
 def _config(
     app: Application,
     host: str,
@@ -34,6 +62,7 @@ def _config(
     token: str | None,
     limits: ConnectionLimits | None,
     service: QueryService,
+    tls: Tls | None,
 ) -> uvicorn.Config:
     asgi = service.asgi()
     if token is None and not _is_loopback(host):
@@ -49,6 +78,8 @@ def _config(
         access_log=False,
         http=functools.partial(LimitedHttpToolsProtocol, limits=limits),  # type: ignore[arg-type]
         timeout_keep_alive=limits.keep_alive_timeout,  # type: ignore[arg-type]  # a float works
+        ssl_certfile=None if tls is None else tls.certfile,
+        ssl_keyfile=None if tls is None else tls.keyfile,
     )
 
 
@@ -62,16 +93,26 @@ def serve(
     max_rows: int = DEFAULT_MAX_ROWS,
     range_limits: RangeLimits | None = None,
     forward_timeout: float = 10.0,
+    ssl_certfile: str | None = None,
+    ssl_keyfile: str | None = None,
+    ssl_ca_certs: str | None = None,
 ) -> None:
     """Serve `app` until interrupted (listens on localhost unless told otherwise).
 
     `max_rows` caps an unmerged range answer (422 beyond it), `range_limits` how many
     range requests run and wait at once, `forward_timeout` how long a request forwarded to
-    another instance may take (seconds)."""
-    service = QueryService(app, token, max_body, max_rows, range_limits, forward_timeout)
-    log.info("serving %s on http://%s:%d", app.application_id, host, port)
+    another instance may take (seconds). `ssl_certfile` and `ssl_keyfile` serve HTTPS; then
+    the other instances of the cluster serve HTTPS too, verified with `ssl_ca_certs` (a CA
+    bundle; default: the system's)."""
+    tls = Tls.of(ssl_certfile, ssl_keyfile, ssl_ca_certs)
+    service = QueryService(
+        app, token, max_body, max_rows, range_limits, forward_timeout,
+        None if tls is None else tls.peer_context(),
+    )  # fmt: skip
+    scheme = "http" if tls is None else "https"
+    log.info("serving %s on %s://%s:%d", app.application_id, scheme, host, port)
     try:
-        uvicorn.Server(_config(app, host, port, token, limits, service)).run()
+        uvicorn.Server(_config(app, host, port, token, limits, service, tls)).run()
     finally:  # also when uvicorn hands the Ctrl-C it caught back as KeyboardInterrupt
         log.info("stopped serving %s", app.application_id)
 
@@ -100,10 +141,17 @@ def start_background(
     max_rows: int = DEFAULT_MAX_ROWS,
     range_limits: RangeLimits | None = None,
     forward_timeout: float = 10.0,
+    ssl_certfile: str | None = None,
+    ssl_keyfile: str | None = None,
+    ssl_ca_certs: str | None = None,
 ) -> BackgroundServer:
     """Start the service in a daemon thread; `port=0` picks a free port (options as `serve`)."""
-    service = QueryService(app, token, max_body, max_rows, range_limits, forward_timeout)
-    server = uvicorn.Server(_config(app, host, port, token, limits, service))
+    tls = Tls.of(ssl_certfile, ssl_keyfile, ssl_ca_certs)
+    service = QueryService(
+        app, token, max_body, max_rows, range_limits, forward_timeout,
+        None if tls is None else tls.peer_context(),
+    )  # fmt: skip
+    server = uvicorn.Server(_config(app, host, port, token, limits, service, tls))
     thread = threading.Thread(target=server.run, name="iqstate-http", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -112,4 +160,5 @@ def start_background(
             raise RuntimeError(f"the HTTP service did not start on {host}:{port}")
         time.sleep(0.01)
     bound = server.servers[0].sockets[0].getsockname()[1]
-    return BackgroundServer(f"http://{host}:{bound}", bound, server, thread)
+    scheme = "http" if tls is None else "https"
+    return BackgroundServer(f"{scheme}://{host}:{bound}", bound, server, thread)

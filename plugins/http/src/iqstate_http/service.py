@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hmac
 import re
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -309,7 +310,10 @@ class QueryService:
         max_rows: int = DEFAULT_MAX_ROWS,
         range_limits: RangeLimits | None = None,
         forward_timeout: float = 10.0,
+        peer_tls: ssl.SSLContext | None = None,
     ) -> None:
+        """`peer_tls`: the other instances serve TLS; forwarded requests verify them with
+        this context."""
         if token is not None and not token.strip():
             raise ValueError("the bearer token is empty: give a real token, or none")
         if max_rows < 1:
@@ -320,7 +324,7 @@ class QueryService:
         self.max_rows = max_rows
         self.codecs = Codecs(app.plugins)
         self.replicas = ReplicaChoice(app)
-        self.forwarder = Forwarder(timeout=forward_timeout)
+        self.forwarder = Forwarder(timeout=forward_timeout, tls=peer_tls)
         self.metrics = ServiceMetrics(app, lambda: self.forwarder.sent)
         self.runner = QueryRunner(
             app, self.codecs, self.replicas, self.forwarder, self.metrics.query

@@ -13,6 +13,7 @@ instance does not answer.
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -30,12 +31,14 @@ class StatusError(Exception):
     """The instance asked did not answer, or not with its status."""
 
 
-def fetch(url: str, token: str | None, timeout: float = 5.0) -> tuple[dict[str, Any], list[Any]]:
+def fetch(
+    url: str, token: str | None, verify: bool | ssl.SSLContext = True, timeout: float = 5.0
+) -> tuple[dict[str, Any], list[Any]]:
     """The instance's `/v1/health` and `/v1/cluster` documents; `StatusError` saying why not."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     base = url.rstrip("/")
     try:
-        with httpx.Client(timeout=timeout, headers=headers) as http:
+        with httpx.Client(timeout=timeout, headers=headers, verify=verify) as http:
             health = http.get(f"{base}/v1/health")
             cluster = http.get(f"{base}/v1/cluster")
     except httpx.HTTPError as exc:
@@ -117,10 +120,12 @@ def _partitions(cluster: list[Any]) -> Table:
     return table
 
 
-def show(url: str, token: str | None, console: Console) -> int:
+def show(
+    url: str, token: str | None, console: Console, verify: bool | ssl.SSLContext = True
+) -> int:
     """Print the status once: 0, or 1 with the reason when the instance does not answer."""
     try:
-        health, cluster = fetch(url, token)
+        health, cluster = fetch(url, token, verify)
     except StatusError as exc:
         console.print(f"iqstate status: {exc}", style="red")
         return 1
@@ -128,12 +133,18 @@ def show(url: str, token: str | None, console: Console) -> int:
     return 0
 
 
-def watch(url: str, token: str | None, console: Console, interval: float) -> int:
+def watch(
+    url: str,
+    token: str | None,
+    console: Console,
+    interval: float,
+    verify: bool | ssl.SSLContext = True,
+) -> int:
     """Redraw the status every `interval` seconds until Ctrl-C (then 0)."""
 
     def current() -> RenderableType:
         try:
-            health, cluster = fetch(url, token)
+            health, cluster = fetch(url, token, verify)
         except StatusError as exc:
             return Text(f"{time.strftime('%H:%M:%S')} {exc}", style="red")
         return Group(Text(time.strftime("%H:%M:%S"), style="dim"), render(url, health, cluster))
