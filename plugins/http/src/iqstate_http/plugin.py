@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 from iqstate import Application, IqstateError
@@ -107,6 +108,7 @@ def token_from_env(variable: str | None, command: str = "iqstate serve") -> str 
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from iqstate_http.restore_progress import RestoreProgress
     from iqstate_http.server import serve
 
     configure_logging(args.log_format, args.log_level)
@@ -136,6 +138,8 @@ def _serve(args: argparse.Namespace) -> int:
             app.start()
         except IqstateError as exc:
             raise SystemExit(f"iqstate serve: {exc}") from exc
+    progress = RestoreProgress(app, terminal=sys.stderr.isatty())
+    progress.start()
     try:
         serve(app, host=args.host or host, port=args.port or port, token=token,
               max_body=args.max_body, limits=limits, ssl_certfile=args.tls_cert,
@@ -143,6 +147,7 @@ def _serve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # Ctrl-C: uvicorn stopped the server; stop quietly too
         pass
     finally:
+        progress.stop()
         app.close()
     return 0
 

@@ -1,0 +1,102 @@
+"""`iqstate serve` shows a restore as it happens: a progress bar per store on a terminal,
+log lines otherwise; against a real broker, the instances in processes of their own."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from iqstate_kafka import KafkaCluster
+from support.network import free_port
+
+from iqstate import Application
+
+RECORDS = 300_000
+PARTITIONS = 4
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def serve_command(bootstrap: str, app_id: str, state: Path, *extra: str) -> list[str]:
+    port = free_port()
+    return [
+        sys.executable, "-m", "iqstate.cli", "serve", "--cluster", bootstrap,
+        "--app-id", app_id, "--application-server", f"127.0.0.1:{port}",
+        "--state-dir", str(state), "--standbys", "1",
+        "--store", f"counts:key_value:{PARTITIONS},engine=rocksdb,value_serde=int64", *extra,
+    ]  # fmt: skip
+
+
+def test_a_restore_shows_its_progress(
+    kafka_broker: Any, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    app_id = unique_name("restore")
+    bootstrap = kafka_broker.bootstrap_servers
+    writer = Application(app_id, tmp_path / "writer", cluster=KafkaCluster(bootstrap),
+                         serving=False)  # fmt: skip
+    writer.key_value_store("counts", PARTITIONS, engine="rocksdb", value_serde="int64")
+    with writer:
+        for batch_id, start in enumerate(range(0, RECORDS, 50_000)):
+            with writer.begin_batch(position={"src": {0: start}}, batch_id=batch_id) as batch:
+                batch.put_all("counts", ((f"key-{n:08d}", n) for n in range(start, start + 50_000)))
+
+    # On a terminal: a bar per store, with its rate, redrawn in place.
+    primary, secondary = pty.openpty()
+    on_terminal = subprocess.Popen(
+        serve_command(bootstrap, app_id, tmp_path / "a"),
+        stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary,
+        env={**os.environ, "COLUMNS": "140", "TERM": "xterm-256color"},
+    )  # fmt: skip
+    os.close(secondary)
+    shown = b""
+    try:
+        deadline = time.monotonic() + 120
+        while b"records/s" not in shown:
+            assert time.monotonic() < deadline, ANSI.sub("", shown.decode(errors="replace"))
+            assert on_terminal.poll() is None, shown.decode(errors="replace")
+            if select.select([primary], [], [], 0.2)[0]:
+                shown += os.read(primary, 65536)
+        text = ANSI.sub("", shown.decode(errors="replace"))
+        assert "restoring counts" in text
+        assert re.search(r"\d+/\d+", text), "records done of records to restore"
+
+        # Elsewhere (a log file): log lines, as JSON here; the second instance restores the
+        # standbys it is given from the whole changelog.
+        log = tmp_path / "b.log"
+        with log.open("wb") as output:
+            logged = subprocess.Popen(
+                serve_command(bootstrap, app_id, tmp_path / "b", "--log-format", "json",
+                              "--log-level", "info"),
+                stdout=output, stderr=output,
+            )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+                messages = [entry["message"] for entry in lines]
+                if any(message.startswith("restored counts") for message in messages):
+                    break
+                assert logged.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, messages
+                time.sleep(0.5)
+            started = next(m for m in messages if m.startswith("restoring counts:"))
+            assert int(started.split(": ")[1].split()[0]) >= 1_000
+            finished = next(m for m in messages if m.startswith("restored counts"))
+            restored = int(finished.split(": ")[1].split()[0])
+            assert 1_000 <= restored <= RECORDS + PARTITIONS * 6  # records and the markers
+        finally:
+            logged.send_signal(signal.SIGTERM)
+            logged.wait(timeout=60)
+    finally:
+        on_terminal.send_signal(signal.SIGTERM)
+        on_terminal.wait(timeout=60)
+        os.close(primary)
