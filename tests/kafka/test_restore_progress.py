@@ -1,5 +1,6 @@
 """`iqstate serve` shows a restore as it happens: a progress bar per store on a terminal,
-log lines otherwise; against a real broker, the instances in processes of their own."""
+log lines otherwise, and the replicas' lag gauges in `/metrics` falling to 0; against a
+real broker, the instances in processes of their own."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 from iqstate_kafka import KafkaCluster
+from prometheus_client.parser import text_string_to_metric_families
 from support.network import free_port
 
 from iqstate import Application
@@ -34,6 +37,20 @@ def serve_command(bootstrap: str, app_id: str, state: Path, *extra: str) -> list
         "--state-dir", str(state), "--standbys", "1",
         "--store", f"counts:key_value:{PARTITIONS},engine=rocksdb,value_serde=int64", *extra,
     ]  # fmt: skip
+
+
+def replica_lags(url: str) -> list[float]:
+    """The `iqstate_replica_lag_offsets` samples of `url`'s `/metrics` (none while down)."""
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return []
+    return [
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "iqstate_replica_lag_offsets"
+    ]
 
 
 def test_a_restore_shows_its_progress(
@@ -71,23 +88,31 @@ def test_a_restore_shows_its_progress(
 
         # Elsewhere (a log file): log lines, as JSON here; the second instance restores the
         # standbys it is given from the whole changelog.
+        # Its /metrics, scraped all along, show the replicas' lag falling to 0.
         log = tmp_path / "b.log"
+        command = serve_command(bootstrap, app_id, tmp_path / "b", "--log-format", "json",
+                                "--log-level", "info")  # fmt: skip
+        url = "http://" + command[command.index("--application-server") + 1]
         with log.open("wb") as output:
-            logged = subprocess.Popen(
-                serve_command(bootstrap, app_id, tmp_path / "b", "--log-format", "json",
-                              "--log-level", "info"),
-                stdout=output, stderr=output,
-            )  # fmt: skip
+            logged = subprocess.Popen(command, stdout=output, stderr=output)
+        lags_seen: list[float] = [0.0]
         try:
             deadline = time.monotonic() + 120
             while True:
+                lags_seen.extend(replica_lags(url))
                 lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
                 messages = [entry["message"] for entry in lines]
                 if any(message.startswith("restored counts") for message in messages):
                     break
                 assert logged.poll() is None, log.read_text()[-3000:]
                 assert time.monotonic() < deadline, messages
-                time.sleep(0.5)
+                time.sleep(0.1)
+            assert max(lags_seen) >= 1_000, "the lag gauges showed the replicas behind"
+            settled = time.monotonic() + 30
+            while any(replica_lags(url)):
+                assert time.monotonic() < settled, replica_lags(url)
+                time.sleep(0.2)
+            assert len(replica_lags(url)) == PARTITIONS, "a gauge per replica, caught up"
             started = next(m for m in messages if m.startswith("restoring counts:"))
             assert int(started.split(": ")[1].split()[0]) >= 1_000
             finished = next(m for m in messages if m.startswith("restored counts"))
