@@ -9,8 +9,11 @@ is what is measured, not the network):
   timed), which the key route and `POST /v1/query` use for their local answers;
 - `GET /v1/stores/{store}/keys/{key}` through the service, recording as it does, against
   the same service with recording replaced by no-ops.
+- with `--http`: the key route over loopback HTTP, the service under uvicorn (httptools,
+  uvloop) in this process and `wrk` (1 thread, 16 connections, 5 s rounds) loading it,
+  recording on and off alternately.
 Rounds alternate; the best of `--repeat` rounds of each counts. Prints microseconds per
-call and the added cost in percent (target: at most 5%).
+call (requests per second over HTTP) and the added cost in percent (target: at most 5%).
 """
 
 from __future__ import annotations
@@ -18,10 +21,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import re
+import socket
+import subprocess
 import tempfile
+import threading
 import time
 from typing import Any
 
+import uvicorn
 from iqstate_http import QueryService
 from timing import calibration_line
 
@@ -37,6 +45,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--lookups", type=int, default=50_000)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--http", action="store_true", help="also over HTTP, loaded by wrk")
     args = parser.parse_args()
     app = Application("metrics-bench", tempfile.mkdtemp(prefix="iqstate-bench-"))
     app.key_value_store("s", 4, value_serde="string")
@@ -99,6 +108,13 @@ def main() -> None:
         set_recording(True)
         times["on"].append(loop.run_until_complete(routes()))
     loop.close()
+    over_http: dict[str, list[float]] = {"off": [], "on": []}
+    if args.http:
+        for _ in range(args.repeat):
+            for label in ("off", "on"):
+                set_recording(label == "on")
+                over_http[label].append(_wrk_rate(service.asgi(), lookups[0]))
+        set_recording(True)
     app.close()
     print(calibration_line())
     print(f"keys={args.keys} lookups={args.lookups} rounds={args.repeat} (best of each)")
@@ -111,6 +127,35 @@ def main() -> None:
             f"  {label:<30} without {without * 1e6:6.2f} us, with {with_ * 1e6:6.2f} us: "
             f"+{(with_ - without) * 1e6:.2f} us ({(with_ / without - 1) * 100:+.1f}%)"
         )
+    if args.http:
+        off, on = max(over_http["off"]), max(over_http["on"])
+        print(
+            f"  {'key route over HTTP (wrk)':<30} without {off:8,.0f} req/s, with {on:8,.0f} "
+            f"req/s: {(off / on - 1) * 100:+.1f}% time per request"
+        )
+
+
+def _wrk_rate(asgi: Any, key: str, seconds: int = 5) -> float:
+    """Requests per second `wrk` gets from `asgi` served by uvicorn on a free port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(asgi, port=port, log_config=None, log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        output = subprocess.run(
+            ["wrk", "-t1", "-c16", f"-d{seconds}s", f"http://127.0.0.1:{port}/v1/stores/s/keys/{key}"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    return float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
 
 
 if __name__ == "__main__":
