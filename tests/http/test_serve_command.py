@@ -110,15 +110,16 @@ def test_serve_refuses_bad_kafka_settings_by_name(tmp_path: Path) -> None:
         assert "Traceback" not in finished.stderr
 
 
-def test_serve_stops_quietly_on_sigint(tmp_path: Path) -> None:
-    (tmp_path / "quiet_app.py").write_text(
-        "from iqstate import Application\n"
-        f"app = Application('quiet', {str(tmp_path / 'state')!r})\n"
-        "app.key_value_store('s', 1)\n"
-    )
+def serve_until_sigint(
+    tmp_path: Path, module: str, source: str, *options: str
+) -> tuple[int, str, int]:
+    """Run `iqstate serve <module>:app` (the module's `source` in `tmp_path`) until it
+    answers, then SIGINT it: its exit code, its stderr and its port."""
+    (tmp_path / f"{module}.py").write_text(source)
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "iqstate.cli", "serve", "quiet_app:app", "--port", str(port)],
+        [sys.executable, "-m", "iqstate.cli", "serve", f"{module}:app", "--port", str(port),
+         *options],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -137,14 +138,27 @@ def test_serve_stops_quietly_on_sigint(tmp_path: Path) -> None:
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 0, stderr
+    return process.returncode, stderr, port
+
+
+def test_serve_stops_quietly_on_sigint(tmp_path: Path) -> None:
+    code, stderr, _ = serve_until_sigint(
+        tmp_path,
+        "quiet_app",
+        "from iqstate import Application\n"
+        f"app = Application('quiet', {str(tmp_path / 'state')!r})\n"
+        "app.key_value_store('s', 1)\n",
+    )
+    assert code == 0, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
 
 
 def test_log_format_json_writes_one_object_a_line(tmp_path: Path) -> None:
     """For log shippers: with `--log-format json` every line on stderr is one JSON object,
     the server's own lines, the application's and a traceback's alike."""
-    (tmp_path / "logged_app.py").write_text(
+    code, stderr, port = serve_until_sigint(
+        tmp_path,
+        "logged_app",
         "import logging\n"
         "from iqstate import Application\n"
         f"app = Application('logged', {str(tmp_path / 'state')!r})\n"
@@ -152,31 +166,10 @@ def test_log_format_json_writes_one_object_a_line(tmp_path: Path) -> None:
         "try:\n"
         "    1 / 0\n"
         "except ZeroDivisionError:\n"
-        "    logging.getLogger('logged_app').exception('a \"quoted\"\\nmessage')\n"
-    )
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "iqstate.cli", "serve", "logged_app:app", "--port", str(port),
-         "--log-format", "json", "--log-level", "info"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        "    logging.getLogger('logged_app').exception('a \"quoted\"\\nmessage')\n",
+        "--log-format", "json", "--log-level", "info",
     )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "iqstate serve did not start"
-            time.sleep(0.1)
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 0, stderr
+    assert code == 0, stderr
     lines = [json.loads(line) for line in stderr.splitlines()]
     by_message = {entry["message"]: entry for entry in lines}
     assert by_message[f"serving logged on http://127.0.0.1:{port}"]["logger"] == "iqstate_http"
