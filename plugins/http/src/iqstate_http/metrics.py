@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from time import perf_counter
 from typing import Any
 
@@ -205,13 +205,20 @@ def _query_families(queries: Mapping[tuple[str, str], _QuerySeries]) -> Iterator
     for (store, query), series in sorted(queries.items()):
         for outcome, count in sorted(series.outcomes.items()):
             counts.add_metric([store, query, outcome], count)
-        cumulative, buckets = 0, []
-        for bound, count in zip((*DURATION_BUCKETS, float("inf")), series.buckets, strict=True):
-            cumulative += count
-            buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
-        durations.add_metric([store, query], buckets, series.seconds)
+        durations.add_metric(
+            [store, query], _cumulative(DURATION_BUCKETS, series.buckets), series.seconds
+        )
     yield counts
     yield durations
+
+
+def _cumulative(bounds: Sequence[float], counts: Sequence[int]) -> list[tuple[str, int]]:
+    """Per-bucket counts (the last above every bound) as Prometheus' cumulative buckets."""
+    cumulative, buckets = 0, []
+    for bound, count in zip((*bounds, float("inf")), counts, strict=True):
+        cumulative += count
+        buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+    return buckets
 
 
 def _replica_families(app: Application) -> Iterator[Metric]:
@@ -235,11 +242,9 @@ def _replica_families(app: Application) -> Iterator[Metric]:
         labels=["store"],
     )
     for store, durations in sorted(app.commit_durations().items()):
-        cumulative, buckets = 0, []
-        for bound, count in zip((*durations.bounds, float("inf")), durations.counts, strict=True):
-            cumulative += count
-            buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
-        commits.add_metric([store], buckets, durations.total)
+        commits.add_metric(
+            [store], _cumulative(durations.bounds, durations.counts), durations.total
+        )
     yield commits
     counts = app.changelog_counts()
     if counts is not None:
