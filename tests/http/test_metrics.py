@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from iqstate_http import start_background
+from iqstate_http.metrics import ServiceMetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from iqstate import Application
+from iqstate import Application, KeyQuery, StateQueryRequest, WindowKeyQuery
 
 KEY_ROUTE = "/v1/stores/{store}/keys/{key}"
 
@@ -118,3 +120,37 @@ def test_each_partition_commit_is_timed(app: Application, http: httpx.Client) ->
     assert value(after, "iqstate_commit_duration_seconds_sum", store="counts") > value(
         before, "iqstate_commit_duration_seconds_sum", store="counts"
     )
+
+
+def test_queries_from_many_threads_are_each_counted_once(app: Application) -> None:
+    """Recording queues each query and adds the queue up in batches: queries from several
+    threads at once, many times the batch, with failures among them, are all counted."""
+    metrics = ServiceMetrics(app, lambda: 0)
+    lookups, failing, threads = 700, 150, 4  # per thread: 4 x 850 records, several batches
+    ask = StateQueryRequest.in_store("counts").with_query(KeyQuery.with_key("kafka"))
+    wrong_type = StateQueryRequest.in_store("counts").with_query(
+        WindowKeyQuery.with_key_and_window_start_range("kafka", 0, 60_000)
+    )
+
+    def traffic() -> None:
+        for n in range(lookups + failing):
+            metrics.query(ask if n < lookups else wrong_type)
+
+    workers = [threading.Thread(target=traffic) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    samples = {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(metrics.document().decode())
+        for sample in family.samples
+    }
+    key = {"store": "counts", "query": "KeyQuery"}
+    assert value(samples, "iqstate_queries_total", outcome="success", **key) == threads * lookups
+    window = {"store": "counts", "query": "WindowKeyQuery"}
+    assert (
+        value(samples, "iqstate_queries_total", outcome="unknown_query_type", **window)
+        == threads * failing
+    ), "asked of the key's partition only: one failure per query"
+    assert value(samples, "iqstate_query_duration_seconds_count", **key) == threads * lookups

@@ -2,9 +2,9 @@
 
 Recording sits on the hot paths (every query and every request), where `prometheus_client`'s
 own counters and histograms would cost a lock and, for a histogram, a Python loop over the
-buckets per observation. So each thread tallies in plain integers of its own, without a lock
-(`ServiceMetrics.record_query`, `record_request`), and a collector adds the threads'
-tallies up into metric families when Prometheus scrapes. Values that already exist
+buckets per observation. So recording only appends to a queue (`ServiceMetrics.query`,
+`record_request`), which is added up in batches, and a collector turns the totals into
+metric families when Prometheus scrapes. Values that already exist
 elsewhere (replica lags, commit durations, changelog records applied and skipped, live
 instances, Kafka's silence) are read then too. Labels are bounded: store, query type,
 outcome, partition, role, route template, status and reason; never a key or a raw path.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from time import perf_counter
 from typing import Any
@@ -28,9 +29,8 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
-from iqstate import Application, StateQueryRequest, StateQueryResult
+from iqstate import Application, FailureReason, StateQueryRequest, StateQueryResult
 from iqstate.queries import LimitedRangeQuery
-from iqstate.results import QueryResult
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 """The media type of `/metrics`: Prometheus' text format, version 0.0.4 (what
@@ -49,52 +49,61 @@ _AS_ASKED: dict[type[Any], str] = {LimitedRangeQuery: "RangeQuery"}
 a range reads its partitions with bounded `LimitedRangeQuery` reads, each counted."""
 
 
+FOLD_EVERY = 512
+"""Recorded queries and requests wait in a queue until this many have, then one thread adds
+them up: a few thousand bytes wait at most, and the hot path only appends."""
+
+
 class _QuerySeries:
-    """One store's queries of one type: counts per outcome, and the durations' histogram."""
+    """One store's queries of one type: successes, failures per reason, and the durations'
+    histogram (a count per bucket, the last above every bound)."""
 
-    __slots__ = ("buckets", "outcomes", "seconds")
-
-    def __init__(
-        self,
-        outcomes: dict[str, int] | None = None,
-        buckets: list[int] | None = None,
-        seconds: float = 0.0,
-    ) -> None:
-        self.outcomes = outcomes or {}
-        self.buckets = buckets or [0] * (len(DURATION_BUCKETS) + 1)
-        self.seconds = seconds
-
-
-class _Tally:
-    """One thread's counts: only that thread writes them, so recording takes no lock; a
-    scrape reads every thread's (a count read a moment early is read in full next time)."""
-
-    __slots__ = ("queries", "requests")
+    __slots__ = ("buckets", "failures", "seconds", "successes")
 
     def __init__(self) -> None:
-        self.queries: dict[str, dict[type[Any], _QuerySeries]] = {}
-        self.requests: dict[tuple[str, int], int] = {}
+        self.successes = 0
+        self.failures: dict[str, int] = {}
+        self.buckets = [0] * (len(DURATION_BUCKETS) + 1)
+        self.seconds = 0.0
+
+    def merge(self, other: _QuerySeries) -> None:
+        """Add `other`'s counts to these."""
+        self.successes += other.successes
+        for reason, count in other.failures.items():
+            self.failures[reason] = self.failures.get(reason, 0) + count
+        self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
+        self.seconds += other.seconds
+
+    def outcomes(self) -> dict[str, int]:
+        """Counts by outcome label: 'success' and each failure reason seen."""
+        counted = {"success": self.successes} if self.successes else {}
+        return counted | self.failures
+
+
+_Failed = tuple[FailureReason | None, ...]
+"""A query's outcome when a partition failed: each partition's failure reason (None for
+those that answered). A query whose partitions all answered is recorded as their number."""
 
 
 class ServiceMetrics:
-    """What one `QueryService` counts, and its `/metrics` document."""
+    """What one `QueryService` counts, and its `/metrics` document.
+
+    Recording appends to a `deque` (atomic, no lock, safe from any thread) and every
+    `FOLD_EVERY` records one thread adds the queue up into the totals under a lock; a scrape
+    adds up what is left first. Measured in bench/metrics_cost.py: adding up per record, on
+    the request's own path, cost over HTTP several times what it costs in a tight loop."""
 
     def __init__(self, app: Application, forwarded: Callable[[], int]) -> None:
         """`forwarded`: how many requests this instance has forwarded to another."""
         self._app = app
-        self._lock = threading.Lock()  # guards the list of tallies only
-        self._tallies: list[_Tally] = []
-        self._local = threading.local()
+        self._pending_queries: deque[tuple[str, type[Any], float, int | _Failed]] = deque()
+        self._pending_requests: deque[tuple[str, int]] = deque()
+        self._fold_lock = threading.Lock()
+        self._queries: dict[tuple[str, type[Any]], _QuerySeries] = {}
+        self._requests: dict[tuple[str, int], int] = {}
+        self._counted_elsewhere: list[tuple[tuple[str, int], Callable[[], int]]] = []
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Families(app, self.snapshot, forwarded))
-
-    def _tally(self) -> _Tally:
-        tally: _Tally | None = getattr(self._local, "tally", None)
-        if tally is None:
-            tally = self._local.tally = _Tally()
-            with self._lock:
-                self._tallies.append(tally)
-        return tally
 
     def query(self, request: StateQueryRequest[Any]) -> StateQueryResult[Any]:
         """`app.query(request)`, counted and timed (a request no partition here answered
@@ -104,60 +113,71 @@ class ServiceMetrics:
         seconds = perf_counter() - started
         answers = result.partition_results
         if answers:
-            self.record_query(request.store_name, type(request.query), answers, seconds)
+            outcome: int | _Failed = len(answers)
+            for answer in answers.values():
+                if answer.is_failure:
+                    outcome = tuple(each.failure_reason for each in answers.values())
+                    break
+            pending = self._pending_queries
+            pending.append((request.store_name, type(request.query), seconds, outcome))
+            if len(pending) >= FOLD_EVERY:
+                self._fold()
         return result
-
-    def record_query(
-        self,
-        store: str,
-        kind: type[Any],
-        answers: Mapping[int, QueryResult[Any]],
-        seconds: float,
-    ) -> None:
-        """One query of type `kind` answered here: an outcome per partition, one duration."""
-        tally = self._tally()
-        by_kind = tally.queries.get(store)
-        if by_kind is None:
-            by_kind = tally.queries[store] = {}
-        series = by_kind.get(kind)
-        if series is None:
-            series = by_kind[kind] = _QuerySeries()
-        series.buckets[bisect_left(DURATION_BUCKETS, seconds)] += 1
-        series.seconds += seconds
-        outcomes = series.outcomes
-        for answer in answers.values():
-            outcome = "success" if answer.is_success else answer.failure_reason.name.lower()
-            outcomes[outcome] = outcomes.get(outcome, 0) + 1
 
     def record_request(self, route: str, status: int) -> None:
         """One HTTP request answered: its route template and status."""
-        requests = self._tally().requests
-        requests[(route, status)] = requests.get((route, status), 0) + 1
+        pending = self._pending_requests
+        pending.append((route, status))
+        if len(pending) >= FOLD_EVERY:
+            self._fold()
+
+    def count_elsewhere(self, route: str, status: int, count: Callable[[], int]) -> None:
+        """Requests of `route` answered with `status` that a hot path counts itself (in an
+        integer of its own, on one thread): `count()` is added to what is recorded here."""
+        self._counted_elsewhere.append(((route, status), count))
+
+    def _fold(self) -> None:
+        """Add the queued records up into the totals (each record is taken off the queue
+        once, by whichever thread gets it)."""
+        with self._fold_lock:
+            queries, requests = self._queries, self._requests
+            pending_queries, pending_requests = self._pending_queries, self._pending_requests
+            for _ in range(len(pending_queries)):
+                store, kind, seconds, outcome = pending_queries.popleft()
+                series = queries.get((store, kind))
+                if series is None:
+                    series = queries[(store, kind)] = _QuerySeries()
+                series.buckets[bisect_left(DURATION_BUCKETS, seconds)] += 1
+                series.seconds += seconds
+                if isinstance(outcome, int):
+                    series.successes += outcome
+                    continue
+                for reason in outcome:
+                    if reason is None:
+                        series.successes += 1
+                    else:
+                        name = reason.name.lower()
+                        series.failures[name] = series.failures.get(name, 0) + 1
+            for _ in range(len(pending_requests)):
+                key = pending_requests.popleft()
+                requests[key] = requests.get(key, 0) + 1
 
     def document(self) -> bytes:
         """The text format Prometheus scrapes."""
         return generate_latest(self.registry)
 
     def snapshot(self) -> tuple[dict[tuple[str, str], _QuerySeries], dict[tuple[str, int], int]]:
-        """Every thread's tallies added up: queries by (store, query type name), requests by
+        """Everything recorded so far: queries by (store, query type name), requests by
         (route, status)."""
-        with self._lock:
-            tallies = list(self._tallies)
+        self._fold()
         queries: dict[tuple[str, str], _QuerySeries] = {}
-        requests: dict[tuple[str, int], int] = {}
-        for tally in tallies:
-            for store, by_kind in list(tally.queries.items()):
-                for kind, series in list(by_kind.items()):
-                    name = (store, _AS_ASKED.get(kind) or kind.__name__)
-                    merged = queries.setdefault(name, _QuerySeries())
-                    for outcome, count in list(series.outcomes.items()):
-                        merged.outcomes[outcome] = merged.outcomes.get(outcome, 0) + count
-                    merged.buckets = [
-                        a + b for a, b in zip(merged.buckets, list(series.buckets), strict=True)
-                    ]
-                    merged.seconds += series.seconds
-            for key, count in list(tally.requests.items()):
-                requests[key] = requests.get(key, 0) + count
+        with self._fold_lock:
+            for (store, kind), series in self._queries.items():
+                name = (store, _AS_ASKED.get(kind) or kind.__name__)
+                queries.setdefault(name, _QuerySeries()).merge(series)
+            requests = dict(self._requests)
+        for key, count in self._counted_elsewhere:
+            requests[key] = requests.get(key, 0) + count()
         return queries, requests
 
 
@@ -203,7 +223,7 @@ def _query_families(queries: Mapping[tuple[str, str], _QuerySeries]) -> Iterator
         labels=["store", "query"],
     )
     for (store, query), series in sorted(queries.items()):
-        for outcome, count in sorted(series.outcomes.items()):
+        for outcome, count in sorted(series.outcomes().items()):
             counts.add_metric([store, query, outcome], count)
         durations.add_metric(
             [store, query], _cumulative(DURATION_BUCKETS, series.buckets), series.seconds
