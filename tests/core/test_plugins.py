@@ -87,8 +87,11 @@ def test_defaults_are_registered_as_plugins() -> None:
     assert registry.serde("int64") is Serdes.int64()
     assert registry.query_handlers.answered_by(KeyQuery) == [
         "KeyValueStore",  # every engine's key-value stores, the memory engine's included
+        "VersionedKeyValueStore",  # the current value of a versioned store
         "caching.key_value",
         "metered.key_value",
+        "metered.timestamped_key_value",  # the value without its timestamp
+        "metered.versioned",
     ]
 
 

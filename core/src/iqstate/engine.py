@@ -14,12 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from iqstate.lazy import lazy
-from iqstate.store import KeyValueStore, WindowStore
+from iqstate.store import KeyValueStore, SessionStore, VersionedKeyValueStore, WindowStore
 
 KeyValueStoreFactory = Callable[[str], KeyValueStore[bytes, bytes]]
 """`factory(store_name)` -> an uninitialised key-value store over bytes."""
 WindowStoreFactory = Callable[[str, int, int], WindowStore[bytes, bytes]]
 """`factory(store_name, window_size_ms, retention_ms)` -> an uninitialised window store."""
+VersionedStoreFactory = Callable[[str, int], VersionedKeyValueStore[bytes, bytes]]
+"""`factory(store_name, history_retention_ms)` -> an uninitialised versioned store."""
+SessionStoreFactory = Callable[[str, int], SessionStore[bytes, bytes]]
+"""`factory(store_name, retention_ms)` -> an uninitialised session store."""
 ConfigCheck = Callable[[Mapping[str, Any], str], None]
 """`check_config(config, store_name)` raises `ValueError` naming a bad engine option."""
 
@@ -27,6 +31,12 @@ ConfigCheck = Callable[[Mapping[str, Any], str], None]
 @dataclass(frozen=True, init=False)
 class Engine:
     """A storage engine as a plugin registers it with `iqstate_register_engines`.
+
+    `versioned_store` and `session_store` are optional: without them the engine's stores of
+    those types are kept in its key-value stores (`iqstate.versioned_store`,
+    `iqstate.session_store`), with their commits and crash guarantees; an engine gives its
+    own factory for a layout of its own. Timestamped and global stores are key-value
+    stores to an engine.
 
     `key_value_store`, `window_store` and `check_config` are callables or import paths
     (`"iqstate_rocksdb.store:RocksDBKeyValueStore"`), which become `iqstate.lazy.LazyObject`s
@@ -38,6 +48,8 @@ class Engine:
     name: str
     key_value_store: KeyValueStoreFactory
     window_store: WindowStoreFactory | None = None
+    versioned_store: VersionedStoreFactory | None = None
+    session_store: SessionStoreFactory | None = None
     persistent: bool = False
     description: str = ""
     check_config: ConfigCheck | None = None
@@ -52,6 +64,8 @@ class Engine:
         description: str = "",
         check_config: ConfigCheck | str | None = None,
         plugin: str = "",
+        versioned_store: VersionedStoreFactory | str | None = None,
+        session_store: SessionStoreFactory | str | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise TypeError(f"Engine: name must be a non-empty string, got {name!r}")
@@ -59,6 +73,8 @@ class Engine:
         for field, value, optional in (
             ("key_value_store", key_value_store, False),
             ("window_store", window_store, True),
+            ("versioned_store", versioned_store, True),
+            ("session_store", session_store, True),
             ("check_config", check_config, True),
         ):
             if not (isinstance(value, str) or callable(value) or (optional and value is None)):

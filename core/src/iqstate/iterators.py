@@ -199,3 +199,44 @@ class _ReadingClosed:
 
     def __next__(self) -> Any:
         raise ValueError("cannot read from a closed KeyValueIterator")
+
+
+T = TypeVar("T")
+
+
+class VersionedRecordIterator(Generic[T]):
+    """The versions a `MultiVersionedKeyQuery` found, in the order it asked for: an
+    iterator, usable as a context manager; reading after `close()` raises `ValueError`."""
+
+    __slots__ = ("_closed", "_records")
+
+    def __init__(self, records: Iterable[T]) -> None:
+        self._records: Iterator[T] = iter(records)
+        self._closed = False
+
+    def __iter__(self) -> VersionedRecordIterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        if self._closed:
+            raise ValueError("cannot read from a closed VersionedRecordIterator")
+        return next(self._records)
+
+    def map(self, fn: Callable[[T], V]) -> VersionedRecordIterator[V]:
+        """A lazily transformed iterator over the records not yet read."""
+        return VersionedRecordIterator(map(fn, self._records))
+
+    def close(self) -> None:
+        self._closed = True
+        self._records = iter(())
+
+    def __enter__(self) -> VersionedRecordIterator[T]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

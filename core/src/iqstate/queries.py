@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
-from iqstate.iterators import KeyValueIterator
+from iqstate.iterators import KeyValueIterator, VersionedRecordIterator
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -140,30 +140,30 @@ class RangeQuery(Query[KeyValueIterator[K, V]], Generic[K, V]):
         _set(self, "result_order", result_order)
 
     @classmethod
-    def with_range(cls, lower: K | None, upper: K | None) -> RangeQuery[K, V]:
+    def with_range(cls, lower: K | None, upper: K | None) -> Self:
         return cls(lower, upper)
 
     @classmethod
-    def with_lower_bound(cls, lower: K) -> RangeQuery[K, V]:
+    def with_lower_bound(cls, lower: K) -> Self:
         if lower is None:
             raise ValueError("RangeQuery.with_lower_bound: the bound must not be None")
         return cls(lower, None)
 
     @classmethod
-    def with_upper_bound(cls, upper: K) -> RangeQuery[K, V]:
+    def with_upper_bound(cls, upper: K) -> Self:
         if upper is None:
             raise ValueError("RangeQuery.with_upper_bound: the bound must not be None")
         return cls(None, upper)
 
     @classmethod
-    def with_no_bounds(cls) -> RangeQuery[K, V]:
+    def with_no_bounds(cls) -> Self:
         return cls()
 
-    def with_descending_keys(self) -> RangeQuery[K, V]:
-        return RangeQuery(self.lower_bound, self.upper_bound, ResultOrder.DESCENDING)
+    def with_descending_keys(self) -> Self:
+        return type(self)(self.lower_bound, self.upper_bound, ResultOrder.DESCENDING)
 
-    def with_ascending_keys(self) -> RangeQuery[K, V]:
-        return RangeQuery(self.lower_bound, self.upper_bound, ResultOrder.ASCENDING)
+    def with_ascending_keys(self) -> Self:
+        return type(self)(self.lower_bound, self.upper_bound, ResultOrder.ASCENDING)
 
     @property
     def is_descending(self) -> bool:
@@ -237,22 +237,198 @@ class WindowKeyQuery(Query[KeyValueIterator[int, V]], Generic[K, V]):
         return cls(key, time_from, time_to)
 
 
-class WindowRangeQuery(Query[KeyValueIterator[Windowed[K], V]], Generic[K, V]):
-    """Every key's windows whose start lies in `[time_from, time_to]`."""
+_MIN_TIME, _MAX_TIME = -(1 << 63), (1 << 63) - 1
 
-    __slots__ = ("time_from", "time_to")
+
+class WindowRangeQuery(Query[KeyValueIterator[Windowed[K], V]], Generic[K, V]):
+    """Windows whose start lies in `[time_from, time_to]`: every key's, or with `key` set
+    (`with_key`, Kafka's KIP-806 way of asking a session store) that key's only."""
+
+    __slots__ = ("time_from", "time_to", "key")
 
     time_from: int
     time_to: int
+    key: K | None
 
-    def __init__(self, time_from: int, time_to: int) -> None:
+    def __init__(self, time_from: int, time_to: int, key: K | None = None) -> None:
         _check_time_range("WindowRangeQuery", time_from, time_to)
         _set(self, "time_from", time_from)
         _set(self, "time_to", time_to)
+        _set(self, "key", key)
 
     @classmethod
     def with_window_start_range(cls, time_from: int, time_to: int) -> WindowRangeQuery[K, V]:
         return cls(time_from, time_to)
+
+    @classmethod
+    def with_key(cls, key: K) -> WindowRangeQuery[K, V]:
+        """Every window (every session, on a session store) of `key`, ordered by start."""
+        if key is None:
+            raise ValueError("WindowRangeQuery.with_key: the key must not be None")
+        return cls(_MIN_TIME, _MAX_TIME, key)
+
+
+@dataclass(frozen=True, slots=True)
+class ValueAndTimestamp(Generic[V]):
+    """A value of a timestamped store with the timestamp it was put with (ms)."""
+
+    value: V
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedRecord(Generic[V]):
+    """One version of a key in a versioned store: valid from `timestamp` (inclusive) to
+    `valid_to` (exclusive; `None` while it is the current version)."""
+
+    value: V
+    timestamp: int
+    valid_to: int | None = None
+
+
+def _check_timestamp(query: str, label: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"{query}: {label} must be an int (ms), got {type(value).__name__}")
+
+
+class TimestampedKeyQuery(Query[ValueAndTimestamp[V] | None], Generic[K, V]):
+    """The value of one key of a timestamped store with its timestamp (KIP-992), or `None`."""
+
+    __slots__ = ("key", "is_skip_cache")
+
+    key: K
+    is_skip_cache: bool
+
+    def __init__(self, key: K, skip_cache: bool = False) -> None:
+        if key is None:
+            raise ValueError("TimestampedKeyQuery: the key must not be None")
+        _set(self, "key", key)
+        _set(self, "is_skip_cache", skip_cache)
+
+    @classmethod
+    def with_key(cls, key: K) -> TimestampedKeyQuery[K, V]:
+        return cls(key)
+
+    def skip_cache(self) -> TimestampedKeyQuery[K, V]:
+        """The same query, answered from the store beneath the cache."""
+        return TimestampedKeyQuery(self.key, True)
+
+
+class TimestampedRangeQuery(RangeQuery[K, ValueAndTimestamp[V]]):
+    """A `RangeQuery` of a timestamped store whose values carry their timestamps (KIP-992):
+    pairs of `(key, ValueAndTimestamp)`, with `RangeQuery`'s factories and orders."""
+
+    __slots__ = ()
+
+
+class VersionedKeyQuery(Query[VersionedRecord[V] | None], Generic[K, V]):
+    """One key of a versioned store (KIP-960): its current version, or with `as_of(ts)` the
+    version valid at `ts`; `None` when there is none (or none the retention can prove)."""
+
+    __slots__ = ("key", "as_of_timestamp")
+
+    key: K
+    as_of_timestamp: int | None
+
+    def __init__(self, key: K, as_of_timestamp: int | None = None) -> None:
+        if key is None:
+            raise ValueError("VersionedKeyQuery: the key must not be None")
+        _check_timestamp("VersionedKeyQuery", "as_of", as_of_timestamp)
+        _set(self, "key", key)
+        _set(self, "as_of_timestamp", as_of_timestamp)
+
+    @classmethod
+    def with_key(cls, key: K) -> VersionedKeyQuery[K, V]:
+        return cls(key)
+
+    def as_of(self, timestamp: int) -> VersionedKeyQuery[K, V]:
+        return VersionedKeyQuery(self.key, timestamp)
+
+
+class MultiVersionedKeyQuery(Query[VersionedRecordIterator[V]], Generic[K, V]):
+    """Every version of one key valid at some instant of `[from_time, to_time]` (KIP-968),
+    tombstones left out, newest first unless `with_ascending_timestamps()`."""
+
+    __slots__ = ("key", "from_timestamp", "to_timestamp", "ascending")
+
+    key: K
+    from_timestamp: int | None
+    to_timestamp: int | None
+    ascending: bool
+
+    def __init__(
+        self,
+        key: K,
+        from_timestamp: int | None = None,
+        to_timestamp: int | None = None,
+        ascending: bool = False,
+    ) -> None:
+        if key is None:
+            raise ValueError("MultiVersionedKeyQuery: the key must not be None")
+        _check_timestamp("MultiVersionedKeyQuery", "from_time", from_timestamp)
+        _check_timestamp("MultiVersionedKeyQuery", "to_time", to_timestamp)
+        _set(self, "key", key)
+        _set(self, "from_timestamp", from_timestamp)
+        _set(self, "to_timestamp", to_timestamp)
+        _set(self, "ascending", bool(ascending))
+
+    @classmethod
+    def with_key(cls, key: K) -> MultiVersionedKeyQuery[K, V]:
+        return cls(key)
+
+    def from_time(self, timestamp: int) -> MultiVersionedKeyQuery[K, V]:
+        return MultiVersionedKeyQuery(self.key, timestamp, self.to_timestamp, self.ascending)
+
+    def to_time(self, timestamp: int) -> MultiVersionedKeyQuery[K, V]:
+        return MultiVersionedKeyQuery(self.key, self.from_timestamp, timestamp, self.ascending)
+
+    def with_ascending_timestamps(self) -> MultiVersionedKeyQuery[K, V]:
+        return MultiVersionedKeyQuery(self.key, self.from_timestamp, self.to_timestamp, True)
+
+    def with_descending_timestamps(self) -> MultiVersionedKeyQuery[K, V]:
+        return MultiVersionedKeyQuery(self.key, self.from_timestamp, self.to_timestamp, False)
+
+
+class VersionedRangeQuery(Query[KeyValueIterator[K, VersionedRecord[V]]], Generic[K, V]):
+    """Every key between two inclusive bounds with its version valid at `as_of(ts)` (the
+    current one without it), ordered by key: the as-of range scan Kafka proposed in KIP-969
+    and never shipped. Keys with no version valid then are left out."""
+
+    __slots__ = ("lower_bound", "upper_bound", "as_of_timestamp")
+
+    lower_bound: K | None
+    upper_bound: K | None
+    as_of_timestamp: int | None
+
+    def __init__(
+        self,
+        lower_bound: K | None = None,
+        upper_bound: K | None = None,
+        as_of_timestamp: int | None = None,
+    ) -> None:
+        _check_timestamp("VersionedRangeQuery", "as_of", as_of_timestamp)
+        _set(self, "lower_bound", lower_bound)
+        _set(self, "upper_bound", upper_bound)
+        _set(self, "as_of_timestamp", as_of_timestamp)
+
+    @classmethod
+    def with_range(cls, lower: K | None, upper: K | None) -> VersionedRangeQuery[K, V]:
+        return cls(lower, upper)
+
+    @classmethod
+    def with_lower_bound(cls, lower: K) -> VersionedRangeQuery[K, V]:
+        return cls(lower, None)
+
+    @classmethod
+    def with_upper_bound(cls, upper: K) -> VersionedRangeQuery[K, V]:
+        return cls(None, upper)
+
+    @classmethod
+    def with_no_bounds(cls) -> VersionedRangeQuery[K, V]:
+        return cls()
+
+    def as_of(self, timestamp: int) -> VersionedRangeQuery[K, V]:
+        return VersionedRangeQuery(self.lower_bound, self.upper_bound, timestamp)
 
 
 BUILTIN_QUERY_TYPES: tuple[type[Query[Any]], ...] = (
@@ -266,9 +442,16 @@ BUILTIN_QUERY_TYPES: tuple[type[Query[Any]], ...] = (
 __all__ = [
     "BUILTIN_QUERY_TYPES",
     "KeyQuery",
+    "MultiVersionedKeyQuery",
     "Query",
     "RangeQuery",
     "ResultOrder",
+    "TimestampedKeyQuery",
+    "TimestampedRangeQuery",
+    "ValueAndTimestamp",
+    "VersionedKeyQuery",
+    "VersionedRangeQuery",
+    "VersionedRecord",
     "WindowKeyQuery",
     "WindowRangeQuery",
     "Windowed",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from iqstate.iterators import KeyValueIterator
 from iqstate.position import Position, PositionBound, TopicPartition
-from iqstate.queries import Query, Windowed
+from iqstate.queries import Query, VersionedRecord, Windowed
 from iqstate.results import QueryResult
 
 if TYPE_CHECKING:
@@ -227,3 +227,69 @@ class WindowStore(StateStore, Generic[K, V]):
 
     def all(self) -> KeyValueIterator[Windowed[K], V]:
         return self.fetch_all(-(1 << 63), (1 << 63) - 1)
+
+
+class VersionedKeyValueStore(StateStore, Generic[K, V]):
+    """Versions of each key by timestamp, kept for `history_retention_ms` behind the newest
+    timestamp seen (Kafka's KIP-889). A put at an existing timestamp replaces that version;
+    a `None` value is a tombstone version."""
+
+    @property
+    @abstractmethod
+    def history_retention_ms(self) -> int: ...
+
+    @abstractmethod
+    def put(self, key: K, value: V | None, timestamp: int) -> None:
+        """Insert the version of `key` valid from `timestamp` (`None`: a tombstone)."""
+
+    def put_all(self, entries: Iterable[tuple[K, int, V | None]]) -> None:
+        """Apply many `(key, timestamp, value)` puts in order."""
+        for key, timestamp, value in entries:
+            self.put(key, value, timestamp)
+
+    @abstractmethod
+    def get(self, key: K, as_of: int | None = None) -> VersionedRecord[V] | None:
+        """The version valid at `as_of` (the current one for `None`), or `None` when there
+        is none, it is a tombstone, or `as_of` is before the retained history."""
+
+    @abstractmethod
+    def latest_version(self, key: K) -> tuple[int, V | None] | None:
+        """The newest version's timestamp and value (`None` for a tombstone), or `None`."""
+
+    @abstractmethod
+    def versions(
+        self, key: K, time_from: int | None, time_to: int | None, ascending: bool
+    ) -> list[VersionedRecord[V]]:
+        """The versions valid at some instant of `[time_from, time_to]` (`None` = open),
+        tombstones left out, by timestamp."""
+
+    @abstractmethod
+    def range_as_of(
+        self, lower: K | None, upper: K | None, as_of: int | None
+    ) -> KeyValueIterator[K, VersionedRecord[V]]:
+        """Each key in `[lower, upper]` with its version valid at `as_of`, by key."""
+
+
+class SessionStore(StateStore, Generic[K, V]):
+    """Values per key and session `[start_ms, end_ms]`, kept until their end is
+    `retention_ms` behind the newest session end seen."""
+
+    @property
+    @abstractmethod
+    def retention_ms(self) -> int: ...
+
+    @abstractmethod
+    def put(self, key: K, value: V | None, start_ms: int, end_ms: int) -> None:
+        """Set the value of `key`'s session `[start_ms, end_ms]`; `None` removes it."""
+
+    def put_all(self, entries: Iterable[tuple[K, int, int, V | None]]) -> None:
+        """Apply many `(key, start_ms, end_ms, value)` puts in order."""
+        for key, start_ms, end_ms, value in entries:
+            self.put(key, value, start_ms, end_ms)
+
+    @abstractmethod
+    def fetch_sessions(
+        self, key: K | None, time_from: int, time_to: int
+    ) -> KeyValueIterator[Windowed[K], V]:
+        """Sessions starting in `[time_from, time_to]`, of `key` (every key's for `None`),
+        by key, then start, then end."""

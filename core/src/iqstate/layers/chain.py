@@ -18,20 +18,45 @@ from iqstate.context import StateStoreContext
 from iqstate.engine_store import EngineStore
 from iqstate.keyspace import decode_window_key
 from iqstate.layers.caching import DEFAULT_CACHE_ENTRIES, CachingKeyValueStore
-from iqstate.layers.changelogging import ChangeLoggingKeyValueStore, ChangeLoggingWindowStore
+from iqstate.layers.changelogging import (
+    ChangeLoggingKeyValueStore,
+    ChangeLoggingSessionStore,
+    ChangeLoggingVersionedStore,
+    ChangeLoggingWindowStore,
+)
 from iqstate.layers.metered import MeteredKeyValueStore, MeteredWindowStore
+from iqstate.layers.metered_types import (
+    MeteredSessionStore,
+    MeteredTimestampedKeyValueStore,
+    MeteredVersionedStore,
+)
 from iqstate.layers.wrapped import WrappedStore
 from iqstate.metrics import StoreMetrics
 from iqstate.position import Position, PositionBound, TopicPartition
 from iqstate.queries import KeyQuery, Query
 from iqstate.results import QueryResult
 from iqstate.serdes import BytesSerde, Serde
-from iqstate.store import KeyValueStore, QueryConfig, StateStore, WindowStore
+from iqstate.session_store import decode_session_key
+from iqstate.store import (
+    KeyValueStore,
+    QueryConfig,
+    SessionStore,
+    StateStore,
+    VersionedKeyValueStore,
+    WindowStore,
+)
+from iqstate.versioned_store import decode_version_record
 
 K = TypeVar("K")
 V = TypeVar("V")
 R = TypeVar("R")
-Top = TypeVar("Top", MeteredKeyValueStore[Any, Any], MeteredWindowStore[Any, Any])
+Top = TypeVar(
+    "Top",
+    MeteredKeyValueStore[Any, Any],
+    MeteredWindowStore[Any, Any],
+    MeteredVersionedStore[Any, Any],
+    MeteredSessionStore[Any, Any],
+)
 
 _UNBOUNDED = PositionBound.unbounded()
 
@@ -43,14 +68,18 @@ def build_key_value_chain(
     *,
     caching: bool | int = False,
     logging: bool = False,
-) -> MeteredKeyValueStore[K, V]:
-    """Wrap an engine's key-value store; `caching` may be the buffer size in entries."""
+    timestamped: bool = False,
+) -> MeteredKeyValueStore[K, Any]:
+    """Wrap an engine's key-value store; `caching` may be the buffer size in entries;
+    `timestamped` makes the top a `MeteredTimestampedKeyValueStore`."""
     store: KeyValueStore[bytes, bytes] = engine_store
     if logging:
         store = ChangeLoggingKeyValueStore(store)
     if caching:
         size = DEFAULT_CACHE_ENTRIES if caching is True else int(caching)
         store = CachingKeyValueStore(store, size)
+    if timestamped:
+        return MeteredTimestampedKeyValueStore(store, key_serde, value_serde)
     return MeteredKeyValueStore(store, key_serde, value_serde)
 
 
@@ -213,6 +242,63 @@ class WindowStoreChain(StoreChain[MeteredWindowStore[Any, Any]]):
         engine.put_all(windows)
 
 
+class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
+    """The chain of a versioned store partition. A batch's entries are changelog records
+    (`encode_version_record`), so a writer and a replica restoring write the same thing."""
+
+    def write(self, entries: list[tuple[bytes, bytes | None]]) -> None:
+        self.typed.put_all_serialized([decode_version_record(k, v) for k, v in entries])
+
+    def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        engine: Any = self.engine
+        engine.put_all([decode_version_record(k, v) for k, v in records])
+
+
+class SessionStoreChain(StoreChain[MeteredSessionStore[Any, Any]]):
+    """The chain of a session store partition; entries and changelog records are keyed
+    `key + start + end` (`encode_session_key`)."""
+
+    def write(self, entries: list[tuple[bytes, bytes | None]]) -> None:
+        self.typed.put_all_serialized([_session_of(key, value) for key, value in entries])
+
+    def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        engine: Any = self.engine
+        engine.put_all([_session_of(key, value) for key, value in records])
+
+
+def _session_of(key: bytes, value: bytes | None) -> tuple[bytes, int, int, bytes | None]:
+    raw, start, end = decode_session_key(key)
+    return raw, start, end, value
+
+
+def versioned_chain(
+    engine_store: VersionedKeyValueStore[bytes, bytes],
+    key_serde: Serde[Any],
+    value_serde: Serde[Any],
+    *,
+    logging: bool = False,
+) -> VersionedStoreChain:
+    """A versioned store partition's chain over `engine_store`, uninitialised."""
+    store: VersionedKeyValueStore[bytes, bytes] = engine_store
+    if logging:
+        store = ChangeLoggingVersionedStore(store)
+    return VersionedStoreChain(MeteredVersionedStore(store, key_serde, value_serde))
+
+
+def session_chain(
+    engine_store: SessionStore[bytes, bytes],
+    key_serde: Serde[Any],
+    value_serde: Serde[Any],
+    *,
+    logging: bool = False,
+) -> SessionStoreChain:
+    """A session store partition's chain over `engine_store`, uninitialised."""
+    store: SessionStore[bytes, bytes] = engine_store
+    if logging:
+        store = ChangeLoggingSessionStore(store)
+    return SessionStoreChain(MeteredSessionStore(store, key_serde, value_serde))
+
+
 def key_value_chain(
     engine_store: KeyValueStore[bytes, bytes],
     key_serde: Serde[Any],
@@ -220,11 +306,18 @@ def key_value_chain(
     *,
     caching: bool | int = False,
     logging: bool = False,
+    timestamped: bool = False,
 ) -> KeyValueStoreChain:
-    """A key-value store partition's chain over `engine_store`, uninitialised."""
+    """A key-value store partition's chain over `engine_store`, uninitialised (a
+    timestamped store's, with `timestamped`)."""
     return KeyValueStoreChain(
         build_key_value_chain(
-            engine_store, key_serde, value_serde, caching=caching, logging=logging
+            engine_store,
+            key_serde,
+            value_serde,
+            caching=caching,
+            logging=logging,
+            timestamped=timestamped,
         )
     )
 

@@ -15,8 +15,16 @@ from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import encode_window_key
 from iqstate.layers.wrapped import WrappedStore
 from iqstate.position import TopicPartition
-from iqstate.queries import Windowed
-from iqstate.store import KeyValueStore, StateStore, WindowStore
+from iqstate.queries import VersionedRecord, Windowed
+from iqstate.session_store import encode_session_key
+from iqstate.store import (
+    KeyValueStore,
+    SessionStore,
+    StateStore,
+    VersionedKeyValueStore,
+    WindowStore,
+)
+from iqstate.versioned_store import encode_version_record
 
 
 class _ChangeLogging:
@@ -118,3 +126,78 @@ class ChangeLoggingWindowStore(
 
     def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator[Windowed[bytes], bytes]:
         return self.wrapped.fetch_all(time_from, time_to)
+
+
+class ChangeLoggingVersionedStore(
+    WrappedStore[VersionedKeyValueStore[bytes, bytes]],
+    _ChangeLogging,
+    VersionedKeyValueStore[bytes, bytes],
+):
+    """Logs each version with the key `key + timestamp` and the value `flag + value`
+    (`iqstate.versioned_store.encode_version_record`): one record per version, so compaction
+    never drops a version another record of the key came after."""
+
+    kind = "logging.versioned"
+
+    def init(self, context: StateStoreContext) -> None:
+        super().init(context)
+        self._attach(self, context)
+
+    @property
+    def history_retention_ms(self) -> int:
+        return self.wrapped.history_retention_ms
+
+    def put(self, key: bytes, value: bytes | None, timestamp: int) -> None:
+        self.wrapped.put(key, value, timestamp)
+        record_key, record_value = encode_version_record(key, timestamp, value)
+        self._writer.send(
+            ChangelogRecord(self._changelog, record_key, record_value, self.wrapped.position)
+        )
+
+    def get(self, key: bytes, as_of: int | None = None) -> VersionedRecord[bytes] | None:
+        return self.wrapped.get(key, as_of)
+
+    def latest_version(self, key: bytes) -> tuple[int, bytes | None] | None:
+        return self.wrapped.latest_version(key)
+
+    def versions(
+        self, key: bytes, time_from: int | None, time_to: int | None, ascending: bool
+    ) -> list[VersionedRecord[bytes]]:
+        return self.wrapped.versions(key, time_from, time_to, ascending)
+
+    def range_as_of(
+        self, lower: bytes | None, upper: bytes | None, as_of: int | None
+    ) -> KeyValueIterator[bytes, VersionedRecord[bytes]]:
+        return self.wrapped.range_as_of(lower, upper, as_of)
+
+
+class ChangeLoggingSessionStore(
+    WrappedStore[SessionStore[bytes, bytes]], _ChangeLogging, SessionStore[bytes, bytes]
+):
+    """Logs session writes with the key `key + start + end` (`encode_session_key`)."""
+
+    kind = "logging.session"
+
+    def init(self, context: StateStoreContext) -> None:
+        super().init(context)
+        self._attach(self, context)
+
+    @property
+    def retention_ms(self) -> int:
+        return self.wrapped.retention_ms
+
+    def put(self, key: bytes, value: bytes | None, start_ms: int, end_ms: int) -> None:
+        self.wrapped.put(key, value, start_ms, end_ms)
+        self._writer.send(
+            ChangelogRecord(
+                self._changelog,
+                encode_session_key(key, start_ms, end_ms),
+                value,
+                self.wrapped.position,
+            )
+        )
+
+    def fetch_sessions(
+        self, key: bytes | None, time_from: int, time_to: int
+    ) -> KeyValueIterator[Windowed[bytes], bytes]:
+        return self.wrapped.fetch_sessions(key, time_from, time_to)

@@ -39,7 +39,7 @@ _now = time.perf_counter_ns
 _first, _second = itemgetter(0), itemgetter(1)
 
 
-class _SerdeLayer(WrappedStore[S], Generic[S, K, V]):
+class SerdeLayer(WrappedStore[S], Generic[S, K, V]):
     """Shared by the metered key-value and window layers: serdes and sensors."""
 
     def __init__(self, wrapped: S, key_serde: Serde[K], value_serde: Serde[V]) -> None:
@@ -103,7 +103,7 @@ class _SerdeLayer(WrappedStore[S], Generic[S, K, V]):
         return result
 
 
-class MeteredKeyValueStore(_SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyValueStore[K, V]):
+class MeteredKeyValueStore(SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyValueStore[K, V]):
     """Typed key-value store over a bytes store, recording per-operation latency."""
 
     kind = "metered.key_value"
@@ -211,7 +211,7 @@ class MeteredKeyValueStore(_SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyVa
         return self.wrapped.approximate_num_entries()
 
 
-class MeteredWindowStore(_SerdeLayer[WindowStore[bytes, bytes], K, V], WindowStore[K, V]):
+class MeteredWindowStore(SerdeLayer[WindowStore[bytes, bytes], K, V], WindowStore[K, V]):
     """Typed window store over a bytes window store."""
 
     kind = "metered.window"

@@ -49,7 +49,15 @@ from iqstate.runtime.names import check_name, check_positive_int
 from iqstate.runtime.partitioner import Partitioner
 from iqstate.runtime.partitions import HostedPartitions, HostingSettings, changelog_partition
 from iqstate.runtime.querying import execute as _execute
-from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec, WindowStoreSpec
+from iqstate.runtime.spec import (
+    GlobalKeyValueStoreSpec,
+    KeyValueStoreSpec,
+    SessionStoreSpec,
+    StoreSpec,
+    TimestampedKeyValueStoreSpec,
+    VersionedKeyValueStoreSpec,
+    WindowStoreSpec,
+)
 from iqstate.runtime.state_directory import StateDirectory
 from iqstate.serdes import Serde
 
@@ -216,6 +224,90 @@ class Application:
             WindowStoreSpec, name, partitions, engine, key_serde, value_serde,
             logging=logging, partitioner=partitioner, config=config,
             window_size_ms=window_size_ms, retention_ms=retention_ms,
+        )  # fmt: skip
+
+    def timestamped_key_value_store(
+        self,
+        name: str,
+        partitions: int,
+        engine: str = "memory",
+        key_serde: Serde[Any] | str | None = None,
+        value_serde: Serde[Any] | str | None = None,
+        caching: bool | int = False,
+        logging: bool = False,
+        partitioner: Partitioner | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> StoreSpec:
+        """Declare a timestamped key-value store (the store a KTable materialises): each
+        value kept with the timestamp it was put with (`batch.put(..., timestamp=ms)`)."""
+        if isinstance(caching, int) and not isinstance(caching, bool) and caching < 1:
+            raise ValueError(f"store {name!r}: caching must be a bool or a size >= 1")
+        return self._declare(
+            TimestampedKeyValueStoreSpec, name, partitions, engine, key_serde, value_serde,
+            caching=caching, logging=logging, partitioner=partitioner, config=config,
+        )  # fmt: skip
+
+    def versioned_key_value_store(
+        self,
+        name: str,
+        partitions: int,
+        history_retention_ms: int,
+        engine: str = "memory",
+        key_serde: Serde[Any] | str | None = None,
+        value_serde: Serde[Any] | str | None = None,
+        logging: bool = False,
+        partitioner: Partitioner | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> StoreSpec:
+        """Declare a versioned key-value store: every version of each key by timestamp
+        (`batch.put(..., timestamp=ms)`, `batch.delete(..., timestamp=ms)`), kept for
+        `history_retention_ms` behind the newest timestamp it has seen."""
+        check_positive_int(f"store {name!r}: history_retention_ms", history_retention_ms, 0)
+        return self._declare(
+            VersionedKeyValueStoreSpec, name, partitions, engine, key_serde, value_serde,
+            logging=logging, partitioner=partitioner, config=config,
+            history_retention_ms=history_retention_ms,
+        )  # fmt: skip
+
+    def session_store(
+        self,
+        name: str,
+        partitions: int,
+        retention_ms: int,
+        engine: str = "memory",
+        key_serde: Serde[Any] | str | None = None,
+        value_serde: Serde[Any] | str | None = None,
+        logging: bool = False,
+        partitioner: Partitioner | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> StoreSpec:
+        """Declare a session store: values per key and session
+        (`batch.put(..., session=(start_ms, end_ms))`), kept for `retention_ms` after the
+        newest session end it has seen."""
+        check_positive_int(f"store {name!r}: retention_ms", retention_ms, 0)
+        return self._declare(
+            SessionStoreSpec, name, partitions, engine, key_serde, value_serde,
+            logging=logging, partitioner=partitioner, config=config, retention_ms=retention_ms,
+        )  # fmt: skip
+
+    def global_key_value_store(
+        self,
+        name: str,
+        engine: str = "memory",
+        key_serde: Serde[Any] | str | None = None,
+        value_serde: Serde[Any] | str | None = None,
+        caching: bool | int = False,
+        logging: bool = False,
+        config: Mapping[str, Any] | None = None,
+    ) -> StoreSpec:
+        """Declare a global key-value store: one partition, hosted and answered by every
+        instance (in distributed mode each follows its changelog and answers as an
+        active does, positions and bounds included)."""
+        if isinstance(caching, int) and not isinstance(caching, bool) and caching < 1:
+            raise ValueError(f"store {name!r}: caching must be a bool or a size >= 1")
+        return self._declare(
+            GlobalKeyValueStoreSpec, name, 1, engine, key_serde, value_serde,
+            caching=caching, logging=logging, config=config,
         )  # fmt: skip
 
     def _declare(

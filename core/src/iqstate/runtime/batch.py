@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from iqstate.errors import UnknownStateStoreError
 from iqstate.position import Position
-from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec
+from iqstate.runtime.spec import StoreSpec
 from iqstate.serdes import Serde, encoding_error
 
 StorePartition = tuple[str, int]
@@ -100,17 +100,27 @@ class Batch:
             writer = self._writers[store] = _StoreWriter(spec)
         return writer
 
-    def put(self, store: str, key: Any, value: Any, window_start: int | None = None) -> None:
-        """Set `key` (in the window starting at `window_start`, for window stores) to `value`.
-
-        A `None` value deletes.
+    def put(
+        self,
+        store: str,
+        key: Any,
+        value: Any,
+        window_start: int | None = None,
+        *,
+        timestamp: int | None = None,
+        session: tuple[int, int] | None = None,
+    ) -> None:
+        """Set `key` to `value`; a `None` value deletes. What else a put names depends on
+        the store's type: `window_start=ms` for a window store, `timestamp=ms` for a
+        timestamped or versioned store (on a versioned store a `None` value is a tombstone
+        version at that time), `session=(start_ms, end_ms)` for a session store.
         """
         writer = self._writer(store)
         spec = writer.spec
         key_bytes = writer.key_bytes(key)
         value_bytes = writer.value_bytes(value)
         partition = spec.partition_of(key, key_bytes)
-        entry = spec.entry(key_bytes, value_bytes, window_start)
+        entry = spec.entry(key_bytes, value_bytes, window_start, timestamp, session)
         entries = writer.entries.get(partition)
         if entries is None:
             entries = writer.entries[partition] = []
@@ -126,8 +136,11 @@ class Batch:
         """
         writer = self._writer(store)
         spec = writer.spec
-        if not isinstance(spec, KeyValueStoreSpec):
-            raise TypeError(f"store {store!r} is a window store: use put_all_windows")
+        if not spec.bulk_pairs:
+            raise TypeError(
+                f"store {store!r} is a {spec.store_type} store: put_all takes the pairs of a "
+                "key-value store; use put with what its type needs"
+            )
         pairs = entries if isinstance(entries, list) else list(entries)
         if not pairs:
             return
@@ -175,9 +188,18 @@ class Batch:
         for key, window_start, value in entries:
             self.put(store, key, value, window_start)
 
-    def delete(self, store: str, key: Any, window_start: int | None = None) -> None:
-        """Delete `key` (its window starting at `window_start`, for window stores)."""
-        self.put(store, key, None, window_start)
+    def delete(
+        self,
+        store: str,
+        key: Any,
+        window_start: int | None = None,
+        *,
+        timestamp: int | None = None,
+        session: tuple[int, int] | None = None,
+    ) -> None:
+        """Delete `key`: its window at `window_start` (window stores), a tombstone version at
+        `timestamp` (versioned stores), its `session` (session stores)."""
+        self.put(store, key, None, window_start, timestamp=timestamp, session=session)
 
     def pending(self) -> Mapping[StorePartition, list[Any]]:
         """The serialized writes by store partition, in the order they were added."""

@@ -6,14 +6,34 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from iqstate.position import PositionBound
-from iqstate.queries import KeyQuery, Query, WindowKeyQuery
+from iqstate.queries import (
+    KeyQuery,
+    MultiVersionedKeyQuery,
+    Query,
+    TimestampedKeyQuery,
+    VersionedKeyQuery,
+    WindowKeyQuery,
+    WindowRangeQuery,
+)
 from iqstate.request import StateQueryRequest
 from iqstate.results import FailureReason, QueryResult, StateQueryResult
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import StoreSpec
 from iqstate.store import QueryConfig
 
-_KEYED_QUERIES = frozenset({KeyQuery, WindowKeyQuery})
+_KEYED_QUERIES = frozenset(
+    {KeyQuery, WindowKeyQuery, TimestampedKeyQuery, VersionedKeyQuery, MultiVersionedKeyQuery}
+)
+"""Query types about one key (a `WindowRangeQuery` is when it names a key): only the key's
+partition can answer them."""
+
+
+def keyed(query: Query[Any]) -> bool:
+    """Whether only one key's partition can answer `query`."""
+    kind = type(query)
+    return kind in _KEYED_QUERIES or (
+        kind is WindowRangeQuery and query.key is not None  # type: ignore[attr-defined]
+    )
 _DEFAULT, _WITH_INFO = QueryConfig.DEFAULT, QueryConfig.WITH_EXECUTION_INFO
 
 
@@ -29,7 +49,7 @@ def partitions_to_ask(
     if request.partition_set is not None:
         return sorted(request.partition_set)
     query = request.query
-    if type(query) in _KEYED_QUERIES:
+    if keyed(query):
         located = locate_key(spec, query.key)  # type: ignore[attr-defined]
         if located is not None:
             return (located[0],) if located[0] in hosted else ()

@@ -12,12 +12,28 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from iqstate.engine import Engine
-from iqstate.layers.chain import StoreChain, key_value_chain, window_chain
+from iqstate.layers.chain import (
+    StoreChain,
+    key_value_chain,
+    session_chain,
+    versioned_chain,
+    window_chain,
+)
 from iqstate.lazy import resolved
 from iqstate.runtime.partitioner import Partitioner, PartitionFunction, partition_function
 from iqstate.serdes import Serde
+from iqstate.session_store import check_session, encode_session_key, session_store_factory
+from iqstate.timestamped import check_timestamp, stamped
+from iqstate.versioned_store import encode_version_record, versioned_store_factory
 
-StoreType = Literal["key_value", "window"]
+StoreType = Literal[
+    "key_value",
+    "window",
+    "timestamped_key_value",
+    "versioned_key_value",
+    "session",
+    "global_key_value",
+]
 
 
 @dataclass(frozen=True)
@@ -60,9 +76,27 @@ class StoreSpec(ABC):
     def build(self) -> StoreChain[Any]:
         """A fresh, uninitialised chain for one partition."""
 
+    bulk_pairs: ClassVar[bool] = False
+    """Whether a batch's `put_all` of `(key, value)` pairs writes this store as they are."""
+
     @abstractmethod
-    def entry(self, key_bytes: bytes, value_bytes: bytes | None, window_start: Any) -> Any:
-        """The serialized entry a batch writes for one put, checking `window_start`."""
+    def entry(
+        self,
+        key_bytes: bytes,
+        value_bytes: bytes | None,
+        window_start: Any = None,
+        timestamp: Any = None,
+        session: Any = None,
+    ) -> Any:
+        """The serialized entry a batch writes for one put (a `None` value: a delete),
+        checking that the put names what this type of store needs and nothing else."""
+
+    def _refuse_extras(self, allowed: str, **given: Any) -> None:
+        for name, value in given.items():
+            if value is not None and name != allowed:
+                raise TypeError(
+                    f"store {self.name!r} is a {self.store_type} store: {name} is not allowed"
+                )
 
     def describe(self) -> dict[str, Any]:
         """What is recorded on disk to recognise the store on the next start."""
@@ -95,13 +129,17 @@ class KeyValueStoreSpec(StoreSpec):
             logging=self.logging,
         )
 
+    bulk_pairs: ClassVar[bool] = True
+
     def entry(
-        self, key_bytes: bytes, value_bytes: bytes | None, window_start: Any
+        self,
+        key_bytes: bytes,
+        value_bytes: bytes | None,
+        window_start: Any = None,
+        timestamp: Any = None,
+        session: Any = None,
     ) -> tuple[bytes, bytes | None]:
-        if window_start is not None:
-            raise TypeError(
-                f"store {self.name!r} is a key-value store: window_start is not allowed"
-            )
+        self._refuse_extras("", window_start=window_start, timestamp=timestamp, session=session)
         return key_bytes, value_bytes
 
 
@@ -131,11 +169,133 @@ class WindowStoreSpec(StoreSpec):
         )
 
     def entry(
-        self, key_bytes: bytes, value_bytes: bytes | None, window_start: Any
+        self,
+        key_bytes: bytes,
+        value_bytes: bytes | None,
+        window_start: Any = None,
+        timestamp: Any = None,
+        session: Any = None,
     ) -> tuple[bytes, int, bytes | None]:
+        self._refuse_extras("window_start", timestamp=timestamp, session=session)
         if isinstance(window_start, bool) or not isinstance(window_start, int):
             raise TypeError(
                 f"store {self.name!r} is a window store: put needs window_start=<ms> (an int), "
                 f"got {window_start!r}"
             )
         return key_bytes, window_start, value_bytes
+
+
+@dataclass(frozen=True)
+class TimestampedKeyValueStoreSpec(KeyValueStoreSpec):
+    """A key-value store whose values carry the timestamp they were put with (KIP-992):
+    a put needs `timestamp=<ms>`, and a later put overwrites whatever its timestamp."""
+
+    store_type: ClassVar[StoreType] = "timestamped_key_value"
+    has_key_lookup: ClassVar[bool] = False
+    bulk_pairs: ClassVar[bool] = False
+
+    def build(self) -> StoreChain[Any]:
+        return key_value_chain(
+            self.store_factory(self.name),
+            self.key_serde,
+            self.value_serde,
+            caching=self.caching,
+            logging=self.logging,
+            timestamped=True,
+        )
+
+    def entry(
+        self,
+        key_bytes: bytes,
+        value_bytes: bytes | None,
+        window_start: Any = None,
+        timestamp: Any = None,
+        session: Any = None,
+    ) -> tuple[bytes, bytes | None]:
+        self._refuse_extras("timestamp", window_start=window_start, session=session)
+        if value_bytes is None:
+            return key_bytes, None
+        return key_bytes, stamped(check_timestamp(self.name, timestamp), value_bytes)
+
+
+@dataclass(frozen=True)
+class GlobalKeyValueStoreSpec(KeyValueStoreSpec):
+    """A key-value store of one partition that every instance hosts and answers (Kafka
+    Streams' global stores, which IQv2 cannot query there: KAFKA-13523)."""
+
+    store_type: ClassVar[StoreType] = "global_key_value"
+
+
+@dataclass(frozen=True)
+class VersionedKeyValueStoreSpec(StoreSpec):
+    """A store of every version of each key by timestamp, for `history_retention_ms`."""
+
+    store_type: ClassVar[StoreType] = "versioned_key_value"
+    has_key_lookup: ClassVar[bool] = False
+    history_retention_ms: int = 0
+
+    def _engine_factory(self) -> Callable[..., Any]:
+        return versioned_store_factory(self.engine)
+
+    def build(self) -> StoreChain[Any]:
+        return versioned_chain(
+            self.store_factory(self.name, self.history_retention_ms),
+            self.key_serde,
+            self.value_serde,
+            logging=self.logging,
+        )
+
+    def entry(
+        self,
+        key_bytes: bytes,
+        value_bytes: bytes | None,
+        window_start: Any = None,
+        timestamp: Any = None,
+        session: Any = None,
+    ) -> tuple[bytes, bytes]:
+        self._refuse_extras("timestamp", window_start=window_start, session=session)
+        return encode_version_record(key_bytes, check_timestamp(self.name, timestamp), value_bytes)
+
+    def describe(self) -> dict[str, Any]:
+        return super().describe() | {"history_retention_ms": self.history_retention_ms}
+
+
+@dataclass(frozen=True)
+class SessionStoreSpec(StoreSpec):
+    """A store of values per key and session, kept for `retention_ms` after a session ends."""
+
+    store_type: ClassVar[StoreType] = "session"
+    has_key_lookup: ClassVar[bool] = False
+    retention_ms: int = 0
+
+    def _engine_factory(self) -> Callable[..., Any]:
+        return session_store_factory(self.engine)
+
+    def build(self) -> StoreChain[Any]:
+        return session_chain(
+            self.store_factory(self.name, self.retention_ms),
+            self.key_serde,
+            self.value_serde,
+            logging=self.logging,
+        )
+
+    def entry(
+        self,
+        key_bytes: bytes,
+        value_bytes: bytes | None,
+        window_start: Any = None,
+        timestamp: Any = None,
+        session: Any = None,
+    ) -> tuple[bytes, bytes | None]:
+        self._refuse_extras("session", window_start=window_start, timestamp=timestamp)
+        if not isinstance(session, tuple) or len(session) != 2:
+            raise TypeError(
+                f"store {self.name!r} is a session store: put needs session=(start_ms, end_ms), "
+                f"got {session!r}"
+            )
+        start, end = session
+        check_session(self.name, start, end)
+        return encode_session_key(key_bytes, start, end), value_bytes
+
+    def describe(self) -> dict[str, Any]:
+        return super().describe() | {"retention_ms": self.retention_ms}

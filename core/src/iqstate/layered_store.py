@@ -1,0 +1,84 @@
+"""`KeySpaceStore`: a store type built on an engine's key-value store over bytes.
+
+A versioned or session store keeps its data in key spaces (a leading byte) of one
+key-value store of the engine, so it inherits that store's atomic commits, changelog
+offsets, position and open/closed marker: every engine that has key-value stores has these
+types too, with its crash guarantees. Timestamps in keys are 8 order-preserving bytes
+(`iqstate.keyspace`), and a key is stored with its length in front where a scan must stop
+at exactly one key's entries.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+
+from iqstate.context import StateStoreContext
+from iqstate.engine_store import EngineStore
+from iqstate.position import Position, TopicPartition
+from iqstate.store import KeyValueStore
+
+_LENGTH = struct.Struct(">I")
+
+
+def length_prefixed(key: bytes) -> bytes:
+    """`key` with its length in 4 bytes in front: a scan of one key's entries then stops
+    at them exactly, whatever other keys start with it."""
+    return _LENGTH.pack(len(key)) + key
+
+
+def split_length_prefixed(data: bytes) -> tuple[bytes, bytes]:
+    """The key `length_prefixed` put at the front of `data`, and the bytes after it."""
+    length = _LENGTH.unpack_from(data)[0]
+    return data[4 : 4 + length], data[4 + length :]
+
+
+class KeySpaceStore(EngineStore):
+    """The lifecycle, position and commits of a store type kept in `key_value_store`."""
+
+    def __init__(self, key_value_store: KeyValueStore[bytes, bytes]) -> None:
+        super().__init__(key_value_store.name)
+        self.key_value_store = key_value_store
+        """The engine's store holding this store's data (a crash test abandons it)."""
+
+    @property
+    def persistent(self) -> bool:
+        return self.key_value_store.persistent
+
+    @property
+    def manages_offsets(self) -> bool:
+        return self.key_value_store.manages_offsets
+
+    @property
+    def atomic_commits(self) -> bool:
+        return self.key_value_store.atomic_commits
+
+    def init(self, context: StateStoreContext) -> None:
+        super().init(context)
+        try:
+            self.key_value_store.init(context)
+        except BaseException:
+            self._open = False
+            raise
+        self.current_position = self.key_value_store.position
+        self.opened()
+
+    def opened(self) -> None:
+        """Read what the store type keeps beside its data (a subclass's stream time)."""
+
+    def close(self) -> None:
+        if self._open:
+            self.key_value_store.close()
+        super().close()
+
+    def update_position(self, position: Position) -> None:
+        self._check_open()
+        self.key_value_store.update_position(position)
+        self.current_position = self.key_value_store.position
+
+    def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
+        self._check_open()
+        self.key_value_store.commit(changelog_offsets)
+
+    def committed_offset(self, partition: TopicPartition) -> int | None:
+        return self.key_value_store.committed_offset(partition)

@@ -1,0 +1,58 @@
+"""Timestamped key-value stores (Kafka's KIP-992): each value stored with its timestamp.
+
+A timestamped store is a key-value store whose stored value is `timestamp + value`
+(8 order-preserving bytes, then the value serde's bytes), the layout of Kafka's
+`RocksDBTimestampedStore`: every engine's key-value store holds it as it is, the caching
+and change-logging layers pass it through, and a changelog record carries the timestamp in
+its value. `TimestampedSerde` is that value encoding over the store's value serde.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from iqstate.queries import ValueAndTimestamp
+from iqstate.serdes import Serde, Serdes
+
+V = TypeVar("V")
+_time = Serdes.int64()
+_ts, _from_ts = _time.serialize, _time.deserialize
+
+
+def stamped(timestamp: int, value_bytes: bytes) -> bytes:
+    """A serialized value with its timestamp in front, as the store keeps it."""
+    return _ts(timestamp) + value_bytes
+
+
+def check_timestamp(store: str, timestamp: Any) -> int:
+    """`timestamp` if it is an int of ms; `TypeError` naming the store otherwise."""
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int):
+        raise TypeError(f"store {store!r}: put needs timestamp=<ms> (an int), got {timestamp!r}")
+    return timestamp
+
+
+class TimestampedSerde(Serde[ValueAndTimestamp[V]], Generic[V]):
+    """`ValueAndTimestamp` as `timestamp + value`, the value through `value_serde`."""
+
+    name = "timestamped"
+
+    def __init__(self, value_serde: Serde[V]) -> None:
+        self.value_serde = value_serde
+        self._serialize, self._deserialize = value_serde.serialize, value_serde.deserialize
+
+    def serialize(self, value: ValueAndTimestamp[V]) -> bytes:
+        if not isinstance(value, ValueAndTimestamp):
+            raise TypeError(f"a timestamped store's value is a ValueAndTimestamp, got {value!r}")
+        return _ts(value.timestamp) + self._serialize(value.value)
+
+    def deserialize(self, data: bytes) -> ValueAndTimestamp[V]:
+        if len(data) < 8:
+            raise ValueError(f"a timestamped value needs 8 timestamp bytes, got {len(data)}")
+        return ValueAndTimestamp(self._deserialize(data[8:]), _from_ts(data[:8]))
+
+    def deserialize_many(self, data: list[bytes]) -> list[ValueAndTimestamp[V]]:
+        values = self.value_serde.deserialize_many([raw[8:] for raw in data])
+        return [
+            ValueAndTimestamp(value, _from_ts(raw[:8]))
+            for raw, value in zip(data, values, strict=True)
+        ]

@@ -1,0 +1,287 @@
+"""`LayeredVersionedStore`: a versioned key-value store in an engine's key-value store.
+
+Laid out for its queries, as Kafka's `RocksDBVersionedStore` separates its latest-value
+store from its segments:
+
+* `0x00 + key` -> `timestamp + flag + value`: the current version of each key, so a
+  lookup of the current value (the common query) is one read;
+* `0x01 + length + key + timestamp` -> `flag + value`: the older versions, so the version
+  valid at a time is one bounded reverse read, and a key's history one forward scan;
+* `0x03 + valid_to + length + key + timestamp`: older versions by the end of their
+  validity, to drop those wholly outside the retention without scanning the rest;
+* `0x04 + timestamp + key`: keys whose current version is a tombstone, dropped the same way;
+* `0x02`: the newest timestamp seen (the stream time retention counts back from).
+
+The flag byte is `0x01` before a value and `0x00` for a tombstone. A put older than the
+retention (`stream time - history_retention_ms`) is dropped, and a query for a time
+before it answers nothing rather than a version it can no longer prove (Kafka's rules).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from iqstate.engine import Engine, VersionedStoreFactory
+from iqstate.iterators import KeyValueIterator
+from iqstate.keyspace import prefix_upper_bound
+from iqstate.layered_store import KeySpaceStore, length_prefixed
+from iqstate.queries import VersionedRecord
+from iqstate.serdes import Serdes
+from iqstate.store import KeyValueStore, VersionedKeyValueStore
+
+_LATEST, _HISTORY, _STREAM_TIME, _BY_VALID_TO, _TOMBSTONES = (
+    b"\x00", b"\x01", b"\x02", b"\x03", b"\x04",
+)  # fmt: skip
+_VALUE, _TOMBSTONE = b"\x01", b"\x00"
+MIN_TIME, MAX_TIME = -(1 << 63), (1 << 63) - 1
+_time = Serdes.int64()
+_ts, _from_ts = _time.serialize, _time.deserialize
+
+
+def encode_version(timestamp: int, value: bytes | None) -> bytes:
+    """A version as its changelog value: `timestamp + flag + value`."""
+    return _ts(timestamp) + (_TOMBSTONE if value is None else _VALUE + value)
+
+
+def decode_version(data: bytes) -> tuple[int, bytes | None]:
+    """The `(timestamp, value or None)` that `encode_version` encoded."""
+    if len(data) < 9 or data[8:9] not in (_VALUE, _TOMBSTONE):
+        raise ValueError(f"a version needs 8 timestamp bytes and a flag, got {data[:12]!r}")
+    return _from_ts(data[:8]), (data[9:] if data[8:9] == _VALUE else None)
+
+
+def encode_version_record(key: bytes, timestamp: int, value: bytes | None) -> tuple[bytes, bytes]:
+    """A version as a changelog record: key `key + timestamp`, value `flag + value` (never
+    null: a tombstone version is a record to keep, not a deletion for compaction)."""
+    return key + _ts(timestamp), _TOMBSTONE if value is None else _VALUE + value
+
+
+def decode_version_record(key: bytes, value: bytes | None) -> tuple[bytes, int, bytes | None]:
+    """The `(key, timestamp, value or None)` of a record `encode_version_record` made."""
+    if len(key) < 8 or value is None or value[:1] not in (_VALUE, _TOMBSTONE):
+        raise ValueError(
+            f"a versioned store's record needs a key of at least 8 bytes and a value "
+            f"starting with a flag byte, got key {key[:16]!r}, value {(value or b'')[:8]!r}"
+        )
+    return key[:-8], _from_ts(key[-8:]), (value[1:] if value[:1] == _VALUE else None)
+
+
+class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes]):
+    """A versioned store over bytes in `key_value_store`, keeping `history_retention_ms`."""
+
+    kind: ClassVar[str] = "layered.versioned"
+
+    def __init__(
+        self, key_value_store: KeyValueStore[bytes, bytes], history_retention_ms: int
+    ) -> None:
+        super().__init__(key_value_store)
+        if isinstance(history_retention_ms, bool) or not isinstance(history_retention_ms, int):
+            raise TypeError(f"history_retention_ms must be an int, got {history_retention_ms!r}")
+        if history_retention_ms < 0:
+            raise ValueError(f"history_retention_ms must be >= 0, got {history_retention_ms}")
+        self._retention = history_retention_ms
+        self._stream_time = MIN_TIME
+
+    @property
+    def history_retention_ms(self) -> int:
+        return self._retention
+
+    def opened(self) -> None:
+        stored = self.key_value_store.get(_STREAM_TIME)
+        self._stream_time = _from_ts(stored) if stored is not None else MIN_TIME
+
+    def _boundary(self) -> int:
+        """The oldest time a query can still be answered for."""
+        return max(MIN_TIME, self._stream_time - self._retention)
+
+    # -- writes ------------------------------------------------------------------------
+
+    def put(self, key: bytes, value: bytes | None, timestamp: int) -> None:
+        self._check_open()
+        store = self.key_value_store
+        if timestamp < self._boundary():
+            return  # older than the history kept: Kafka drops it too
+        advanced = timestamp > self._stream_time
+        if advanced:
+            self._stream_time = timestamp
+            store.put(_STREAM_TIME, _ts(timestamp))
+        current = self.latest_version(key)
+        if current is None or timestamp >= current[0]:
+            writes: list[tuple[bytes, bytes | None]] = []
+            if current is not None and timestamp > current[0]:
+                writes += self._history_writes(key, current[0], current[1], timestamp)
+            if current is not None and current[1] is None:
+                writes.append((_TOMBSTONES + _ts(current[0]) + key, None))
+            writes.append((_LATEST + key, encode_version(timestamp, value)))
+            if value is None:
+                writes.append((_TOMBSTONES + _ts(timestamp) + key, b""))
+            store.put_all(writes)
+        else:
+            self._put_older(key, value, timestamp, current[0])
+        if advanced:
+            self._drop_expired()
+
+    def _history_writes(
+        self, key: bytes, timestamp: int, value: bytes | None, valid_to: int
+    ) -> list[tuple[bytes, bytes | None]]:
+        prefixed = length_prefixed(key)
+        return [
+            (_HISTORY + prefixed + _ts(timestamp), _TOMBSTONE if value is None else _VALUE + value),
+            (_BY_VALID_TO + _ts(valid_to) + prefixed + _ts(timestamp), b""),
+        ]
+
+    def _put_older(self, key: bytes, value: bytes | None, timestamp: int, latest: int) -> None:
+        """An out-of-order version: into the history, between the versions around it."""
+        store = self.key_value_store
+        prefixed = length_prefixed(key)
+        at = _HISTORY + prefixed + _ts(timestamp)
+        if store.get(at) is not None:  # replaces a version: its validity is unchanged
+            store.put(at, _TOMBSTONE if value is None else _VALUE + value)
+            return
+        following = self._history_after(prefixed, timestamp)
+        valid_to = following if following is not None else latest
+        writes = self._history_writes(key, timestamp, value, valid_to)
+        before = self._history_at_or_before(prefixed, timestamp)
+        if before is not None:  # the version before now ends where this one starts
+            before_ts = before[0]
+            writes.append((_BY_VALID_TO + _ts(valid_to) + prefixed + _ts(before_ts), None))
+            writes.append((_BY_VALID_TO + _ts(timestamp) + prefixed + _ts(before_ts), b""))
+        store.put_all(writes)
+
+    def _drop_expired(self) -> None:
+        boundary = self._boundary()
+        if boundary == MIN_TIME:
+            return
+        store = self.key_value_store
+        doomed: list[tuple[bytes, bytes | None]] = []
+        with store.range(_BY_VALID_TO, _BY_VALID_TO + _ts(boundary) + b"\xff") as ended:
+            for index_key, _ in ended:
+                if _from_ts(index_key[1:9]) > boundary:
+                    break
+                doomed.append((index_key, None))
+                doomed.append((_HISTORY + index_key[9:], None))
+        with store.range(_TOMBSTONES, _TOMBSTONES + _ts(boundary) + b"\xff") as deleted:
+            for index_key, _ in deleted:
+                if _from_ts(index_key[1:9]) > boundary:
+                    break
+                doomed.append((index_key, None))
+                doomed.append((_LATEST + index_key[9:], None))
+        if doomed:
+            store.put_all(doomed)
+
+    # -- reads -------------------------------------------------------------------------
+
+    def latest_version(self, key: bytes) -> tuple[int, bytes | None] | None:
+        self._check_open()
+        stored = self.key_value_store.get(_LATEST + key)
+        return None if stored is None else decode_version(stored)
+
+    def _history_at_or_before(
+        self, prefixed: bytes, timestamp: int
+    ) -> tuple[int, bytes | None] | None:
+        """The newest older version of the key at or before `timestamp`."""
+        lower = _HISTORY + prefixed + _ts(MIN_TIME)
+        with self.key_value_store.limited_range(
+            lower, _HISTORY + prefixed + _ts(timestamp), 1, reverse=True
+        ) as found:
+            for history_key, stored in found:
+                value = stored[1:] if stored[:1] == _VALUE else None
+                return _from_ts(history_key[-8:]), value
+        return None
+
+    def _history_after(self, prefixed: bytes, timestamp: int) -> int | None:
+        """The timestamp of the oldest older version of the key after `timestamp`."""
+        if timestamp == MAX_TIME:
+            return None
+        with self.key_value_store.limited_range(
+            _HISTORY + prefixed + _ts(timestamp + 1), _HISTORY + prefixed + _ts(MAX_TIME), 1
+        ) as found:
+            for history_key, _ in found:
+                return _from_ts(history_key[-8:])
+        return None
+
+    def get(self, key: bytes, as_of: int | None = None) -> VersionedRecord[bytes] | None:
+        return self._as_of(key, self.latest_version(key), as_of)
+
+    def _as_of(
+        self, key: bytes, current: tuple[int, bytes | None] | None, as_of: int | None
+    ) -> VersionedRecord[bytes] | None:
+        if current is None:
+            return None
+        if as_of is None or as_of >= current[0]:
+            timestamp, value = current
+            return None if value is None else VersionedRecord(value, timestamp, None)
+        if as_of < self._boundary():
+            return None
+        prefixed = length_prefixed(key)
+        found = self._history_at_or_before(prefixed, as_of)
+        if found is None or found[1] is None:
+            return None
+        following = self._history_after(prefixed, as_of)
+        return VersionedRecord(found[1], found[0], current[0] if following is None else following)
+
+    def versions(
+        self, key: bytes, time_from: int | None, time_to: int | None, ascending: bool
+    ) -> list[VersionedRecord[bytes]]:
+        current = self.latest_version(key)
+        start = MIN_TIME if time_from is None else time_from
+        end = MAX_TIME if time_to is None else time_to
+        if current is None or end < self._boundary() or start > end:
+            return []
+        prefixed = length_prefixed(key)
+        first = self._history_at_or_before(prefixed, start)
+        lower = _HISTORY + prefixed + _ts(start if first is None else first[0])
+        timeline: list[tuple[int, bytes | None]] = []
+        with self.key_value_store.range(lower, _HISTORY + prefixed + _ts(end)) as older:
+            for history_key, stored in older:
+                timeline.append(
+                    (_from_ts(history_key[-8:]), stored[1:] if stored[:1] == _VALUE else None)
+                )
+        following = self._history_after(prefixed, end)
+        ends_at: int | None = current[0] if following is None else following
+        if current[0] <= end:
+            timeline.append(current)
+            ends_at = None
+        records = []
+        for index, (timestamp, value) in enumerate(timeline):
+            valid_to = timeline[index + 1][0] if index + 1 < len(timeline) else ends_at
+            if value is not None and (valid_to is None or valid_to > start):
+                records.append(VersionedRecord(value, timestamp, valid_to))
+        return records if ascending else records[::-1]
+
+    def range_as_of(
+        self, lower: bytes | None, upper: bytes | None, as_of: int | None
+    ) -> KeyValueIterator[bytes, VersionedRecord[bytes]]:
+        self._check_open()
+        low = _LATEST + (lower or b"")
+        high = _LATEST + upper if upper is not None else prefix_upper_bound(_LATEST)
+        found: list[tuple[bytes, VersionedRecord[bytes]]] = []
+        with self.key_value_store.range(low, high) as latest:
+            rows = [
+                (stored_key[1:], decode_version(stored))
+                for stored_key, stored in latest
+                if stored_key[:1] == _LATEST
+            ]
+        for key, current in rows:
+            record = self._as_of(key, current, as_of)
+            if record is not None:
+                found.append((key, record))
+        return KeyValueIterator.of_rows(found)
+
+    def approximate_num_entries(self) -> int:
+        """How many keys have a current version (tombstones included)."""
+        self._check_open()
+        with self.key_value_store.range(_LATEST, prefix_upper_bound(_LATEST)) as latest:
+            return sum(1 for key, _ in latest if key[:1] == _LATEST)
+
+
+def versioned_store_factory(engine: Engine) -> VersionedStoreFactory:
+    """The engine's factory of versioned stores: its own, or one keeping them in its key-value
+    stores."""
+    if engine.versioned_store is not None:
+        return engine.versioned_store
+
+    def kept_in_key_value_store(name: str, history_retention_ms: int) -> LayeredVersionedStore:
+        return LayeredVersionedStore(engine.key_value_store(name), history_retention_ms)
+
+    return kept_in_key_value_store
