@@ -367,6 +367,15 @@ class MultiVersionedKeyQuery(Query[VersionedRecordIterator[V]], Generic[K, V]):
             raise ValueError("MultiVersionedKeyQuery: the key must not be None")
         _check_timestamp("MultiVersionedKeyQuery", "from_time", from_timestamp)
         _check_timestamp("MultiVersionedKeyQuery", "to_time", to_timestamp)
+        if (
+            from_timestamp is not None
+            and to_timestamp is not None
+            and from_timestamp > to_timestamp
+        ):
+            raise ValueError(
+                f"MultiVersionedKeyQuery: from_time ({from_timestamp}) is after to_time "
+                f"({to_timestamp})"
+            )
         _set(self, "key", key)
         _set(self, "from_timestamp", from_timestamp)
         _set(self, "to_timestamp", to_timestamp)

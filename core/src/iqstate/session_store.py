@@ -14,6 +14,8 @@ arrives and from the store (Kafka's session stores expire by session end too).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar
 
 from iqstate.engine import Engine, SessionStoreFactory
@@ -140,13 +142,20 @@ class LayeredSessionStore(KeySpaceStore, SessionStore[bytes, bytes]):
             return sum(1 for data_key, _ in stored if data_key[:1] == _DATA)
 
 
+@dataclass(frozen=True)
+class LayeredSessionStoreFactory:
+    """Makes `LayeredSessionStore`s in the stores `key_value_store` makes (picklable, for a
+    store test's writer process)."""
+
+    key_value_store: Callable[[str], KeyValueStore[bytes, bytes]]
+
+    def __call__(self, name: str, retention_ms: int) -> LayeredSessionStore:
+        return LayeredSessionStore(self.key_value_store(name), retention_ms)
+
+
 def session_store_factory(engine: Engine) -> SessionStoreFactory:
     """The engine's factory of session stores: its own, or one keeping them in its key-value
     stores."""
     if engine.session_store is not None:
         return engine.session_store
-
-    def kept_in_key_value_store(name: str, retention_ms: int) -> LayeredSessionStore:
-        return LayeredSessionStore(engine.key_value_store(name), retention_ms)
-
-    return kept_in_key_value_store
+    return LayeredSessionStoreFactory(engine.key_value_store)

@@ -14,11 +14,16 @@ store from its segments:
 
 The flag byte is `0x01` before a value and `0x00` for a tombstone. A put older than the
 retention (`stream time - history_retention_ms`) is dropped, and a query for a time
-before it answers nothing rather than a version it can no longer prove (Kafka's rules).
+before it answers only the current version when that is valid then, nothing rather than
+an older version it can no longer prove (Kafka's rules). A multi-version query leaves out
+versions that ended before the retention, deterministically (Kafka returns those still in a
+segment not yet dropped).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar
 
 from iqstate.engine import Engine, VersionedStoreFactory
@@ -212,7 +217,7 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             timestamp, value = current
             return None if value is None else VersionedRecord(value, timestamp, None)
         if as_of < self._boundary():
-            return None
+            return None  # before the history kept: only the current version is provable
         prefixed = length_prefixed(key)
         found = self._history_at_or_before(prefixed, as_of)
         if found is None or found[1] is None:
@@ -226,8 +231,12 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         current = self.latest_version(key)
         start = MIN_TIME if time_from is None else time_from
         end = MAX_TIME if time_to is None else time_to
-        if current is None or end < self._boundary() or start > end:
+        if current is None or start > end:
             return []
+        if end < self._boundary():  # only the current version is provable there
+            timestamp, value = current
+            valid = value is not None and timestamp <= end
+            return [VersionedRecord(value, timestamp, None)] if valid else []  # type: ignore[arg-type]
         prefixed = length_prefixed(key)
         first = self._history_at_or_before(prefixed, start)
         lower = _HISTORY + prefixed + _ts(start if first is None else first[0])
@@ -243,9 +252,10 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             timeline.append(current)
             ends_at = None
         records = []
+        after = max(start, self._boundary())  # a version must be valid after both
         for index, (timestamp, value) in enumerate(timeline):
             valid_to = timeline[index + 1][0] if index + 1 < len(timeline) else ends_at
-            if value is not None and (valid_to is None or valid_to > start):
+            if value is not None and (valid_to is None or valid_to > after):
                 records.append(VersionedRecord(value, timestamp, valid_to))
         return records if ascending else records[::-1]
 
@@ -275,13 +285,20 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             return sum(1 for key, _ in latest if key[:1] == _LATEST)
 
 
+@dataclass(frozen=True)
+class LayeredVersionedStoreFactory:
+    """Makes `LayeredVersionedStore`s in the stores `key_value_store` makes (picklable, for a
+    store test's writer process)."""
+
+    key_value_store: Callable[[str], KeyValueStore[bytes, bytes]]
+
+    def __call__(self, name: str, history_retention_ms: int) -> LayeredVersionedStore:
+        return LayeredVersionedStore(self.key_value_store(name), history_retention_ms)
+
+
 def versioned_store_factory(engine: Engine) -> VersionedStoreFactory:
     """The engine's factory of versioned stores: its own, or one keeping them in its key-value
     stores."""
     if engine.versioned_store is not None:
         return engine.versioned_store
-
-    def kept_in_key_value_store(name: str, history_retention_ms: int) -> LayeredVersionedStore:
-        return LayeredVersionedStore(engine.key_value_store(name), history_retention_ms)
-
-    return kept_in_key_value_store
+    return LayeredVersionedStoreFactory(engine.key_value_store)

@@ -34,6 +34,8 @@ def keyed(query: Query[Any]) -> bool:
     return kind in _KEYED_QUERIES or (
         kind is WindowRangeQuery and query.key is not None  # type: ignore[attr-defined]
     )
+
+
 _DEFAULT, _WITH_INFO = QueryConfig.DEFAULT, QueryConfig.WITH_EXECUTION_INFO
 
 

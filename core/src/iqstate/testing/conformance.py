@@ -37,25 +37,39 @@ from hypothesis.stateful import run_state_machine_as_test
 from iqstate.dispatch import QueryHandlerRegistry
 from iqstate.errors import ClosedStoreError, IqstateError
 from iqstate.iterators import KeyValueIterator
+from iqstate.layered_store import KeySpaceStore
 from iqstate.plugins import default_registry
 from iqstate.position import Position, PositionBound, TopicPartition
 from iqstate.queries import (
     KeyQuery,
     LimitedRangeQuery,
+    MultiVersionedKeyQuery,
     Query,
     RangeQuery,
+    VersionedRangeQuery,
+    VersionedRecord,
     Windowed,
     WindowKeyQuery,
     WindowRangeQuery,
 )
 from iqstate.results import FailureReason, QueryResult
-from iqstate.store import KeyValueStore, QueryConfig, StateStore, WindowStore
+from iqstate.store import (
+    KeyValueStore,
+    QueryConfig,
+    SessionStore,
+    StateStore,
+    VersionedKeyValueStore,
+    WindowStore,
+)
 from iqstate.testing.factory import StoreFactory, make_context
 from iqstate.testing.state_machine import StoreStateMachine
+from iqstate.testing.type_machines import SessionStoreMachine, VersionedStoreMachine
+from iqstate.testing.type_models import MIN_TIME
 
 CHANGELOG = "conformance-changelog"
 WINDOW_SIZE_MS = 1_000
 RETENTION_MS = 10_000
+HISTORY_RETENTION_MS = 1_000_000
 
 
 class UnknownToEveryStore(Query[int]):
@@ -135,6 +149,54 @@ class StoreConformance:
         def open_store(name: str = "win", partition: int = 0) -> WindowStore[bytes, bytes]:
             store = window_factory(name, WINDOW_SIZE_MS, RETENTION_MS)
             store.init(make_context(tmp_path, name, partition, query_handlers=query_handlers))
+            opened.append(store)
+            return store
+
+        yield open_store
+        for store in opened:
+            if store.is_open:
+                store.close()
+
+    @pytest.fixture
+    def open_versioned(
+        self,
+        store_factory: StoreFactory,
+        tmp_path: Path,
+        query_handlers: QueryHandlerRegistry | None,
+    ) -> Iterator[Callable[..., VersionedKeyValueStore[bytes, bytes]]]:
+        if store_factory.versioned is None:
+            pytest.skip("store_factory has no versioned stores")
+        factory = store_factory.versioned
+        opened: list[StateStore] = []
+
+        def open_store(
+            retention: int = HISTORY_RETENTION_MS, name: str = "ver"
+        ) -> VersionedKeyValueStore[bytes, bytes]:
+            store = factory(name, retention)
+            store.init(make_context(tmp_path, name, query_handlers=query_handlers))
+            opened.append(store)
+            return store
+
+        yield open_store
+        for store in opened:
+            if store.is_open:
+                store.close()
+
+    @pytest.fixture
+    def open_session(
+        self,
+        store_factory: StoreFactory,
+        tmp_path: Path,
+        query_handlers: QueryHandlerRegistry | None,
+    ) -> Iterator[Callable[..., SessionStore[bytes, bytes]]]:
+        if store_factory.session is None:
+            pytest.skip("store_factory has no session stores")
+        factory = store_factory.session
+        opened: list[StateStore] = []
+
+        def open_store(name: str = "ses") -> SessionStore[bytes, bytes]:
+            store = factory(name, RETENTION_MS)
+            store.init(make_context(tmp_path, name, query_handlers=query_handlers))
             opened.append(store)
             return store
 
@@ -486,6 +548,172 @@ class StoreConformance:
         store.put(b"k", b"v2", 2_000)
         assert list(iterator) == [(1_000, b"v1")]
 
+    # -- versioned stores ------------------------------------------------------------
+
+    def test_versioned_versions_in_and_out_of_order(
+        self, open_versioned: Callable[..., VersionedKeyValueStore[bytes, bytes]]
+    ) -> None:
+        store = open_versioned()
+        store.put(b"k", b"v10", 10)
+        store.put(b"k", b"v30", 30)
+        store.put(b"k", b"v20", 20)  # out of order: lands between the two
+        assert store.get(b"k") == VersionedRecord(b"v30", 30, None)
+        assert store.get(b"k", 25) == VersionedRecord(b"v20", 20, 30)
+        assert store.get(b"k", 19) == VersionedRecord(b"v10", 10, 20)
+        assert store.get(b"k", 9) is None, "nothing was valid before the first version"
+        store.put(b"k", b"v20b", 20)  # the same timestamp replaces that version
+        assert store.get(b"k", 20) == VersionedRecord(b"v20b", 20, 30)
+        answer: QueryResult[Any] = store.query(MultiVersionedKeyQuery(b"k", 15, 25))
+        with answer.result as versions:
+            assert list(versions) == [
+                VersionedRecord(b"v20b", 20, 30),
+                VersionedRecord(b"v10", 10, 20),
+            ], "valid at some instant of [15, 25], newest first"
+
+    def test_versioned_tombstones(
+        self, open_versioned: Callable[..., VersionedKeyValueStore[bytes, bytes]]
+    ) -> None:
+        store = open_versioned()
+        store.put(b"k", b"a", 10)
+        store.put(b"k", None, 20)  # a tombstone version
+        store.put(b"k", b"c", 30)
+        assert store.get(b"k", 25) is None
+        assert store.get(b"k", 15) == VersionedRecord(b"a", 10, 20)
+        assert store.get(b"k") == VersionedRecord(b"c", 30, None)
+        store.put(b"k", None, 40)
+        assert store.get(b"k") is None
+        assert store.query(KeyQuery(b"k")).result is None
+        assert store.get(b"k", 35) == VersionedRecord(b"c", 30, 40)
+        answer_versions: QueryResult[Any] = store.query(
+            MultiVersionedKeyQuery(b"k", ascending=True)
+        )
+        with answer_versions.result as versions:
+            assert [record.timestamp for record in versions] == [10, 30]
+
+    def test_versioned_retention(
+        self, open_versioned: Callable[..., VersionedKeyValueStore[bytes, bytes]]
+    ) -> None:
+        store = open_versioned(retention=100)
+        store.put(b"k", b"old", 0)
+        store.put(b"k", b"mid", 50)
+        store.put(b"other", b"x", 200)  # stream time 200: history kept from 100 on
+        assert store.get(b"k", 49) is None, "an older version before the history kept"
+        assert store.get(b"k", 99) == VersionedRecord(b"mid", 50, None), (
+            "the current version is provable at any time after it started (Kafka's rule)"
+        )
+        assert store.get(b"k", 100) == VersionedRecord(b"mid", 50, None)
+        store.put(b"k", b"late", 99)  # older than the retention: dropped
+        assert store.get(b"k") == VersionedRecord(b"mid", 50, None)
+        store.put(b"k", b"new", 150)
+        store.put(b"other", b"y", 300)  # stream time 300: mid (valid to 150) is gone
+        answer_versions: QueryResult[Any] = store.query(MultiVersionedKeyQuery(b"k"))
+        with answer_versions.result as versions:
+            assert list(versions) == [VersionedRecord(b"new", 150, None)]
+
+    def test_versioned_retention_frees_space(
+        self, open_versioned: Callable[..., VersionedKeyValueStore[bytes, bytes]]
+    ) -> None:
+        """Versions wholly outside the retention leave the engine's store, in order or not."""
+        store = open_versioned(retention=10)
+        for timestamp in range(0, 400, 2):
+            store.put(b"k", b"v", timestamp)
+            store.put(b"k", b"w", timestamp - 1)  # out of order, between two versions
+            store.put(b"gone", None if timestamp % 4 else b"x", timestamp)
+        assert isinstance(store, KeySpaceStore)
+        with store.key_value_store.range(None, None) as entries:
+            assert len(list(entries)) < 40, "only the retained history may stay"
+        assert store.get(b"k", 392) == VersionedRecord(b"v", 392, 393)
+
+    def test_versioned_range_as_of(
+        self, open_versioned: Callable[..., VersionedKeyValueStore[bytes, bytes]]
+    ) -> None:
+        store = open_versioned()
+        for key, value, timestamp in (
+            (b"a", b"a1", 10), (b"a", b"a2", 20), (b"b", b"b1", 15), (b"c", b"c1", 30),
+            (b"ab", b"ab1", 5), (b"b", None, 25),
+        ):  # fmt: skip
+            store.put(key, value, timestamp)
+        answer_found: QueryResult[Any] = store.query(VersionedRangeQuery(b"a", b"b", 16))
+        with answer_found.result as found:
+            assert list(found) == [
+                (b"a", VersionedRecord(b"a1", 10, 20)),
+                (b"ab", VersionedRecord(b"ab1", 5, None)),
+                (b"b", VersionedRecord(b"b1", 15, 25)),
+            ]
+        everything: QueryResult[Any] = store.query(VersionedRangeQuery())
+        with everything.result as found:
+            assert [key for key, _ in found] == [b"a", b"ab", b"c"], "b is deleted now"
+
+    def test_versioned_reopen_and_crash(
+        self, open_versioned: Callable[..., VersionedKeyValueStore[bytes, bytes]]
+    ) -> None:
+        if not self.persistent:
+            pytest.skip("only persistent stores keep versions across a reopen")
+        store = open_versioned()
+        store.put(b"k", b"v1", 10)
+        store.put(b"k", b"v3", 30)
+        store.update_position(Position.from_map({"src": {0: 1}}))
+        store.commit({TopicPartition(CHANGELOG, 0): 1})
+        store.put(b"k", b"v2", 20)  # not committed
+        assert isinstance(store, KeySpaceStore)
+        self.simulate_crash(store.key_value_store)
+        reopened = open_versioned()
+        assert reopened.get(b"k", 25) == VersionedRecord(b"v1", 10, 30), "exactly the commit"
+        assert reopened.committed_offset(TopicPartition(CHANGELOG, 0)) == 1
+        reopened.put(b"k", b"v2", 20)
+        reopened.commit({})
+        reopened.close()
+        again = open_versioned()
+        assert again.get(b"k", 25) == VersionedRecord(b"v2", 20, 30)
+
+    # -- session stores ---------------------------------------------------------------
+
+    def test_sessions_by_key_and_start(
+        self, open_session: Callable[..., SessionStore[bytes, bytes]]
+    ) -> None:
+        store = open_session()
+        store.put(b"k", b"1", 100, 200)
+        store.put(b"k", b"2", 300, 300)
+        store.put(b"kk", b"3", 150, 160)  # a key the other starts: never mixed in
+        answer: QueryResult[Any] = store.query(WindowRangeQuery.with_key(b"k"))
+        with answer.result as sessions:
+            assert list(sessions) == [
+                (Windowed(b"k", 100, 200), b"1"),
+                (Windowed(b"k", 300, 300), b"2"),
+            ]
+        store.put(b"k", None, 100, 200)  # merged away
+        store.put(b"k", b"12", 100, 300)
+        store.put(b"k", None, 300, 300)
+        with store.fetch_sessions(b"k", 0, 1_000) as sessions:
+            assert list(sessions) == [(Windowed(b"k", 100, 300), b"12")]
+        answer_sessions: QueryResult[Any] = store.query(WindowRangeQuery(120, 200))
+        with answer_sessions.result as sessions:
+            assert list(sessions) == [(Windowed(b"kk", 150, 160), b"3")]
+
+    def test_sessions_retention(
+        self, open_session: Callable[..., SessionStore[bytes, bytes]]
+    ) -> None:
+        store = open_session()
+        store.put(b"k", b"old", 0, 1_000)
+        store.put(b"k", b"new", 10_500, 11_000)  # stream time 11,000: ends at <= 1,000 go
+        store.put(b"k", b"late", 500, 900)  # dropped as it arrives
+        with store.fetch_sessions(None, MIN_TIME, 1 << 40) as sessions:
+            assert list(sessions) == [(Windowed(b"k", 10_500, 11_000), b"new")]
+        with pytest.raises(ValueError, match="after its end"):
+            store.put(b"k", b"x", 20, 10)
+
+    def test_sessions_reopen(self, open_session: Callable[..., SessionStore[bytes, bytes]]) -> None:
+        if not self.persistent:
+            pytest.skip("only persistent stores keep sessions across a reopen")
+        store = open_session()
+        store.put(b"k", b"1", 100, 200)
+        store.commit({})
+        store.put(b"k", b"2", 300, 400)  # not committed
+        store.close()
+        reopened = open_session()
+        with reopened.fetch_sessions(b"k", MIN_TIME, 1 << 40) as sessions:
+            assert list(sessions) == [(Windowed(b"k", 100, 200), b"1")]
+
     # -- the model-based state machine --------------------------------------------------------
 
     @pytest.mark.iqstate_slow
@@ -514,6 +742,34 @@ class StoreConformance:
                     suppress_health_check=[HealthCheck.too_slow],
                 ),
             )
+
+    @pytest.mark.iqstate_slow
+    @pytest.mark.parametrize("machine", [VersionedStoreMachine, SessionStoreMachine])
+    def test_store_type_state_machine(
+        self,
+        machine: type[VersionedStoreMachine] | type[SessionStoreMachine],
+        store_factory: StoreFactory,
+        tmp_path: Path,
+        query_handlers: QueryHandlerRegistry | None,
+    ) -> None:
+        """Versions through out-of-order puts, tombstones and retention; sessions through
+        merges and retention; both through commits, reopening and crashes."""
+        bound = machine.bind(
+            store_factory,
+            persistent=self.persistent,
+            crash=self.simulate_crash,
+            root=tmp_path,
+            query_handlers=query_handlers,
+        )
+        run_state_machine_as_test(
+            bound,
+            settings=settings(
+                max_examples=self.state_machine_examples,
+                stateful_step_count=self.state_machine_steps,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow],
+            ),
+        )
 
 
 CRASH_KEYS = 200

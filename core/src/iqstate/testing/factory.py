@@ -8,9 +8,11 @@ from pathlib import Path
 
 from iqstate.context import ProcessingGuarantee, StateStoreContext
 from iqstate.dispatch import QueryHandlerRegistry
-from iqstate.engine import Engine
+from iqstate.engine import Engine, SessionStoreFactory, VersionedStoreFactory
 from iqstate.plugins import default_registry
+from iqstate.session_store import session_store_factory
 from iqstate.store import KeyValueStore, WindowStore
+from iqstate.versioned_store import versioned_store_factory
 
 
 @dataclass(frozen=True)
@@ -19,10 +21,17 @@ class StoreFactory:
 
     key_value: Callable[[str], KeyValueStore[bytes, bytes]]
     window: Callable[[str, int, int], WindowStore[bytes, bytes]] | None = None
+    versioned: VersionedStoreFactory | None = None
+    session: SessionStoreFactory | None = None
 
     @classmethod
     def for_engine(cls, engine: Engine) -> StoreFactory:
-        return cls(key_value=engine.key_value_store, window=engine.window_store)
+        return cls(
+            key_value=engine.key_value_store,
+            window=engine.window_store,
+            versioned=versioned_store_factory(engine),
+            session=session_store_factory(engine),
+        )
 
 
 def store_directory(root: Path, store_name: str, partition: int) -> Path:
