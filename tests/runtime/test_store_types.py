@@ -1,0 +1,263 @@
+"""The store types of SPEC 6.1 through the Application: typed keys and values, batches,
+partitions, positions, the change-logging layer and a restore from the changelog, each
+query type checked against a plain model on every engine."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from iqstate import (
+    Application,
+    InMemoryChangelog,
+    KeyQuery,
+    MultiVersionedKeyQuery,
+    Position,
+    PositionBound,
+    RangeQuery,
+    StateQueryRequest,
+    TimestampedKeyQuery,
+    TimestampedRangeQuery,
+    ValueAndTimestamp,
+    VersionedKeyQuery,
+    VersionedRangeQuery,
+    VersionedRecord,
+    Windowed,
+    WindowRangeQuery,
+)
+from iqstate.testing.type_models import SessionModel, VersionedModel
+
+ENGINES = ["memory", "rocksdb", "lmdb", "sqlite"]
+RETENTION = 50
+keys = st.sampled_from(["a", "b", "c", "ab", "zz", "m"])
+times = st.integers(0, 120)
+EXAMPLES = settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def ask(app: Application, store: str, query: Any, **options: Any) -> list[Any]:
+    """Every partition's successful answer, as a list (iterators read and closed)."""
+    request = StateQueryRequest.in_store(store).with_query(query)
+    if "bound" in options:
+        request = request.with_position_bound(options["bound"])
+    answers = []
+    for partition, result in sorted(app.query(request).partition_results.items()):
+        assert result.is_success, (partition, result)
+        value = result.result
+        if hasattr(value, "__iter__") and not isinstance(value, str | bytes):
+            with value as rows:
+                answers.extend(rows)
+        elif value is not None:
+            answers.append(value)
+    return answers
+
+
+class Partitioned:
+    """One model per store partition: each partition has its own stream time, so
+    retention counts back from the newest time of that partition (as in Kafka, per task)."""
+
+    def __init__(self, app: Application, store: str, model: type[Any]) -> None:
+        self.app, self.store, self.model = app, store, model
+        self.models: dict[int, Any] = {}
+
+    def of(self, key: str) -> Any:
+        partition = self.app.query_metadata_for_key(self.store, key).partition
+        if partition not in self.models:
+            self.models[partition] = self.model(RETENTION)
+        return self.models[partition]
+
+
+def declared(
+    tmp_path: Path, engine: str, changelog: InMemoryChangelog | None = None
+) -> Application:
+    app = Application("types", tmp_path / "app", changelog=changelog)
+    logging = changelog is not None
+    app.timestamped_key_value_store("t", 3, engine=engine, logging=logging)
+    app.versioned_key_value_store("v", 3, RETENTION, engine=engine, logging=logging)
+    app.session_store("s", 3, RETENTION, engine=engine, logging=logging)
+    app.global_key_value_store("g", engine=engine, logging=logging)
+    return app
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def fresh(tmp_path: Path) -> Path:
+    """The test's directory, emptied before each hypothesis example (`_empty`)."""
+    return tmp_path
+
+
+def _empty(path: Path) -> Path:
+    shutil.rmtree(path / "app", ignore_errors=True)
+    return path
+
+
+versioned_ops = st.lists(st.tuples(keys, st.none() | st.integers(0, 9), times), max_size=30)
+
+
+@EXAMPLES
+@given(batches=st.lists(versioned_ops, min_size=1, max_size=3), at=times)
+def test_versioned_queries_match_the_model(
+    fresh: Path, engine: str, batches: list[list[tuple[str, int | None, int]]], at: int
+) -> None:
+    with declared(_empty(fresh), engine) as app:
+        models = Partitioned(app, "v", VersionedModel)
+        for number, batch in enumerate(batches):
+            with app.begin_batch(position={"src": {0: number}}, batch_id=number) as writes:
+                for key, value, timestamp in batch:
+                    writes.put("v", key, value, timestamp=timestamp)
+                    raw_value = None if value is None else str(value).encode()
+                    models.of(key).put(key.encode(), raw_value, timestamp)
+        for key in ["a", "b", "ab", "zz"]:
+            raw, model = key.encode(), models.of(key)
+            for as_of in (None, at):
+                expected = model.get(raw, as_of)
+                found = ask(app, "v", VersionedKeyQuery(key, as_of))
+                assert found == ([] if expected is None else [_typed(expected)])
+            latest = model.get(raw)
+            assert ask(app, "v", KeyQuery.with_key(key)) == (
+                [] if latest is None else [int(latest.value)]
+            )
+            assert ask(app, "v", MultiVersionedKeyQuery.with_key(key).to_time(at)) == [
+                _typed(record) for record in model.versions_of(raw, None, at, False)
+            ]
+        in_range = sorted(
+            ask(app, "v", VersionedRangeQuery.with_range("a", "m").as_of(at)), key=lambda p: p[0]
+        )
+        assert in_range == sorted(
+            (key.decode(), _typed(record))
+            for model in models.models.values()
+            for key, record in model.range_as_of(b"a", b"m", at)
+        )
+
+
+def _typed(record: VersionedRecord[bytes]) -> VersionedRecord[int]:
+    return VersionedRecord(int(record.value), record.timestamp, record.valid_to)
+
+
+@EXAMPLES
+@given(
+    puts=st.lists(st.tuples(keys, st.none() | st.integers(0, 9), times), min_size=1, max_size=30)
+)
+def test_timestamped_queries_match_the_model(
+    fresh: Path, engine: str, puts: list[tuple[str, int | None, int]]
+) -> None:
+    model: dict[str, ValueAndTimestamp[int]] = {}
+    with declared(_empty(fresh), engine) as app:
+        with app.begin_batch(position={"src": {0: 1}}, batch_id=1) as writes:
+            for key, value, timestamp in puts:
+                writes.put("t", key, value, timestamp=timestamp)
+                if value is None:
+                    model.pop(key, None)
+                else:  # a later put overwrites, whatever its timestamp (as in Kafka)
+                    model[key] = ValueAndTimestamp(value, timestamp)
+        for key in ["a", "b", "zz"]:
+            stamped = model.get(key)
+            assert ask(app, "t", TimestampedKeyQuery.with_key(key)) == (
+                [] if stamped is None else [stamped]
+            )
+            assert ask(app, "t", KeyQuery.with_key(key)) == (
+                [] if stamped is None else [stamped.value]
+            )
+        everything = sorted(ask(app, "t", TimestampedRangeQuery.with_no_bounds()))
+        assert everything == sorted(model.items())
+        plain = sorted(ask(app, "t", RangeQuery.with_range("a", "b")))
+        assert plain == sorted((k, v.value) for k, v in model.items() if "a" <= k <= "b")
+
+
+session_ops = st.lists(
+    st.tuples(keys, st.none() | st.integers(0, 9), times, st.integers(0, 15)), max_size=30
+)
+
+
+@EXAMPLES
+@given(ops=session_ops)
+def test_session_queries_match_the_model(
+    fresh: Path, engine: str, ops: list[tuple[str, int | None, int, int]]
+) -> None:
+    with declared(_empty(fresh), engine) as app:
+        models = Partitioned(app, "s", SessionModel)
+        with app.begin_batch(position={"src": {0: 1}}, batch_id=1) as writes:
+            for key, value, start, length in ops:
+                writes.put("s", key, value, session=(start, start + length))
+                raw_value = None if value is None else str(value).encode()
+                models.of(key).put(key.encode(), raw_value, start, start + length)
+        for key in ["a", "ab", "m"]:
+            assert ask(app, "s", WindowRangeQuery.with_key(key)) == [
+                (Windowed(key, w.start_ms, w.end_ms), int(v))
+                for w, v in models.of(key).fetch(key.encode(), -(1 << 63), (1 << 63) - 1)
+            ]
+        every = sorted(ask(app, "s", WindowRangeQuery.with_window_start_range(0, 60)))
+        assert every == sorted(
+            (Windowed(w.key.decode(), w.start_ms, w.end_ms), int(v))
+            for model in models.models.values()
+            for w, v in model.fetch(None, 0, 60)
+        )
+
+
+def test_a_restore_from_the_changelog_answers_the_same_history(tmp_path: Path) -> None:
+    """Memory stores with a changelog: a new process restores every type from it and
+    answers exactly what the first one did."""
+    changelog = InMemoryChangelog()
+    queries = [
+        ("v", MultiVersionedKeyQuery.with_key("k").with_ascending_timestamps()),
+        ("v", VersionedKeyQuery.with_key("k").as_of(15)),
+        ("v", VersionedRangeQuery.with_no_bounds().as_of(25)),
+        ("t", TimestampedRangeQuery.with_no_bounds()),
+        ("s", WindowRangeQuery.with_key("k")),
+        ("g", KeyQuery.with_key("k")),
+    ]
+    with declared(tmp_path, "memory", changelog) as app:
+        with app.begin_batch(position={"src": {0: 1}}, batch_id=1) as writes:
+            writes.put("v", "k", 1, timestamp=10)
+            writes.put("v", "k", 3, timestamp=30)
+            writes.put("v", "k", 2, timestamp=20)  # out of order
+            writes.delete("v", "j", timestamp=5)
+            writes.put("v", "j", 9, timestamp=22)
+            writes.put("t", "k", 1, timestamp=100)
+            writes.put("s", "k", 1, session=(0, 10))
+            writes.put("s", "k", 2, session=(20, 30))
+            writes.delete("s", "k", session=(0, 10))
+            writes.put("g", "k", "global")
+        before = [ask(app, store, query) for store, query in queries]
+    with declared(tmp_path, "memory", changelog) as app:
+        assert [ask(app, store, query) for store, query in queries] == before
+        assert before[0] == [VersionedRecord(1, 10, 20), VersionedRecord(2, 20, 30),
+                             VersionedRecord(3, 30, None)]  # fmt: skip
+        assert before[4] == [(Windowed("k", 20, 30), 2)]
+        bound = PositionBound.at(Position.from_map({"src": {0: 1}}))
+        assert ask(app, "v", VersionedKeyQuery.with_key("k"), bound=bound) == [
+            VersionedRecord(3, 30, None)
+        ], "the restored replica is at the batch's position"
+
+
+def test_a_put_without_what_its_store_needs_is_refused(tmp_path: Path) -> None:
+    with declared(tmp_path, "memory") as app:
+        with pytest.raises(TypeError, match="'v'.*timestamp=<ms>"):
+            with app.begin_batch() as writes:
+                writes.put("v", "k", 1)
+        with pytest.raises(TypeError, match="'s'.*session=\\(start_ms, end_ms\\)"):
+            with app.begin_batch() as writes:
+                writes.put("s", "k", 1)
+        with pytest.raises(TypeError, match="'s' is a session store: timestamp is not allowed"):
+            with app.begin_batch() as writes:
+                writes.put("s", "k", 1, timestamp=4, session=(1, 2))
+        with pytest.raises(TypeError, match="timestamp is not allowed"):
+            with app.begin_batch() as writes:
+                writes.put("g", "k", 1, timestamp=4)
+        with pytest.raises(ValueError, match="after its end"):
+            with app.begin_batch() as writes:
+                writes.put("s", "k", 1, session=(9, 3))
+        with pytest.raises(TypeError, match="put_all takes the pairs"):
+            with app.begin_batch() as writes:
+                writes.put_all("t", [("k", 1)])
+        assert ask(app, "v", KeyQuery.with_key("k")) == [], "nothing of a refused batch lands"
