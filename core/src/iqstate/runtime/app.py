@@ -391,6 +391,13 @@ class Application:
                     self._state_directory.check_stores(list(self._specs.values()))
                 )
                 counts = {name: spec.partitions for name, spec in self._specs.items()}
+                self._assignment.host_everywhere(
+                    frozenset(
+                        name
+                        for name, spec in self._specs.items()
+                        if isinstance(spec, GlobalKeyValueStoreSpec)
+                    )
+                )
                 self._assignment.start(self.host_info, counts)
             except BaseException:
                 self._state_directory.unlock()

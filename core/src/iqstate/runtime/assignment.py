@@ -108,6 +108,10 @@ class AssignmentProvider(ABC):
     def __init__(self) -> None:
         self._listeners: list[AssignmentListener] = []
 
+    def host_everywhere(self, stores: frozenset[str]) -> None:  # noqa: B027 (a hook)
+        """Called before `start` with the global stores: their one partition is hosted by
+        every instance as an active (an instance alone hosts everything already)."""
+
     @abstractmethod
     def start(self, this_host: HostInfo, stores: Mapping[str, int]) -> None:
         """Called once by `Application.start()` with the declared stores' partition counts."""

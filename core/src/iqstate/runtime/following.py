@@ -8,7 +8,7 @@ runtime's (`HostedPartition`), so these protocols are all a follower gets.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from iqstate.position import Position, TopicPartition
@@ -39,8 +39,9 @@ class FollowedPartition(Protocol):
         ...
 
     @property
-    def is_window_store(self) -> bool:
-        """Whether its changelog keys carry a window start."""
+    def record_problem(self) -> Callable[[bytes, bytes | None], str | None] | None:
+        """Why a changelog record of it does not decode (None: it does); None when every
+        record decodes for its type of store."""
         ...
 
     def resume_offset(self) -> int | None:

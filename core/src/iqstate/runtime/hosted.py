@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from iqstate.changelog import ChangelogReader, ChangelogWriter
@@ -17,7 +18,7 @@ from iqstate.runtime.assignment import PartitionRole
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.durations import Durations
 from iqstate.runtime.offsets import OffsetKeeper, fence_partition
-from iqstate.runtime.spec import StoreSpec, WindowStoreSpec
+from iqstate.runtime.spec import StoreSpec
 
 _log = logging.getLogger(__name__)
 RESTORE_CHUNK = 10_000
@@ -206,9 +207,10 @@ class HostedPartition:
         return self._offsets
 
     @property
-    def is_window_store(self) -> bool:
-        """Whether its changelog keys carry a window start."""
-        return isinstance(self.spec, WindowStoreSpec)
+    def record_problem(self) -> Callable[[bytes, bytes | None], str | None] | None:
+        """Why a changelog record of it does not decode (None: it does); None when every
+        record decodes for its type of store."""
+        return self.spec.record_problem if self.spec.checks_records else None
 
     def resume_offset(self) -> int | None:
         """The changelog offset committed with the last unit (None: none, or closed)."""

@@ -24,7 +24,11 @@ from iqstate.runtime.partitioner import Partitioner, PartitionFunction, partitio
 from iqstate.serdes import Serde
 from iqstate.session_store import check_session, encode_session_key, session_store_factory
 from iqstate.timestamped import check_timestamp, stamped
-from iqstate.versioned_store import encode_version_record, versioned_store_factory
+from iqstate.versioned_store import (
+    decode_version_record,
+    encode_version_record,
+    versioned_store_factory,
+)
 
 StoreType = Literal[
     "key_value",
@@ -78,6 +82,14 @@ class StoreSpec(ABC):
 
     bulk_pairs: ClassVar[bool] = False
     """Whether a batch's `put_all` of `(key, value)` pairs writes this store as they are."""
+
+    checks_records: ClassVar[bool] = False
+    """Whether a changelog record can fail to decode for this type of store (its key or
+    value carries a time, a flag): then `record_problem` says why one does."""
+
+    def record_problem(self, key: bytes, value: bytes | None) -> str | None:
+        """Why a changelog record of this store does not decode (None: it does)."""
+        return None
 
     @abstractmethod
     def entry(
@@ -149,8 +161,14 @@ class WindowStoreSpec(StoreSpec):
 
     store_type: ClassVar[StoreType] = "window"
     has_key_lookup: ClassVar[bool] = False
+    checks_records: ClassVar[bool] = True
     window_size_ms: int = 0
     retention_ms: int = 0
+
+    def record_problem(self, key: bytes, value: bytes | None) -> str | None:
+        if len(key) < 8:
+            return f"a window store's key needs at least 8 bytes, it has {len(key)}"
+        return None
 
     def _engine_factory(self) -> Callable[..., Any]:
         factory = self.engine.window_store
@@ -232,7 +250,15 @@ class VersionedKeyValueStoreSpec(StoreSpec):
 
     store_type: ClassVar[StoreType] = "versioned_key_value"
     has_key_lookup: ClassVar[bool] = False
+    checks_records: ClassVar[bool] = True
     history_retention_ms: int = 0
+
+    def record_problem(self, key: bytes, value: bytes | None) -> str | None:
+        try:
+            decode_version_record(key, value)
+        except ValueError as error:
+            return str(error)
+        return None
 
     def _engine_factory(self) -> Callable[..., Any]:
         return versioned_store_factory(self.engine)
@@ -266,7 +292,13 @@ class SessionStoreSpec(StoreSpec):
 
     store_type: ClassVar[StoreType] = "session"
     has_key_lookup: ClassVar[bool] = False
+    checks_records: ClassVar[bool] = True
     retention_ms: int = 0
+
+    def record_problem(self, key: bytes, value: bytes | None) -> str | None:
+        if len(key) < 16:
+            return f"a session store's key needs at least 16 bytes, it has {len(key)}"
+        return None
 
     def _engine_factory(self) -> Callable[..., Any]:
         return session_store_factory(self.engine)

@@ -106,6 +106,7 @@ class KafkaAssignment(AssignmentProvider):
         self._listening = False
         self._host: HostInfo | None = None
         self._stores: dict[str, int] = {}
+        self._everywhere: frozenset[str] = frozenset()
         self._member_id = ""
         self._membership: Membership | None = None
         self._progress: ReplicaProgress | None = None
@@ -119,6 +120,9 @@ class KafkaAssignment(AssignmentProvider):
     def member_id(self) -> str:
         """This process's id in the members topic (empty before `start`)."""
         return self._member_id
+
+    def host_everywhere(self, stores: frozenset[str]) -> None:
+        self._everywhere = stores
 
     def start(self, this_host: HostInfo, stores: Mapping[str, int]) -> None:
         """Check or create the changelog and members topics, join, compute the first
@@ -308,6 +312,7 @@ class KafkaAssignment(AssignmentProvider):
             self._stores,
             self._standbys,
             self._acceptable,
+            self._everywhere,
         )
         mine = self._restoring(computed.get(self._host, Assignment.empty()), previous, progress)
         if cut_off:

@@ -70,11 +70,13 @@ def assign(
     stores: Mapping[str, int],
     num_standby_replicas: int,
     acceptable_recovery_lag: int,
+    everywhere: frozenset[str] = frozenset(),
 ) -> dict[HostInfo, Assignment]:
     """Each live member's assignment (roles `ACTIVE` or `STANDBY`), keyed by its host.
 
     `stores`: store name -> partition count. Every member counted appears in the result, with
-    an empty assignment if it hosts nothing.
+    an empty assignment if it hosts nothing. The partitions of the stores in `everywhere`
+    (global stores) are every member's, as actives.
     """
     if num_standby_replicas < 0:
         raise ValueError(f"num_standby_replicas must be >= 0, got {num_standby_replicas!r}")
@@ -83,13 +85,21 @@ def assign(
     live = _one_per_host(members)
     if not live:
         return {}
-    partitions = [(store, number) for store in sorted(stores) for number in range(stores[store])]
+    partitions = [
+        (store, number)
+        for store in sorted(stores)
+        if store not in everywhere
+        for number in range(stores[store])
+    ]
     plan = _Plan(live, partitions, acceptable_recovery_lag)
     current = plan.current_owners()
     target = plan.target(current)
     actives, warmups = plan.actives(current, target)
     standbys = plan.standbys(actives, warmups, min(num_standby_replicas, len(live) - 1))
-    roles: dict[str, dict[str, dict[int, PartitionRole]]] = {m.member_id: {} for m in live}
+    roles: dict[str, dict[str, dict[int, PartitionRole]]] = {
+        m.member_id: {store: dict.fromkeys(range(stores[store]), ACTIVE) for store in everywhere}
+        for m in live
+    }
     for (store, number), owner in actives.items():
         roles[owner].setdefault(store, {})[number] = ACTIVE
     for (store, number), hosts in standbys.items():

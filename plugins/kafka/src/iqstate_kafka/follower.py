@@ -37,7 +37,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,9 +63,6 @@ records/s. librdkafka's `queued.max.messages.kbytes` still bounds what is held i
 _LOGGED_REFUSALS = 5
 """Refused records logged one by one per commit; the rest are counted in one line."""
 
-_MIN_WINDOW_KEY = 8
-"""A window store's changelog key ends with the 8-byte window start."""
-
 
 class _Backoff:
     """Pauses that double from `first` up to `most`, reset by a success."""
@@ -89,7 +86,7 @@ class _Followed:
 
     hosted: FollowedPartition
     changelog: TopicPartition
-    window: bool
+    record_problem: Callable[[bytes, bytes | None], str | None] | None
     assigned: bool = False
     refresh_at: float = 0.0
     retry_at: float = 0.0
@@ -305,7 +302,7 @@ class Follower:
     def _track(self, key: StorePartition, replica: FollowedPartition) -> None:
         changelog = replica.changelog_partition
         assert changelog is not None
-        followed = _Followed(replica, changelog, replica.is_window_store)
+        followed = _Followed(replica, changelog, replica.record_problem)
         self._followed[key] = followed
         self._by_changelog[changelog] = key
         with self._lock:
@@ -438,7 +435,9 @@ class Follower:
         hosted = followed.hosted
         commit = fold(units, hosted.fence)
         entries = (
-            self._decodable(key, followed, units, commit) if followed.window else commit.entries
+            commit.entries
+            if followed.record_problem is None
+            else self._decodable(key, followed, followed.record_problem, units, commit)
         )
         try:
             hosted.apply_changelog(entries, commit.batch_id, commit.position, commit.next_offset)
@@ -492,27 +491,30 @@ class Follower:
         self,
         key: StorePartition,
         followed: _Followed,
+        problem: Callable[[bytes, bytes | None], str | None],
         units: list[ChangelogUnit],
         commit: StoreCommit,
     ) -> list[tuple[bytes, bytes | None]]:
-        """A window store's entries without keys too short to hold a window start."""
+        """The entries of a store whose records can fail to decode (a time or flag in the key
+        or value), without those that do not decode, each logged and counted."""
         bad = [
-            record for unit in units for record in unit.records if len(record.key) < _MIN_WINDOW_KEY
+            (record, why)
+            for unit in units
+            for record in unit.records
+            if (why := problem(record.key, record.value)) is not None
         ]
         if not bad:
             return commit.entries
-        for record in bad:
+        for record, why in bad:
             logger.error(
-                "changelog record at %s partition %d offset %d does not decode: a window "
-                "store's key needs at least %d bytes, it has %d; skipped",
+                "changelog record at %s partition %d offset %d does not decode: %s; skipped",
                 followed.changelog.topic,
                 followed.changelog.partition,
                 record.offset,
-                _MIN_WINDOW_KEY,
-                len(record.key),
+                why,
             )
         self._skipped_before[key] = self._skipped_before.get(key, 0) + len(bad)
-        return [entry for entry in commit.entries if len(entry[0]) >= _MIN_WINDOW_KEY]
+        return [entry for entry in commit.entries if problem(entry[0], entry[1]) is None]
 
     def _rebuild_after(
         self, key: StorePartition, followed: _Followed, event: OffsetOutOfRange
