@@ -9,10 +9,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from iqstate.engine import Engine
 from iqstate.errors import PluginError
 from iqstate.lazy import resolved
 from iqstate.plugins import PluginRegistry, default_registry
 from iqstate.scaffold import ScaffoldError, render
+from iqstate.session_store import LayeredSessionStore
+from iqstate.versioned_store import LayeredVersionedStore
 
 
 def _engine_stores(registry: PluginRegistry, name: str) -> list[tuple[str, type]]:
@@ -23,12 +26,27 @@ def _engine_stores(registry: PluginRegistry, name: str) -> list[tuple[str, type]
     for factory, default_kind in (
         (engine.key_value_store, f"{name}.key_value"),
         (engine.window_store, f"{name}.window"),
+        (engine.versioned_store or LayeredVersionedStore, f"{name}.versioned"),
+        (engine.session_store or LayeredSessionStore, f"{name}.session"),
     ):
         if factory is not None:
             target = resolved(factory)
             store_class = target if isinstance(target, type) else object
             stores.append((getattr(target, "kind", default_kind), store_class))
     return stores
+
+
+def _store_types(engine: Engine) -> list[str]:
+    """The store types of SPEC 6.1 an engine provides, and how."""
+    kept = "kept in its key-value stores"
+    return [
+        "key_value",
+        *(["window"] if engine.window_store is not None else []),
+        "timestamped_key_value",
+        "versioned_key_value" + ("" if engine.versioned_store is not None else f" ({kept})"),
+        "session" + ("" if engine.session_store is not None else f" ({kept})"),
+        "global_key_value",
+    ]
 
 
 def describe_plugins(registry: PluginRegistry) -> dict[str, Any]:
@@ -51,6 +69,7 @@ def describe_plugins(registry: PluginRegistry) -> dict[str, Any]:
                 "plugin": registry.engine_owners[name],
                 "persistent": engine.persistent,
                 "store_kinds": [kind for kind, _ in stores],
+                "store_types": _store_types(engine),
                 "answers": sorted(answers),
                 "description": engine.description,
                 "error": error,
@@ -85,6 +104,7 @@ def _print_plugins(report: dict[str, Any]) -> None:
         if engine["error"]:
             print(f"      unavailable: {engine['error']}")
             continue
+        print(f"      store types: {', '.join(engine['store_types'])}")
         print(f"      store kinds: {', '.join(engine['store_kinds'])}")
         print(f"      answers: {', '.join(engine['answers']) or '(no query types)'}")
     print("\nQuery types (store kind <- plugin that registered the handler):")
