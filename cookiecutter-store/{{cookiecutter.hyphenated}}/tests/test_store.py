@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from iqstate import Application, StateQueryRequest
+from iqstate import (
+    Application,
+    StateQueryRequest,
+    VersionedKeyQuery,
+    VersionedRecord,
+    Windowed,
+    WindowRangeQuery,
+)
 from iqstate.store import StateStore
 from iqstate.testing import StoreConformance, StoreFactory
 from iqstate_{{ cookiecutter.underscored }} import ENGINE, EntryCountQuery, {{ cookiecutter.class_prefix }}Store
@@ -36,6 +43,27 @@ def test_entry_count_query_through_an_application(tmp_path: Path) -> None:
             batch.put_all("words", [("a", 1), ("b", 2), ("c", 3)])
         result = app.query(StateQueryRequest.in_store("words").with_query(EntryCountQuery()))
         assert sum(r.result for r in result.partition_results.values()) == 3
+
+
+def test_versioned_and_session_stores_come_with_the_engine(tmp_path: Path) -> None:
+    # The conformance suite above checks them store by store; here through an application.
+    app = Application("types", tmp_path)
+    engine = "{{ cookiecutter.hyphenated }}"
+    app.versioned_key_value_store("rates", 2, 60_000, engine=engine, value_serde="float64")
+    app.session_store("visits", 2, 60_000, engine=engine, value_serde="int64")
+    with app:
+        with app.begin_batch() as batch:
+            batch.put("rates", "EUR", 1.08, timestamp=1_000)
+            batch.put("rates", "EUR", 1.10, timestamp=3_000)
+            batch.put("visits", "ada", 3, session=(0, 10))
+        rate = app.query(
+            StateQueryRequest.in_store("rates").with_query(VersionedKeyQuery.with_key("EUR").as_of(2_000))
+        ).only_partition_result()
+        assert rate is not None and rate.result == VersionedRecord(1.08, 1_000, 3_000)
+        visits = app.query(
+            StateQueryRequest.in_store("visits").with_query(WindowRangeQuery.with_key("ada"))
+        ).only_partition_result()
+        assert visits is not None and list(visits.result) == [(Windowed("ada", 0, 10), 3)]
 
 
 def test_loading_the_plugin_does_not_import_the_store() -> None:

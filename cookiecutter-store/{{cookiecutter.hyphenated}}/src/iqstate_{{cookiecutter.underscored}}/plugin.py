@@ -20,6 +20,11 @@ ENGINE = Engine(
     key_value_store="iqstate_{{ cookiecutter.underscored }}.store:{{ cookiecutter.class_prefix }}Store",
     persistent=True,
     description="{{ cookiecutter.description }}",
+    # Timestamped, versioned, session and global stores come with the key-value store:
+    # versioned and session stores are kept in its key spaces, with its commits and crash
+    # guarantees. For a layout of its own, give a factory `(name, retention_ms)` by import
+    # path: versioned_store="iqstate_{{ cookiecutter.underscored }}.versioned:MyVersionedStore",
+    # session_store=... (a `VersionedKeyValueStore` / `SessionStore` over bytes).
 )
 
 
