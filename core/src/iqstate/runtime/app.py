@@ -192,8 +192,7 @@ class Application:
         config: Mapping[str, Any] | None = None,
     ) -> StoreSpec:
         """Declare a key-value store (keys default to strings, values to JSON)."""
-        if isinstance(caching, int) and not isinstance(caching, bool) and caching < 1:
-            raise ValueError(f"store {name!r}: caching must be a bool or a size >= 1")
+        _check_caching(name, caching)
         return self._declare(
             KeyValueStoreSpec, name, partitions, engine, key_serde, value_serde,
             caching=caching, logging=logging, partitioner=partitioner, config=config,
@@ -240,8 +239,7 @@ class Application:
     ) -> StoreSpec:
         """Declare a timestamped key-value store (the store a KTable materialises): each
         value kept with the timestamp it was put with (`batch.put(..., timestamp=ms)`)."""
-        if isinstance(caching, int) and not isinstance(caching, bool) and caching < 1:
-            raise ValueError(f"store {name!r}: caching must be a bool or a size >= 1")
+        _check_caching(name, caching)
         return self._declare(
             TimestampedKeyValueStoreSpec, name, partitions, engine, key_serde, value_serde,
             caching=caching, logging=logging, partitioner=partitioner, config=config,
@@ -303,8 +301,7 @@ class Application:
         """Declare a global key-value store: one partition, hosted and answered by every
         instance (in distributed mode each follows its changelog and answers as an
         active does, positions and bounds included)."""
-        if isinstance(caching, int) and not isinstance(caching, bool) and caching < 1:
-            raise ValueError(f"store {name!r}: caching must be a bool or a size >= 1")
+        _check_caching(name, caching)
         return self._declare(
             GlobalKeyValueStoreSpec, name, 1, engine, key_serde, value_serde,
             caching=caching, logging=logging, config=config,
@@ -679,3 +676,8 @@ class Application:
     def metrics(self) -> dict[str, dict[int, dict[str, float]]]:
         """Per store partition metrics (operation rates and latencies, commit metrics)."""
         return self._partitions.metrics()
+
+
+def _check_caching(name: str, caching: bool | int) -> None:
+    if isinstance(caching, int) and not isinstance(caching, bool) and caching < 1:
+        raise ValueError(f"store {name!r}: caching must be a bool or a size >= 1")
