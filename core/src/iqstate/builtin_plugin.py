@@ -25,6 +25,7 @@ from iqstate.layers.metered_types import (
     MeteredSessionStore,
     MeteredTimestampedKeyValueStore,
     MeteredVersionedStore,
+    metered_limited_versioned_range_query,
     metered_multi_versioned_key_query,
     metered_session_query,
     metered_versioned_key_query,
@@ -36,6 +37,8 @@ from iqstate.layers.metered_types import (
 from iqstate.queries import (
     KeyQuery,
     LimitedRangeQuery,
+    LimitedTimestampedRangeQuery,
+    LimitedVersionedRangeQuery,
     MultiVersionedKeyQuery,
     RangeQuery,
     TimestampedKeyQuery,
@@ -81,11 +84,13 @@ def iqstate_register_query_handlers(register: Any) -> None:
     register(KeyQuery, timestamped, timestamped_plain_key_query)
     register(RangeQuery, timestamped, timestamped_plain_range_query)
     register(LimitedRangeQuery, timestamped, timestamped_plain_limited_range_query)
+    register(LimitedTimestampedRangeQuery, timestamped, metered_limited_range_query)
     versioned = MeteredVersionedStore.kind
     register(VersionedKeyQuery, versioned, metered_versioned_key_query)
     register(KeyQuery, versioned, metered_versioned_key_query)
     register(MultiVersionedKeyQuery, versioned, metered_multi_versioned_key_query)
     register(VersionedRangeQuery, versioned, metered_versioned_range_query)
+    register(LimitedVersionedRangeQuery, versioned, metered_limited_versioned_range_query)
     register(WindowRangeQuery, MeteredSessionStore.kind, metered_session_query)
 
 

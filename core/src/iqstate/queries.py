@@ -321,6 +321,14 @@ class TimestampedRangeQuery(RangeQuery[K, ValueAndTimestamp[V]]):
     __slots__ = ()
 
 
+class LimitedTimestampedRangeQuery(LimitedRangeQuery[K, ValueAndTimestamp[V]]):
+    """At most `limit` pairs `(key, ValueAndTimestamp)` of a timestamped store's range, in
+    key order: a page of a `TimestampedRangeQuery` (`LimitedRangeQuery` answers a
+    timestamped store's plain values, as `RangeQuery` does)."""
+
+    __slots__ = ()
+
+
 class VersionedKeyQuery(Query[VersionedRecord[V] | None], Generic[K, V]):
     """One key of a versioned store (KIP-960): its current version, or with `as_of(ts)` the
     version valid at `ts`; `None` when there is none (or none the retention can prove)."""
@@ -439,6 +447,41 @@ class VersionedRangeQuery(Query[KeyValueIterator[K, VersionedRecord[V]]], Generi
     def as_of(self, timestamp: int) -> VersionedRangeQuery[K, V]:
         return VersionedRangeQuery(self.lower_bound, self.upper_bound, timestamp)
 
+    @property
+    def is_descending(self) -> bool:
+        """Always False: the keys come in ascending order."""
+        return False
+
+
+class LimitedVersionedRangeQuery(Query[KeyValueIterator[K, VersionedRecord[V]]], Generic[K, V]):
+    """At most `limit` pairs of a `VersionedRangeQuery`, in key order: a reader that pages
+    through an as-of range reads one page's worth of it, not all of it."""
+
+    __slots__ = ("lower_bound", "upper_bound", "as_of_timestamp", "limit")
+
+    lower_bound: K | None
+    upper_bound: K | None
+    as_of_timestamp: int | None
+    limit: int
+
+    def __init__(
+        self, lower_bound: K | None, upper_bound: K | None, as_of_timestamp: int | None, limit: int
+    ) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(
+                f"LimitedVersionedRangeQuery: limit must be an int >= 1, got {limit!r}"
+            )
+        _check_timestamp("LimitedVersionedRangeQuery", "as_of", as_of_timestamp)
+        _set(self, "lower_bound", lower_bound)
+        _set(self, "upper_bound", upper_bound)
+        _set(self, "as_of_timestamp", as_of_timestamp)
+        _set(self, "limit", limit)
+
+    @classmethod
+    def of(cls, query: VersionedRangeQuery[K, V], limit: int) -> LimitedVersionedRangeQuery[K, V]:
+        """The first `limit` pairs `query` answers."""
+        return cls(query.lower_bound, query.upper_bound, query.as_of_timestamp, limit)
+
 
 BUILTIN_QUERY_TYPES: tuple[type[Query[Any]], ...] = (
     KeyQuery,
@@ -451,6 +494,8 @@ BUILTIN_QUERY_TYPES: tuple[type[Query[Any]], ...] = (
 __all__ = [
     "BUILTIN_QUERY_TYPES",
     "KeyQuery",
+    "LimitedTimestampedRangeQuery",
+    "LimitedVersionedRangeQuery",
     "MultiVersionedKeyQuery",
     "Query",
     "RangeQuery",

@@ -265,9 +265,10 @@ class VersionedKeyValueStore(StateStore, Generic[K, V]):
 
     @abstractmethod
     def range_as_of(
-        self, lower: K | None, upper: K | None, as_of: int | None
+        self, lower: K | None, upper: K | None, as_of: int | None, limit: int | None = None
     ) -> KeyValueIterator[K, VersionedRecord[V]]:
-        """Each key in `[lower, upper]` with its version valid at `as_of`, by key."""
+        """Each key in `[lower, upper]` with its version valid at `as_of`, by key (the
+        first `limit` of them when it is set: a page reads no more than it returns)."""
 
 
 class SessionStore(StateStore, Generic[K, V]):

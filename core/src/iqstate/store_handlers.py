@@ -14,6 +14,7 @@ from iqstate.position import PositionBound
 from iqstate.queries import (
     KeyQuery,
     LimitedRangeQuery,
+    LimitedVersionedRangeQuery,
     MultiVersionedKeyQuery,
     RangeQuery,
     VersionedKeyQuery,
@@ -125,6 +126,17 @@ def answer_versioned_range_query(
     )
 
 
+def answer_limited_versioned_range_query(
+    store: VersionedKeyValueStore[Any, Any],
+    query: LimitedVersionedRangeQuery[Any, Any],
+    _: PositionBound,
+    __: QueryConfig,
+) -> QueryResult[KeyValueIterator[Any, VersionedRecord[Any]]]:
+    return QueryResult.for_result(
+        store.range_as_of(query.lower_bound, query.upper_bound, query.as_of_timestamp, query.limit)
+    )
+
+
 def answer_session_query(
     store: SessionStore[Any, Any],
     query: WindowRangeQuery[Any, Any],
@@ -153,6 +165,7 @@ def versioned_handlers() -> HandlerTable:
         VersionedKeyQuery: answer_versioned_key_query,
         MultiVersionedKeyQuery: answer_multi_versioned_key_query,
         VersionedRangeQuery: answer_versioned_range_query,
+        LimitedVersionedRangeQuery: answer_limited_versioned_range_query,
         KeyQuery: answer_latest_value_query,
     }
 

@@ -41,6 +41,8 @@ _VALUE, _TOMBSTONE = b"\x01", b"\x00"
 MIN_TIME, MAX_TIME = -(1 << 63), (1 << 63) - 1
 _time = Serdes.int64()
 _ts, _from_ts = _time.serialize, _time.deserialize
+_RANGE_CHUNK = 1_000
+"""Current versions read at a time by an as-of range without a limit."""
 
 
 def encode_version(timestamp: int, value: bytes | None) -> bytes:
@@ -260,22 +262,28 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         return records if ascending else records[::-1]
 
     def range_as_of(
-        self, lower: bytes | None, upper: bytes | None, as_of: int | None
+        self, lower: bytes | None, upper: bytes | None, as_of: int | None, limit: int | None = None
     ) -> KeyValueIterator[bytes, VersionedRecord[bytes]]:
         self._check_open()
         low = _LATEST + (lower or b"")
         high = _LATEST + upper if upper is not None else prefix_upper_bound(_LATEST)
         found: list[tuple[bytes, VersionedRecord[bytes]]] = []
-        with self.key_value_store.range(low, high) as latest:
-            rows = [
-                (stored_key[1:], decode_version(stored))
-                for stored_key, stored in latest
-                if stored_key[:1] == _LATEST
-            ]
-        for key, current in rows:
-            record = self._as_of(key, current, as_of)
-            if record is not None:
-                found.append((key, record))
+        chunk = _RANGE_CHUNK if limit is None else max(limit, 1)
+        while limit is None or len(found) < limit:
+            # The current versions a chunk at a time: a page reads about what it returns.
+            with self.key_value_store.limited_range(low, high, chunk) as latest:
+                rows = list(latest)
+            for stored_key, stored in rows:
+                if stored_key[:1] != _LATEST:
+                    continue
+                record = self._as_of(stored_key[1:], decode_version(stored), as_of)
+                if record is not None:
+                    found.append((stored_key[1:], record))
+                    if limit is not None and len(found) == limit:
+                        break
+            if len(rows) < chunk:
+                break
+            low = rows[-1][0] + b"\x00"  # the least key after the chunk's last
         return KeyValueIterator.of_rows(found)
 
     def approximate_num_entries(self) -> int:

@@ -166,9 +166,9 @@ class ChangeLoggingVersionedStore(
         return self.wrapped.versions(key, time_from, time_to, ascending)
 
     def range_as_of(
-        self, lower: bytes | None, upper: bytes | None, as_of: int | None
+        self, lower: bytes | None, upper: bytes | None, as_of: int | None, limit: int | None = None
     ) -> KeyValueIterator[bytes, VersionedRecord[bytes]]:
-        return self.wrapped.range_as_of(lower, upper, as_of)
+        return self.wrapped.range_as_of(lower, upper, as_of, limit)
 
 
 class ChangeLoggingSessionStore(

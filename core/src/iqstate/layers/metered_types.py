@@ -21,7 +21,9 @@ from iqstate.position import PositionBound
 from iqstate.queries import (
     KeyQuery,
     LimitedRangeQuery,
+    LimitedVersionedRangeQuery,
     MultiVersionedKeyQuery,
+    Query,
     RangeQuery,
     ValueAndTimestamp,
     VersionedKeyQuery,
@@ -236,14 +238,48 @@ def metered_versioned_range_query(
     bound: PositionBound,
     config: QueryConfig,
 ) -> QueryResult[Any]:
+    """`VersionedRangeQuery`: its bounds serialized, its pairs typed."""
     try:
-        lower = None if query.lower_bound is None else store.encode_key(query.lower_bound)
-        upper = None if query.upper_bound is None else store.encode_key(query.upper_bound)
+        lower, upper = _range_bounds(store, query.lower_bound, query.upper_bound)
     except SerializationError as error:
         return store.serde_failure(error)
-    raw: QueryResult[Any] = store.wrapped.query(
-        VersionedRangeQuery(lower, upper, query.as_of_timestamp), bound, config
+    raw_query: Query[Any] = VersionedRangeQuery(lower, upper, query.as_of_timestamp)
+    return _typed_versioned_pairs(store, raw_query, bound, config)
+
+
+def metered_limited_versioned_range_query(
+    store: MeteredVersionedStore[Any, Any],
+    query: LimitedVersionedRangeQuery[Any, Any],
+    bound: PositionBound,
+    config: QueryConfig,
+) -> QueryResult[Any]:
+    """A page of a `VersionedRangeQuery`: only the page read, and typed."""
+    try:
+        lower, upper = _range_bounds(store, query.lower_bound, query.upper_bound)
+    except SerializationError as error:
+        return store.serde_failure(error)
+    raw_query: Query[Any] = LimitedVersionedRangeQuery(
+        lower, upper, query.as_of_timestamp, query.limit
     )
+    return _typed_versioned_pairs(store, raw_query, bound, config)
+
+
+def _range_bounds(
+    store: MeteredVersionedStore[Any, Any], lower: Any, upper: Any
+) -> tuple[bytes | None, bytes | None]:
+    return (
+        None if lower is None else store.encode_key(lower),
+        None if upper is None else store.encode_key(upper),
+    )
+
+
+def _typed_versioned_pairs(
+    store: MeteredVersionedStore[Any, Any],
+    raw_query: Query[Any],
+    bound: PositionBound,
+    config: QueryConfig,
+) -> QueryResult[Any]:
+    raw: QueryResult[Any] = store.wrapped.query(raw_query, bound, config)
     if raw.is_failure:
         return raw
     return raw.swap_result(store.typed_pairs(raw.result))

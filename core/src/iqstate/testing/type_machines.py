@@ -18,7 +18,9 @@ from iqstate.dispatch import QueryHandlerRegistry
 from iqstate.layered_store import KeySpaceStore
 from iqstate.position import Position, TopicPartition
 from iqstate.queries import (
+    LimitedVersionedRangeQuery,
     MultiVersionedKeyQuery,
+    Query,
     VersionedKeyQuery,
     VersionedRangeQuery,
     WindowRangeQuery,
@@ -175,12 +177,24 @@ class VersionedStoreMachine(_TypeMachine[VersionedKeyValueStore[bytes, bytes], V
         with answer.result as found:
             assert list(found) == expected
 
-    @rule(lower=st.none() | keys, upper=st.none() | keys, as_of=maybe_times)
-    def range_as_of(self, lower: bytes | None, upper: bytes | None, as_of: int | None) -> None:
-        answer: QueryResult[Any] = self.store.query(VersionedRangeQuery(lower, upper, as_of))
+    @rule(
+        lower=st.none() | keys,
+        upper=st.none() | keys,
+        as_of=maybe_times,
+        limit=st.none() | st.integers(1, 3),
+    )
+    def range_as_of(
+        self, lower: bytes | None, upper: bytes | None, as_of: int | None, limit: int | None
+    ) -> None:
+        query: Query[Any] = (
+            VersionedRangeQuery(lower, upper, as_of)
+            if limit is None
+            else LimitedVersionedRangeQuery(lower, upper, as_of, limit)
+        )
+        answer: QueryResult[Any] = self.store.query(query)
         assert answer.is_success, answer
         with answer.result as found:
-            assert list(found) == self.model.range_as_of(lower, upper, as_of)
+            assert list(found) == self.model.range_as_of(lower, upper, as_of)[:limit]
 
 
 class SessionStoreMachine(_TypeMachine[SessionStore[bytes, bytes], SessionModel]):

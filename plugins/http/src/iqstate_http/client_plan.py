@@ -30,6 +30,7 @@ from iqstate import (
     FailureReason,
     KeyQuery,
     KeyValueIterator,
+    MultiVersionedKeyQuery,
     Position,
     PositionBound,
     Query,
@@ -38,6 +39,13 @@ from iqstate import (
     ResultOrder,
     StateQueryRequest,
     StateQueryResult,
+    TimestampedKeyQuery,
+    TimestampedRangeQuery,
+    ValueAndTimestamp,
+    VersionedKeyQuery,
+    VersionedRangeQuery,
+    VersionedRecord,
+    VersionedRecordIterator,
     Windowed,
     WindowKeyQuery,
     WindowRangeQuery,
@@ -45,6 +53,7 @@ from iqstate import (
 from iqstate.errors import IqstateError
 from iqstate.plugins import default_registry
 from iqstate.runtime.partitioner import PartitionFunction, partition_function
+from iqstate.runtime.querying import keyed
 from iqstate.serdes import Serde
 from iqstate_http.codecs import (
     failure_reason_of,
@@ -108,33 +117,141 @@ def _key_json(key: Any) -> Any:
     return base64.b64encode(key).decode("ascii") if isinstance(key, bytes) else key
 
 
+def _bound_json(bound: Any) -> Any:
+    return None if bound is None else _key_json(bound)
+
+
+def _key_query_json(query: Any) -> dict[str, Any]:
+    return {"type": "key", "key": _key_json(query.key), "skip_cache": query.is_skip_cache}
+
+
+def _range_json(query: Any) -> dict[str, Any]:
+    return {
+        "type": "range",
+        "lower": _bound_json(query.lower_bound),
+        "upper": _bound_json(query.upper_bound),
+        "order": query.result_order.value,
+    }
+
+
+def _window_key_json(query: Any) -> dict[str, Any]:
+    return {"type": "window_key", "key": _key_json(query.key), "time_from": query.time_from,
+            "time_to": query.time_to}  # fmt: skip
+
+
+def _window_range_json(query: Any) -> dict[str, Any]:
+    body = {"type": "window_range", "time_from": query.time_from, "time_to": query.time_to}
+    if query.key is not None:
+        body["key"] = _key_json(query.key)
+    return body
+
+
+def _timestamped_key_json(query: Any) -> dict[str, Any]:
+    return {**_key_query_json(query), "type": "timestamped_key"}
+
+
+def _timestamped_range_json(query: Any) -> dict[str, Any]:
+    return {**_range_json(query), "type": "timestamped_range"}
+
+
+def _versioned_key_json(query: Any) -> dict[str, Any]:
+    return {"type": "versioned_key", "key": _key_json(query.key), "as_of": query.as_of_timestamp}
+
+
+def _multi_versioned_key_json(query: Any) -> dict[str, Any]:
+    return {"type": "multi_versioned_key", "key": _key_json(query.key),
+            "from_time": query.from_timestamp, "to_time": query.to_timestamp,
+            "ascending": query.ascending}  # fmt: skip
+
+
+def _versioned_range_json(query: Any) -> dict[str, Any]:
+    return {"type": "versioned_range", "lower": _bound_json(query.lower_bound),
+            "upper": _bound_json(query.upper_bound), "as_of": query.as_of_timestamp}  # fmt: skip
+
+
+_QUERY_JSON: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
+    KeyQuery: _key_query_json,
+    RangeQuery: _range_json,
+    WindowKeyQuery: _window_key_json,
+    WindowRangeQuery: _window_range_json,
+    TimestampedKeyQuery: _timestamped_key_json,
+    TimestampedRangeQuery: _timestamped_range_json,
+    VersionedKeyQuery: _versioned_key_json,
+    MultiVersionedKeyQuery: _multi_versioned_key_json,
+    VersionedRangeQuery: _versioned_range_json,
+}
+"""The JSON form of each built-in query type (the service's codecs read it back)."""
+
+
+def _most_specific(table: dict[type[Any], Any], query: Query[Any]) -> Any:
+    """The entry of `table` for the query's type, or its nearest base class's; None."""
+    for kind in type(query).__mro__:
+        if kind in table:
+            return table[kind]
+    return None
+
+
 def query_json(query: Query[Any]) -> dict[str, Any]:
     """The JSON form of a built-in query."""
-    if isinstance(query, KeyQuery):
-        return {"type": "key", "key": _key_json(query.key), "skip_cache": query.is_skip_cache}
-    if isinstance(query, RangeQuery):
-        return {
-            "type": "range",
-            "lower": None if query.lower_bound is None else _key_json(query.lower_bound),
-            "upper": None if query.upper_bound is None else _key_json(query.upper_bound),
-            "order": query.result_order.value,
-        }
-    if isinstance(query, WindowKeyQuery):
-        return {"type": "window_key", "key": _key_json(query.key), "time_from": query.time_from,
-                "time_to": query.time_to}  # fmt: skip
-    if isinstance(query, WindowRangeQuery):
-        return {"type": "window_range", "time_from": query.time_from, "time_to": query.time_to}
-    raise TypeError(f"RemoteQueryClient has no JSON form for {type(query).__name__}")
+    write = _most_specific(_QUERY_JSON, query)
+    if write is None:
+        raise TypeError(f"RemoteQueryClient has no JSON form for {type(query).__name__}")
+    body: dict[str, Any] = write(query)
+    return body
+
+
+def _pairs(value: Any) -> Any:
+    return KeyValueIterator([tuple(pair) for pair in value])
+
+
+def _windows(value: Any) -> Any:
+    return KeyValueIterator([(Windowed(w["key"], w["start"], w["end"]), w["value"]) for w in value])
+
+
+def _stamped(value: Any) -> ValueAndTimestamp[Any]:
+    return ValueAndTimestamp(value["value"], value["timestamp"])
+
+
+def _version(value: Any) -> VersionedRecord[Any]:
+    return VersionedRecord(value["value"], value["timestamp"], value["valid_to"])
+
+
+def _stamped_or_none(value: Any) -> Any:
+    return None if value is None else _stamped(value)
+
+
+def _version_or_none(value: Any) -> Any:
+    return None if value is None else _version(value)
+
+
+def _versions(value: Any) -> Any:
+    return VersionedRecordIterator([_version(record) for record in value])
+
+
+def _stamped_pairs(value: Any) -> Any:
+    return KeyValueIterator([(key, _stamped(stamped)) for key, stamped in value])
+
+
+def _versioned_pairs(value: Any) -> Any:
+    return KeyValueIterator([(key, _version(record)) for key, record in value])
+
+
+_RESULTS: dict[type[Any], Callable[[Any], Any]] = {
+    RangeQuery: _pairs,
+    WindowKeyQuery: _pairs,
+    WindowRangeQuery: _windows,
+    TimestampedKeyQuery: _stamped_or_none,
+    TimestampedRangeQuery: _stamped_pairs,
+    VersionedKeyQuery: _version_or_none,
+    MultiVersionedKeyQuery: _versions,
+    VersionedRangeQuery: _versioned_pairs,
+}
+"""How a result's JSON becomes the result `app.query` gives (a `key` result is its JSON)."""
 
 
 def _value(query: Query[Any], value: Any) -> Any:
-    if isinstance(query, RangeQuery | WindowKeyQuery):
-        return KeyValueIterator([tuple(pair) for pair in value])
-    if isinstance(query, WindowRangeQuery):
-        return KeyValueIterator(
-            [(Windowed(w["key"], w["start"], w["end"]), w["value"]) for w in value]
-        )
-    return value
+    read = _most_specific(_RESULTS, query)
+    return value if read is None else read(value)
 
 
 _LAYOUT_MOVED = frozenset({FailureReason.NOT_PRESENT, FailureReason.NOT_ACTIVE})
@@ -328,12 +445,9 @@ class ClientLogic:
         view = yield from self.current_view()
         store = view.stores.get(request.store_name)
         partition = None
-        if (
-            store is not None
-            and request.is_all_partitions
-            and isinstance(request.query, KeyQuery | WindowKeyQuery)
-        ):
-            partition = store.partition_of(request.query.key)
+        query: Any = request.query
+        if store is not None and request.is_all_partitions and keyed(query):
+            partition = store.partition_of(query.key)
         if (
             store is not None
             and partition is not None
@@ -409,8 +523,8 @@ class ClientLogic:
         groups: dict[str, list[int] | None]
         if not request.is_all_partitions:
             groups = self._by_active(name, sorted(request.partitions))
-        elif isinstance(request.query, KeyQuery | WindowKeyQuery):  # the service picks the
-            # key's partition; sent to its active when the client knows it
+        elif keyed(request.query):  # the service picks the key's partition; sent to its
+            # active when the client knows it
             known = None if key_partition is None else view.active.get((name, key_partition))
             groups = {known or self.any_instance(): None}
         elif store is not None:

@@ -2,8 +2,11 @@
 
 Keys and values cross as JSON through the store's serdes: a `string` key is a JSON string,
 `int64` an integer, `float64` a number, `bytes` a base64 string, `json` any JSON value.
-Built-in queries (`"type"` names): `key`, `range`, `window_key`, `window_range`; plugins add
-more through `iqstate_register_query_codecs`.
+Built-in queries (`"type"` names): `key`, `range`, `window_key`, `window_range`,
+`timestamped_key`, `timestamped_range`, `versioned_key`, `multi_versioned_key` and
+`versioned_range`, each for the types of store `STORE_QUERY_TYPES` names; plugins add more
+through `iqstate_register_query_codecs`. A `ValueAndTimestamp` is written
+`{"value", "timestamp"}`, a `VersionedRecord` `{"value", "timestamp", "valid_to"}`.
 """
 
 from __future__ import annotations
@@ -14,18 +17,25 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from iqstate import (
     FailureReason,
     KeyQuery,
+    MultiVersionedKeyQuery,
     Position,
     PositionBound,
     Query,
     QueryResult,
     RangeQuery,
     ResultOrder,
+    TimestampedKeyQuery,
+    TimestampedRangeQuery,
+    ValueAndTimestamp,
+    VersionedKeyQuery,
+    VersionedRangeQuery,
+    VersionedRecord,
     Windowed,
     WindowKeyQuery,
     WindowRangeQuery,
@@ -33,6 +43,8 @@ from iqstate import (
 from iqstate.plugins import PluginRegistry, QueryCodec
 from iqstate.runtime.spec import StoreSpec
 from iqstate_http import jsonin
+
+D = TypeVar("D")
 
 
 class BadRequest(ValueError):
@@ -193,59 +205,161 @@ def _int(body: Mapping[str, Any], field: str) -> int:
     return value
 
 
+def _int_or(body: Mapping[str, Any], field: str, default: D) -> int | D:
+    """An optional time field: `default` when absent or null, else as `_int` reads it."""
+    return default if body.get(field) is None else _int(body, field)
+
+
+def _flag_field(body: Mapping[str, Any], field: str, query: str) -> bool:
+    value = body.get(field, False)
+    if not isinstance(value, bool):
+        raise BadRequest(f"a {query} query's {field!r} must be true or false")
+    return value
+
+
 KeyFromJson = Callable[[Any], Any]
 ToJson = Callable[[Any], Any]
 
 
+def _required_key(body: Mapping[str, Any], key: KeyFromJson, query: str) -> Any:
+    if body.get("key") is None:
+        raise BadRequest(f"a {query} query needs a non-null 'key'")
+    return key(body["key"])
+
+
+def _bounds(body: Mapping[str, Any], key: KeyFromJson) -> tuple[Any, Any]:
+    lower = None if body.get("lower") is None else key(body["lower"])
+    upper = None if body.get("upper") is None else key(body["upper"])
+    return lower, upper
+
+
+def _order(body: Mapping[str, Any]) -> ResultOrder:
+    try:
+        return ResultOrder(body.get("order", "any"))
+    except ValueError:
+        raise BadRequest("range 'order' must be 'any', 'ascending' or 'descending'") from None
+
+
 def _decode_key(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
-    if "key" not in body or body["key"] is None:
-        raise BadRequest("a key query needs a non-null 'key'")
-    skip_cache = body.get("skip_cache", False)
-    if not isinstance(skip_cache, bool):
-        raise BadRequest("a key query's 'skip_cache' must be true or false")
-    query: KeyQuery[Any, Any] = KeyQuery.with_key(key(body["key"]))
-    return query.skip_cache() if skip_cache else query
+    query: KeyQuery[Any, Any] = KeyQuery.with_key(_required_key(body, key, "key"))
+    return query.skip_cache() if _flag_field(body, "skip_cache", "key") else query
 
 
 def _decode_range(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
-    lower = None if body.get("lower") is None else key(body["lower"])
-    upper = None if body.get("upper") is None else key(body["upper"])
-    order = body.get("order", "any")
-    try:
-        result_order = ResultOrder(order)
-    except ValueError:
-        raise BadRequest("range 'order' must be 'any', 'ascending' or 'descending'") from None
-    return RangeQuery(lower, upper, result_order)
+    return RangeQuery(*_bounds(body, key), _order(body))
 
 
 def _decode_window_key(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
-    if body.get("key") is None:
-        raise BadRequest("a window_key query needs a non-null 'key'")
-    return WindowKeyQuery(key(body["key"]), _int(body, "time_from"), _int(body, "time_to"))
+    return WindowKeyQuery(
+        _required_key(body, key, "window_key"), _int(body, "time_from"), _int(body, "time_to")
+    )
 
 
 def _decode_window_range(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
-    return WindowRangeQuery(_int(body, "time_from"), _int(body, "time_to"))
+    """Every key's windows starting in `[time_from, time_to]`; with a `key` (session
+    stores), that key's only, over all of time unless the fields say otherwise."""
+    if body.get("key") is None:
+        return WindowRangeQuery(_int(body, "time_from"), _int(body, "time_to"))
+    return WindowRangeQuery(
+        _int_or(body, "time_from", INT64_MIN), _int_or(body, "time_to", INT64_MAX), key(body["key"])
+    )
+
+
+def _decode_timestamped_key(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
+    query: TimestampedKeyQuery[Any, Any] = TimestampedKeyQuery.with_key(
+        _required_key(body, key, "timestamped_key")
+    )
+    return query.skip_cache() if _flag_field(body, "skip_cache", "timestamped_key") else query
+
+
+def _decode_timestamped_range(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
+    return TimestampedRangeQuery(*_bounds(body, key), _order(body))
+
+
+def _decode_versioned_key(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
+    return VersionedKeyQuery(
+        _required_key(body, key, "versioned_key"), _int_or(body, "as_of", None)
+    )
+
+
+def _decode_multi_versioned_key(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
+    return MultiVersionedKeyQuery(
+        _required_key(body, key, "multi_versioned_key"),
+        _int_or(body, "from_time", None),
+        _int_or(body, "to_time", None),
+        _flag_field(body, "ascending", "multi_versioned_key"),
+    )
+
+
+def _decode_versioned_range(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
+    return VersionedRangeQuery(*_bounds(body, key), _int_or(body, "as_of", None))
 
 
 def resume_range(
     query: RangeQuery[Any, Any], key: Any, serialize_key: Callable[[Any], bytes] | None = None
 ) -> tuple[RangeQuery[Any, Any], None]:
-    """The range's rows from `key` on (inclusive) in its order; all of them for `None`."""
+    """The range's rows from `key` on (inclusive) in its order, as a query of the same type
+    (a `TimestampedRangeQuery` stays one); all of them for `None`."""
     if key is None:
         return query, None
     if query.result_order is ResultOrder.DESCENDING:
-        return RangeQuery(query.lower_bound, key, query.result_order), None
-    return RangeQuery(key, query.upper_bound, query.result_order), None
+        return type(query)(query.lower_bound, key, query.result_order), None
+    return type(query)(key, query.upper_bound, query.result_order), None
+
+
+def _resume_versioned_range(
+    query: VersionedRangeQuery[Any, Any],
+    key: Any,
+    serialize_key: Callable[[Any], bytes] | None = None,
+) -> tuple[VersionedRangeQuery[Any, Any], None]:
+    """The as-of range's rows from `key` on (inclusive, in key order); all for `None`."""
+    if key is None:
+        return query, None
+    return VersionedRangeQuery(key, query.upper_bound, query.as_of_timestamp), None
+
+
+def _stamped_json(value: ValueAndTimestamp[Any], to_json: ToJson) -> dict[str, Any]:
+    return {"value": to_json(value.value), "timestamp": value.timestamp}
+
+
+def _version_json(record: VersionedRecord[Any], to_json: ToJson) -> dict[str, Any]:
+    return {
+        "value": to_json(record.value),
+        "timestamp": record.timestamp,
+        "valid_to": record.valid_to,
+    }
 
 
 def _encode_value(result: Any, to_json: ToJson) -> Any:
     return to_json(result)
 
 
+def _encode_stamped(result: Any, to_json: ToJson) -> Any:
+    return None if result is None else _stamped_json(result, to_json)
+
+
+def _encode_version(result: Any, to_json: ToJson) -> Any:
+    return None if result is None else _version_json(result, to_json)
+
+
+def _encode_versions(result: Any, to_json: ToJson) -> Any:
+    with result as records:
+        return [_version_json(record, to_json) for record in records]
+
+
 def _encode_pairs(result: Any, to_json: ToJson) -> Any:
     with result as pairs:
         return [[to_json(k), to_json(v)] for k, v in pairs]
+
+
+def _encode_stamped_pairs(result: Any, to_json: ToJson) -> Any:
+    with result as pairs:
+        return [[to_json(k), _stamped_json(v, to_json)] for k, v in pairs]
+
+
+def _encode_versioned_pairs(result: Any, to_json: ToJson) -> Any:
+    with result as pairs:
+        return [[to_json(k), _version_json(v, to_json)] for k, v in pairs]
 
 
 def _encode_windows(result: Any, to_json: ToJson) -> Any:
@@ -257,26 +371,62 @@ def _encode_windows(result: Any, to_json: ToJson) -> Any:
         ]
 
 
+_HTTP = "iqstate-http"
 BUILTIN_CODECS: dict[str, QueryCodec] = {
     codec.name: codec
     for codec in (
-        QueryCodec("key", KeyQuery, _decode_key, _encode_value, "iqstate-http"),
-        QueryCodec("range", RangeQuery, _decode_range, _encode_pairs, "iqstate-http", resume_range),
-        QueryCodec("window_key", WindowKeyQuery, _decode_window_key, _encode_pairs, "iqstate-http"),
+        QueryCodec("key", KeyQuery, _decode_key, _encode_value, _HTTP),
+        QueryCodec("range", RangeQuery, _decode_range, _encode_pairs, _HTTP, resume_range),
+        QueryCodec("window_key", WindowKeyQuery, _decode_window_key, _encode_pairs, _HTTP),
+        QueryCodec("window_range", WindowRangeQuery, _decode_window_range, _encode_windows, _HTTP),
         QueryCodec(
-            "window_range", WindowRangeQuery, _decode_window_range, _encode_windows, "iqstate-http"
+            "timestamped_key",
+            TimestampedKeyQuery,
+            _decode_timestamped_key,
+            _encode_stamped,
+            _HTTP,
+        ),
+        QueryCodec(
+            "timestamped_range",
+            TimestampedRangeQuery,
+            _decode_timestamped_range,
+            _encode_stamped_pairs,
+            _HTTP,
+            resume_range,
+        ),
+        QueryCodec(
+            "versioned_key", VersionedKeyQuery, _decode_versioned_key, _encode_version, _HTTP
+        ),
+        QueryCodec(
+            "multi_versioned_key",
+            MultiVersionedKeyQuery,
+            _decode_multi_versioned_key,
+            _encode_versions,
+            _HTTP,
+        ),
+        QueryCodec(
+            "versioned_range",
+            VersionedRangeQuery,
+            _decode_versioned_range,
+            _encode_versioned_pairs,
+            _HTTP,
+            _resume_versioned_range,
         ),
     )
 }
 
 
-BUILTIN_STORE_TYPES = {
-    "key": "key_value",
-    "range": "key_value",
-    "window_key": "window",
-    "window_range": "window",
+STORE_QUERY_TYPES: dict[str, tuple[str, ...]] = {
+    "key_value": ("key", "range"),
+    "global_key_value": ("key", "range"),
+    "timestamped_key_value": ("key", "range", "timestamped_key", "timestamped_range"),
+    "versioned_key_value": ("key", "versioned_key", "multi_versioned_key", "versioned_range"),
+    "window": ("window_key", "window_range"),
+    "session": ("window_range",),
 }
-"""The kind of store each built-in query type is for (plugin query types say nothing)."""
+"""The built-in query types each type of store answers (plugin query types say nothing:
+the store answers them or not). `key` and `range` on a timestamped store answer plain
+values, `key` on a versioned store its current value."""
 
 
 class Codecs:
@@ -296,12 +446,19 @@ class Codecs:
             raise BadRequest(
                 f"unknown query type {body['type']!r}; known types: {sorted(self.by_name)}"
             )
-        kind = BUILTIN_STORE_TYPES.get(codec.name, spec.store_type)
-        if kind != spec.store_type:
-            serves = sorted(n for n, k in BUILTIN_STORE_TYPES.items() if k == spec.store_type)
+        serves = STORE_QUERY_TYPES.get(spec.store_type, ())
+        if BUILTIN_CODECS.get(codec.name) is codec and codec.name not in serves:
+            kinds = [t for t, names in STORE_QUERY_TYPES.items() if codec.name in names]
+            named = " or ".join([", ".join(kinds[:-1]), kinds[-1]] if kinds[1:] else kinds)
             raise BadRequest(
                 f"store {spec.name!r} is a {spec.store_type} store: {body['type']!r} queries "
-                f"are for {kind} stores; its query types are {serves}"
+                f"are for {named} stores; its query types are {sorted(serves)}"
+            )
+        keyed_windows = codec.name == "window_range" and body.get("key") is not None
+        if keyed_windows and spec.store_type == "window":
+            raise BadRequest(
+                f"store {spec.name!r} is a window store: its 'window_range' queries name no "
+                "'key' (a session store's do); ask a key's windows with 'window_key'"
             )
         try:
             query: Query[Any] = codec.decode(body, lambda value: key_from_json(spec, value))

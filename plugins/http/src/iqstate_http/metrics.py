@@ -30,7 +30,11 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from iqstate import Application, FailureReason, StateQueryRequest, StateQueryResult
-from iqstate.queries import LimitedRangeQuery
+from iqstate.queries import (
+    LimitedRangeQuery,
+    LimitedTimestampedRangeQuery,
+    LimitedVersionedRangeQuery,
+)
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 """The media type of `/metrics`: Prometheus' text format, version 0.0.4 (what
@@ -44,9 +48,14 @@ DURATION_BUCKETS = (
 a forwarded page of a range tens of milliseconds."""
 
 
-_AS_ASKED: dict[type[Any], str] = {LimitedRangeQuery: "RangeQuery"}
+_AS_ASKED: dict[type[Any], str] = {
+    LimitedRangeQuery: "RangeQuery",
+    LimitedTimestampedRangeQuery: "TimestampedRangeQuery",
+    LimitedVersionedRangeQuery: "VersionedRangeQuery",
+}
 """Query types the service runs on a caller's behalf, labelled as the query asked: a page of
-a range reads its partitions with bounded `LimitedRangeQuery` reads, each counted."""
+a range reads its partitions with bounded reads (`LimitedRangeQuery` and the like), each
+counted."""
 
 
 FOLD_EVERY = 512

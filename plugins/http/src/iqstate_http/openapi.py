@@ -2,8 +2,9 @@
 
 It is built from the application's stores, so it says exactly what the service accepts:
 each store's name, the routes that serve it, the JSON type of its keys and the query types
-it answers, and the partitions a request may name. Clients and fuzzers generating requests
-from it reach the stores instead of guessing their names. The bearer scheme is declared,
+it answers (each with its fields and the shape of its result, `components.schemas`), and
+the partitions a request may name. Clients and fuzzers generating requests from it reach
+the stores instead of guessing their names. The bearer scheme is declared,
 and required on the data routes when the service has a token.
 """
 
@@ -12,9 +13,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec, WindowStoreSpec
-from iqstate_http.codecs import BASE64, BUILTIN_CODECS, INT64_MAX, INT64_MIN, Codecs
+from iqstate.runtime.spec import StoreSpec
+from iqstate_http.codecs import (
+    BASE64,
+    BUILTIN_CODECS,
+    INT64_MAX,
+    INT64_MIN,
+    STORE_QUERY_TYPES,
+    Codecs,
+)
 from iqstate_http.jsonin import MAX_DEPTH
+from iqstate_http.key_reads import KEY_READS
 from iqstate_http.limits import DEFAULT_MAX_ROWS
 from iqstate_http.paging import MAX_LIMIT
 
@@ -68,8 +77,8 @@ _STORE = {
     "type": "object",
     "required": ["type", "partitions", "key_serde", "value_serde"],
     "properties": {
-        "type": {"enum": ["key_value", "window"]},
-        "partitions": {"type": "integer"},
+        "type": {"enum": list(STORE_QUERY_TYPES)},
+        "partitions": {"type": "integer", "description": "1 for a global_key_value store"},
         "key_serde": {"type": "string"},
         "value_serde": {"type": "string"},
         "partitioner": {
@@ -77,8 +86,9 @@ _STORE = {
             "description": "default: Kafka's murmur2 of the serialized key (clients may "
             "compute a key's partition); custom: only the service knows",
         },
-        "window_size_ms": {"type": "integer"},
-        "retention_ms": {"type": "integer"},
+        "window_size_ms": {"type": "integer", "description": "window stores"},
+        "retention_ms": {"type": "integer", "description": "window and session stores"},
+        "history_retention_ms": {"type": "integer", "description": "versioned_key_value stores"},
     },
 }
 _LAGS = {
@@ -176,14 +186,30 @@ _ANSWERED_BY = {
     "role": {**_ROLE, "description": "the answering replica's role (null: none answered)"},
     "lag": {"type": ["integer", "null"], "description": "its changelog lag (null: unknown)"},
 }
+_KEY_FIELDS = ["value", "partition", "position", "host", "role", "lag"]
+_WHERE_FROM = {"partition": {"type": "integer"}, "position": _NULLABLE_POSITION, **_ANSWERED_BY}
 _KEY_ANSWER = {
     "type": "object",
-    "required": ["value", "partition", "position", "host", "role", "lag"],
+    "required": _KEY_FIELDS,
     "properties": {
         "value": {"description": "the value as JSON; null for an absent key"},
-        "partition": {"type": "integer"},
-        "position": _NULLABLE_POSITION,
-        **_ANSWERED_BY,
+        **_WHERE_FROM,
+    },
+}
+_STAMPED_KEY_ANSWER = {
+    "type": "object",
+    "required": [*_KEY_FIELDS, "timestamp"],
+    "description": "a timestamped or versioned store's key",
+    "properties": {
+        "value": {
+            "description": "the value as JSON (a versioned store's current version); null "
+            "for an absent key"
+        },
+        "timestamp": {
+            "type": ["integer", "null"],
+            "description": "the timestamp the value was put with (ms); null for an absent key",
+        },
+        **_WHERE_FROM,
     },
 }
 _PAGE = {
@@ -211,7 +237,10 @@ _QUERY_ANSWER = {
                 "required": ["ok", "position"],
                 "properties": {
                     "ok": {"type": "boolean"},
-                    "value": {"description": "the result as JSON"},
+                    "value": {
+                        "description": "the result as JSON, shaped by the query type "
+                        "(components.schemas.Result*)"
+                    },
                     "failure": {"type": "string"},
                     "message": {"type": "string"},
                     "position": _NULLABLE_POSITION,
@@ -251,8 +280,64 @@ _ERROR_TEXTS = {
 }
 
 
-_PAGED = frozenset({"range"})
+_PAGED = frozenset({"range", "timestamped_range", "versioned_range"})
 """The built-in query types a merged page answers (plugins add theirs, undescribed)."""
+_JSON = {"description": "a key or value as JSON, through the store's serde"}
+_STAMPED = {
+    "type": "object",
+    "required": ["value", "timestamp"],
+    "properties": {"value": _JSON, "timestamp": _INT64},
+}
+_VERSION = {
+    "type": "object",
+    "required": ["value", "timestamp", "valid_to"],
+    "description": "valid from timestamp (inclusive) to valid_to (exclusive; null: current)",
+    "properties": {
+        "value": _JSON,
+        "timestamp": _INT64,
+        "valid_to": {"anyOf": [_INT64, {"type": "null"}]},
+    },
+}
+
+
+def _rows(value: dict[str, Any]) -> dict[str, Any]:
+    """`[[key, value], ...]` rows, the value as `value` describes it."""
+    row = {"type": "array", "prefixItems": [_JSON, value], "minItems": 2, "maxItems": 2}
+    return {"type": "array", "items": row}
+
+
+_RESULTS: dict[str, dict[str, Any]] = {
+    "key": {**_JSON, "description": "the value; null for an absent key"},
+    "range": _rows(_JSON),
+    "window_key": {
+        "type": "array",
+        "description": "[[window start (ms), value], ...]",
+        "items": {"type": "array", "prefixItems": [_INT64, _JSON], "minItems": 2, "maxItems": 2},
+    },
+    "window_range": {
+        "type": "array",
+        "description": "windows (sessions, in a session store) by start",
+        "items": {
+            "type": "object",
+            "required": ["key", "start", "end", "value"],
+            "properties": {"key": _JSON, "start": _INT64, "end": _INT64, "value": _JSON},
+        },
+    },
+    "timestamped_key": {"anyOf": [_STAMPED, {"type": "null"}]},
+    "timestamped_range": _rows(_STAMPED),
+    "versioned_key": {"anyOf": [_VERSION, {"type": "null"}]},
+    "multi_versioned_key": {"type": "array", "items": _VERSION},
+    "versioned_range": _rows(_VERSION),
+}
+"""The result of each built-in query type as JSON: a partition's `"value"`, and a merged
+page's rows for the types it pages (`components.schemas`, `Result` + the type in camel
+case)."""
+
+
+def _result_name(query_type: str) -> str:
+    return "Result" + "".join(part.capitalize() for part in query_type.split("_"))
+
+
 _ACCEPTABLE_LAG = {
     "name": "acceptable_lag",
     "in": "query",
@@ -279,27 +364,73 @@ def _body_key(spec: StoreSpec) -> dict[str, Any]:
 
 
 def _queries(spec: StoreSpec) -> list[dict[str, Any]]:
+    """The query bodies of the built-in query types the store answers."""
     key = _body_key(spec)
     bound = {"anyOf": [key, {"type": "null"}]}
+    time = {"anyOf": [_INT64, {"type": "null"}]}
+    order = {"enum": ["any", "ascending", "descending"]}
 
-    def query(name: str, required: list[str], **fields: Any) -> dict[str, Any]:
+    def query(name: str, required: list[str], about: str, **fields: Any) -> dict[str, Any]:
         return {
             "type": "object",
+            "description": f"{about}; result: #/components/schemas/{_result_name(name)}",
             "required": ["type", *required],
             "properties": {"type": {"const": name}, **fields},
         }
 
-    if isinstance(spec, WindowStoreSpec):
-        return [
-            query("window_key", ["key", "time_from", "time_to"], key=key,
-                  time_from=_INT64, time_to=_INT64),
-            query("window_range", ["time_from", "time_to"], time_from=_INT64, time_to=_INT64),
-        ]  # fmt: skip
-    return [
-        query("key", ["key"], key=key, skip_cache={"type": "boolean"}),
-        query("range", [], lower=bound, upper=bound,
-              order={"enum": ["any", "ascending", "descending"]}),
-    ]  # fmt: skip
+    if spec.store_type != "session":
+        window_range = query(
+            "window_range",
+            ["time_from", "time_to"],
+            "every key's windows starting in [time_from, time_to] (ms)",
+            time_from=_INT64,
+            time_to=_INT64,
+            key={"type": "null"},
+        )
+    else:
+        window_range = query(
+            "window_range",
+            [],
+            "sessions starting in [time_from, time_to] (ms): every key's, "
+            "or with key that key's only (the times then default to all of time)",
+            key=bound,
+            time_from=time,
+            time_to=time,
+        )
+        window_range["anyOf"] = [
+            {"required": ["key"], "properties": {"key": key}},
+            {
+                "required": ["time_from", "time_to"],
+                "properties": {"time_from": _INT64, "time_to": _INT64},
+            },
+        ]
+    bodies = {
+        "key": query("key", ["key"], "the value of one key (a versioned store's current "
+                     "value)", key=key, skip_cache={"type": "boolean"}),
+        "range": query("range", [], "the pairs from lower to upper (inclusive; null: open)",
+                       lower=bound, upper=bound, order=order),
+        "window_key": query("window_key", ["key", "time_from", "time_to"], "one key's "
+                            "windows starting in [time_from, time_to] (ms)", key=key,
+                            time_from=_INT64, time_to=_INT64),
+        "window_range": window_range,
+        "timestamped_key": query("timestamped_key", ["key"], "the value of one key with its "
+                                 "timestamp", key=key, skip_cache={"type": "boolean"}),
+        "timestamped_range": query("timestamped_range", [], "the pairs from lower to upper "
+                                   "with their timestamps", lower=bound, upper=bound,
+                                   order=order),
+        "versioned_key": query("versioned_key", ["key"], "the version of one key valid at "
+                               "as_of (ms; null: the current one)", key=key, as_of=time),
+        "multi_versioned_key": query(
+            "multi_versioned_key", ["key"], "every version of one key valid at some instant "
+            "of [from_time, to_time] (ms; null: open; from_time at most to_time), newest "
+            "first unless ascending", key=key, from_time=time, to_time=time,
+            ascending={"type": "boolean"},
+        ),
+        "versioned_range": query("versioned_range", [], "the keys from lower to upper with "
+                                 "their versions valid at as_of (null: the current ones)",
+                                 lower=bound, upper=bound, as_of=time),
+    }  # fmt: skip
+    return [bodies[name] for name in STORE_QUERY_TYPES.get(spec.store_type, ())]
 
 
 def _query_requests(spec: StoreSpec, max_rows: int) -> list[dict[str, Any]]:
@@ -511,9 +642,11 @@ def openapi_document(
             "get": ops.operation(f"where a key of {spec.name!r} lives", _KEY_PLACE,
                                  parameters=[key])
         }  # fmt: skip
-        if isinstance(spec, KeyValueStoreSpec):
+        read = KEY_READS.get(spec.store_type)
+        if read is not None:
+            answer = _STAMPED_KEY_ANSWER if read.stamped else _KEY_ANSWER
             paths[f"/v1/stores/{spec.name}/keys/{{key}}"] = {
-                "get": ops.operation(f"look a key of {spec.name!r} up", _KEY_ANSWER,
+                "get": ops.operation(f"look a key of {spec.name!r} up", answer,
                                      parameters=[key, _ACCEPTABLE_LAG])
             }  # fmt: skip
     key_place = [
@@ -536,6 +669,7 @@ def openapi_document(
                     [body for spec in specs for body in _query_requests(spec, max_rows)]
                 ),
                 "KeyPlaceRequest": _one_of(key_place),
+                **{_result_name(name): schema for name, schema in _RESULTS.items()},
             },
         },
     }

@@ -7,10 +7,11 @@ returned and the merged position of the pages so far; the next page reads every
 partition from just after that key, at a bound of at least that position, so paging never
 goes back in time and no key comes twice, whichever instance answers.
 
-Each partition is read lazily: this instance's partitions from their stores' iterators,
-the others in chunks from the instances hosting them (forwarded merged pages of their
-partitions, each about its share of `limit` rows), so an instance holds about one page of
-rows per request, whatever the store's size.
+Each partition is read lazily: this instance's partitions a chunk at a time (a range type
+with a limited form, `LIMITED`) or from one answer cut to the page (any other), the others
+in chunks from the instances hosting them (forwarded merged pages of their partitions, each
+about its share of `limit` rows), so an instance holds about one page of rows per request,
+whatever the store's size.
 """
 
 from __future__ import annotations
@@ -27,9 +28,21 @@ from operator import itemgetter
 from types import TracebackType
 from typing import Any
 
-from iqstate import Position, Query, QueryResult, RangeQuery, ResultOrder
+from iqstate import (
+    Position,
+    Query,
+    QueryResult,
+    RangeQuery,
+    ResultOrder,
+    TimestampedRangeQuery,
+    VersionedRangeQuery,
+)
 from iqstate.plugins import QueryCodec
-from iqstate.queries import LimitedRangeQuery
+from iqstate.queries import (
+    LimitedRangeQuery,
+    LimitedTimestampedRangeQuery,
+    LimitedVersionedRangeQuery,
+)
 from iqstate_http.codecs import (
     BadRequest,
     position_from_json,
@@ -108,6 +121,46 @@ def page_limit(value: Any) -> int:
     return value
 
 
+@dataclass(frozen=True)
+class Chunked:
+    """How a range type is read a chunk at a time: the query of its first `n` rows, and
+    the same range from a key on (inclusive), in its order."""
+
+    first: Callable[[Any, int], Query[Any]]
+    resume: Callable[[Any, Any], Query[Any]]
+
+
+def _resumed_range(query: RangeQuery[Any, Any], key: Any) -> Query[Any]:
+    return resume_range(query, key)[0]
+
+
+def _resumed_versioned_range(query: VersionedRangeQuery[Any, Any], key: Any) -> Query[Any]:
+    return VersionedRangeQuery(key, query.upper_bound, query.as_of_timestamp)
+
+
+LIMITED: dict[type[Query[Any]], Chunked] = {
+    RangeQuery: Chunked(LimitedRangeQuery.of, _resumed_range),
+    TimestampedRangeQuery: Chunked(LimitedTimestampedRangeQuery.of, _resumed_range),
+    VersionedRangeQuery: Chunked(LimitedVersionedRangeQuery.of, _resumed_versioned_range),
+}
+"""The range types read a chunk at a time, each with the query of its first `n` rows."""
+
+
+def chunked(query: Query[Any]) -> Query[Any] | None:
+    """`query` when it is read a chunk at a time (see `LIMITED`); None otherwise."""
+    return query if type(query) in LIMITED else None
+
+
+def limited(query: Query[Any], rows: int) -> Query[Any]:
+    """The query of the first `rows` rows of a range `chunked` names."""
+    return LIMITED[type(query)].first(query, rows)
+
+
+def resumed(query: Query[Any], key: Any) -> Query[Any]:
+    """The range `chunked` names, from `key` on (inclusive)."""
+    return LIMITED[type(query)].resume(query, key)
+
+
 class _OneRow:
     """One `(key, value)` row as the closeable iterator a codec's `encode` reads."""
 
@@ -161,24 +214,25 @@ class Pager:
 def pager_for(codec: QueryCodec | None) -> Pager:
     if codec is None or codec.resume is None:
         raise BadRequest(
-            '"merge": true pages range-type queries (those ordered by key, such as range and '
-            "prefix_scan); this query's answer is not ordered by key"
+            '"merge": true pages range-type queries (those ordered by key: range, '
+            "timestamped_range, versioned_range, prefix_scan); this query's answer is not "
+            "ordered by key"
         )
     return Pager(codec)
 
 
 class LocalRows:
-    """One local partition's rows after a key, in order, read a chunk at a time: a
-    `RangeQuery` is read as `LimitedRangeQuery`s of `chunk` pairs, each from where the
-    last ended, so a page reads about its share of the partition, not all of it. A read
-    that fails is this partition's failure (`PartitionsFailed`)."""
+    """One local partition's rows after a key, in order, read a chunk at a time: a range
+    `chunked` names (`ranged`) is read as `limited` queries of `chunk` pairs, each from
+    where the last ended, so a page reads about its share of the partition, not all of it.
+    A read that fails is this partition's failure (`PartitionsFailed`)."""
 
     def __init__(
         self,
         partition: int,
         first: QueryResult[Any],
         read: Callable[[Query[Any]], QueryResult[Any]],
-        ranged: RangeQuery[Any, Any] | None,
+        ranged: Query[Any] | None,
         chunk: int,
         serialize_key: Callable[[Any], bytes],
         pager: Pager,
@@ -197,7 +251,7 @@ class LocalRows:
 
     def __iter__(self) -> Iterator[Row]:
         result, ranged, after = self._first, self._ranged, self._after
-        descending = ranged is not None and ranged.is_descending
+        descending = ranged is not None and bool(getattr(ranged, "is_descending", False))
         serialize_key, within, row = self._serialize_key, self._within, self._pager.row
         while True:
             read, last = 0, None
@@ -217,9 +271,9 @@ class LocalRows:
                 raise self._failed("STORE_EXCEPTION", f"{type(exc).__name__}: {exc}") from exc
             if ranged is None or read < self._chunk:
                 return  # the whole range was read, or it ended within the chunk
-            ranged = resume_range(ranged, last)[0]
+            ranged = resumed(ranged, last)
             after = serialize_key(last)
-            result = self._read(LimitedRangeQuery.of(ranged, self._chunk))
+            result = self._read(limited(ranged, self._chunk))
             if result.is_failure:
                 raise self._failed(result.failure_reason.name, result.failure_message)
             self.position = self.position.merge(result.position)

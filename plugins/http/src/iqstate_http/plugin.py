@@ -1,4 +1,4 @@
-"""iqstate-http as a plugin: it adds the `iqstate serve` command.
+"""iqstate-http as a plugin: it adds the `iqstate serve` and `iqstate status` commands.
 
 Loaded by every application at start, so it imports no part of the HTTP stack: the
 server is imported when `iqstate serve` runs.
@@ -50,9 +50,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                          metavar="KEY=VALUE", help="a Kafka client setting, over the file's; "
                          "repeat for each")  # fmt: skip
     cluster.add_argument("--store", action="append", default=[], metavar="SPEC",
-                         help="NAME:key_value:PARTITIONS[,option=value...] or "
-                         "NAME:window:PARTITIONS,window_size_ms=MS,retention_ms=MS[,...]; "
-                         "repeat for each store")  # fmt: skip
+                         help="NAME:key_value:PARTITIONS[,option=value...], "
+                         "NAME:window:PARTITIONS,window_size_ms=MS,retention_ms=MS[,...], "
+                         "NAME:timestamped_key_value:PARTITIONS[,...], "
+                         "NAME:versioned_key_value:PARTITIONS,history_retention_ms=MS[,...], "
+                         "NAME:session:PARTITIONS,retention_ms=MS[,...] or "
+                         "NAME:global_key_value[,...]; repeat for each store")  # fmt: skip
     parser.add_argument(
         "--token-env",
         default=None,

@@ -24,12 +24,10 @@ from iqstate import (
     PositionBound,
     Query,
     QueryResult,
-    RangeQuery,
     StateQueryRequest,
     StateQueryResult,
 )
-from iqstate.queries import LimitedRangeQuery
-from iqstate.runtime.querying import locate_key
+from iqstate.runtime.querying import keyed, locate_key
 from iqstate.runtime.spec import StoreSpec
 from iqstate_http.codecs import (
     Codecs,
@@ -48,16 +46,16 @@ from iqstate_http.paging import (
     PartitionsFailed,
     RemoteRows,
     chunk_size,
+    chunked,
     decode_cursor,
     encode_cursor,
     fingerprint,
+    limited,
     merge_page,
     pager_for,
 )
 from iqstate_http.placement import Placement
 from iqstate_http.replica_choice import Replica, ReplicaChoice
-
-_KEYED = ("key", "window_key")
 
 
 @dataclass(frozen=True)
@@ -192,8 +190,9 @@ class QueryRunner:
         self, options: QueryOptions, partitions: list[int] | None
     ) -> dict[str, dict[str, Any]]:
         query = options.query
-        if type(query) is RangeQuery:  # more than max_rows is refused: read no more
-            query = LimitedRangeQuery.of(query, options.max_rows + 1)
+        ranged = chunked(query)
+        if ranged is not None:  # more than max_rows is refused: read no more
+            query = limited(ranged, options.max_rows + 1)
         results, replicas = self._local_results(options, query, partitions)
         try:
             return LocalAnswers(self.codecs, self.choice.this_host, options.max_rows).entries(
@@ -207,7 +206,7 @@ class QueryRunner:
     def _wanted(self, options: QueryOptions) -> list[int]:
         if options.partitions is not None:
             return options.partitions
-        if options.query_json.get("type") in _KEYED:
+        if keyed(options.query):
             located = locate_key(options.spec, getattr(options.query, "key", None))
             if located is not None:
                 return [located[0]]
@@ -279,9 +278,9 @@ class QueryRunner:
         query, within = pager.resumed(options.query, start, serialize)
         wanted = options.partitions or list(range(spec.partitions))
         # A range is read a chunk at a time: about each partition's share of the page.
-        ranged = query if type(query) is RangeQuery else None
+        ranged = chunked(query)
         chunk = chunk_size(options.limit + 1, 1, len(wanted))
-        first_read = query if ranged is None else LimitedRangeQuery.of(ranged, chunk)
+        first_read = query if ranged is None else limited(ranged, chunk)
         placement = Placement(
             self.choice, spec.name, wanted, options.acceptable_lag, options.local_only
         )

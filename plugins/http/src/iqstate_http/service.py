@@ -32,10 +32,11 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from iqstate import Application, AppState, FailureReason, KeyQuery, StateQueryRequest
+from iqstate import Application, AppState, FailureReason, StateQueryRequest
 from iqstate.runtime.metadata import InstanceStatus, StreamsMetadata
 from iqstate.runtime.partitioner import follows_kafka_default
-from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec, WindowStoreSpec
+from iqstate.runtime.querying import keyed
+from iqstate.runtime.spec import StoreSpec
 from iqstate_http import jsonin
 from iqstate_http.admission import Gate, RangeLimits
 from iqstate_http.codecs import (
@@ -48,7 +49,6 @@ from iqstate_http.codecs import (
     key_from_path,
     position_json_bytes,
     position_to_json,
-    to_json,
 )
 from iqstate_http.errors import (
     HANDLERS,
@@ -58,6 +58,7 @@ from iqstate_http.errors import (
     unexpected_error_response,
 )
 from iqstate_http.forwarding import FORWARDED_HEADER, Forwarded, Forwarder
+from iqstate_http.key_reads import ANSWER, ASKED_INSTEAD, KEY_READS, KeyRead
 from iqstate_http.limits import DEFAULT_MAX_BODY, DEFAULT_MAX_ROWS
 from iqstate_http.metrics import PROMETHEUS_TEXT, ServiceMetrics
 from iqstate_http.openapi import openapi_document
@@ -127,8 +128,9 @@ KEY_ROUTE = "/v1/stores/{store}/keys/{key}"
 OTHER_ROUTE = "other"
 """The route label of a request that matched no route."""
 _FORWARDED = FORWARDED_HEADER.encode()
-_RUNNING_BODY = b'{"value":%b,"partition":%d,"position":%b,"host":%b,"role":"RUNNING","lag":0}'
-"""The key route's answer from this instance's running active (the busiest answer)."""
+_RUNNING, _NO_LAG = json_bytes(RUNNING), b"0"
+"""The role and lag of the key route's answer from this instance's running active (the
+busiest answer)."""
 
 
 class KeyRouteFirst:
@@ -222,6 +224,14 @@ def serde_name(serde: Any) -> str:
     return str(getattr(serde, "name", type(serde).__name__))
 
 
+_STORE_FIELDS: dict[str, tuple[str, ...]] = {
+    "window": ("window_size_ms", "retention_ms"),
+    "session": ("retention_ms",),
+    "versioned_key_value": ("history_retention_ms",),
+}
+"""What a store's description adds for each type of store that has more to say."""
+
+
 def store_json(spec: StoreSpec) -> dict[str, Any]:
     """What a client needs to query a store: its kind, partitions and key and value types."""
     described: dict[str, Any] = {
@@ -233,9 +243,8 @@ def store_json(spec: StoreSpec) -> dict[str, Any]:
     described["partitioner"] = (
         "default" if follows_kafka_default(spec.partitions, spec.partitioner) else "custom"
     )
-    if isinstance(spec, WindowStoreSpec):
-        described["window_size_ms"] = spec.window_size_ms
-        described["retention_ms"] = spec.retention_ms
+    for name in _STORE_FIELDS.get(spec.store_type, ()):
+        described[name] = getattr(spec, name)
     return described
 
 
@@ -439,7 +448,7 @@ class QueryService:
         forwarded = FORWARDED_HEADER in request.headers
         options = self._guard(lambda: self._query_options(spec, body, forwarded, request))
         try:
-            if options.query_json["type"] in ("key", "window_key"):
+            if keyed(options.query):  # one key's partition: never held back by ranges
                 answer = await self.runner.answer(options)
             else:
                 async with (self._forwarded_ranges if forwarded else self._ranges).admitted():
@@ -493,14 +502,14 @@ class QueryService:
         if self.token is not None:
             self._check_token_in(headers)
         params = scope["path_params"]
-        spec = self._key_value_spec(params["store"])
+        spec, read = self._key_read(params["store"])
         key = self._guard(lambda: key_from_path(spec, params["key"]))
         lag = self._guard(lambda: _lag_in(scope))
-        if lag is None and (body := self._local_key_body(spec, key, None)) is not None:
+        if lag is None and (body := self._local_key_body(spec, read, key, None)) is not None:
             return Response(body, media_type="application/json")
         forwarded = FORWARDED_HEADER in headers
         body = await self._key_elsewhere(
-            spec, key, lag, forwarded, scope, headers.get("authorization")
+            spec, read, key, lag, forwarded, scope, headers.get("authorization")
         )
         return Response(body, media_type="application/json")
 
@@ -515,17 +524,18 @@ class QueryService:
         store, found, key_text = path[len(_KEY_ROUTE_PREFIX) :].partition("/keys/")
         if not found or not store or "/" in store:
             return None
-        spec = self._key_value_spec(store)
+        spec, read = self._key_read(store)
         key = self._guard(lambda: key_from_path(spec, key_text))
         lag = self._guard(lambda: _lag_in(scope)) if scope.get("query_string") else None
-        if lag is None and (body := self._local_key_body(spec, key, None)) is not None:
+        if lag is None and (body := self._local_key_body(spec, read, key, None)) is not None:
             return body
         forwarded = any(name == _FORWARDED for name, _ in scope["headers"])
-        return await self._key_elsewhere(spec, key, lag, forwarded, scope, None)
+        return await self._key_elsewhere(spec, read, key, lag, forwarded, scope, None)
 
     async def _key_elsewhere(
         self,
         spec: StoreSpec,
+        read: KeyRead,
         key: Any,
         lag: int | None,
         forwarded: bool,
@@ -541,7 +551,7 @@ class QueryService:
             if replica.local:
                 if replica.state == RUNNING and lag is None:
                     continue  # asked already
-                body = self._local_key_body(spec, key, replica)
+                body = self._local_key_body(spec, read, key, replica)
                 if body is not None:
                     return body
                 failure = ("not_active", f"the replica on {replica.host} may not answer now")
@@ -562,23 +572,28 @@ class QueryService:
             failure = (reason.name.lower(), message)
         raise ApiError(503, *failure)
 
-    def _key_value_spec(self, store: str) -> StoreSpec:
+    def _key_read(self, store: str) -> tuple[StoreSpec, KeyRead]:
+        """The store and how the key route reads it; a 400 for a store without key route."""
         spec = self._spec(store)
-        if not isinstance(spec, KeyValueStoreSpec):
+        read = KEY_READS.get(spec.store_type)
+        if read is None:
+            asked = ASKED_INSTEAD.get(spec.store_type, "a query")
             raise ApiError(
                 400,
                 "not_a_key_value_store",
-                f"store {spec.name!r} is a {spec.store_type} store: look its keys up with a "
-                "'window_key' query (POST /v1/query)",
+                f"store {spec.name!r} is a {spec.store_type} store: look its keys up with "
+                f"{asked} (POST /v1/query)",
             )
-        return spec
+        return spec, read
 
-    def _local_key_body(self, spec: StoreSpec, key: Any, replica: Replica | None) -> bytes | None:
+    def _local_key_body(
+        self, spec: StoreSpec, read: KeyRead, key: Any, replica: Replica | None
+    ) -> bytes | None:
         """The key route's JSON body answered by this instance's replica of the key's
         partition: its running active (`replica` None or running), or the standby or
         restoring `replica` a request's `acceptable_lag` accepts. None when this instance
         has no such replica; an error that is this replica's own is an `ApiError` 503."""
-        request = StateQueryRequest.in_store(spec.name).with_query(KeyQuery.with_key(key))
+        request = StateQueryRequest.in_store(spec.name).with_query(read.query(key))
         if replica is None or replica.state == RUNNING:
             request = request.require_active()
         try:
@@ -596,20 +611,14 @@ class QueryService:
             if answer.failure_reason in (FailureReason.NOT_ACTIVE, FailureReason.NOT_PRESENT):
                 return None
             raise ApiError(503, answer.failure_reason.name.lower(), answer.failure_message)
-        if replica is None or replica.state == RUNNING:  # the position's JSON is cached
-            value = json_bytes(to_json(answer.result))
-            position = position_json_bytes(result.position)
-            return _RUNNING_BODY % (value, partition, position, self._host_json)
-        return json_bytes(
-            {
-                "value": to_json(answer.result),
-                "partition": partition,
-                "position": position_to_json(result.position),
-                "host": replica.host,
-                "role": replica.state,
-                "lag": replica.lag,
-            }
-        )
+        members = read.members(answer.result)
+        position = position_json_bytes(result.position)  # cached: it changes once a batch
+        if replica is None or replica.state == RUNNING:
+            return ANSWER % (members, partition, position, self._host_json, _RUNNING, _NO_LAG)
+        return ANSWER % (
+            members, partition, position, json_bytes(replica.host), json_bytes(replica.state),
+            json_bytes(replica.lag),
+        )  # fmt: skip
 
     async def stores(self, request: Request) -> Response:
         self._check_token(request)

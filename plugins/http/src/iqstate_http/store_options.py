@@ -2,23 +2,60 @@
 
     NAME:key_value:PARTITIONS[,option=value...]
     NAME:window:PARTITIONS,window_size_ms=MS,retention_ms=MS[,option=value...]
+    NAME:timestamped_key_value:PARTITIONS[,option=value...]
+    NAME:versioned_key_value:PARTITIONS,history_retention_ms=MS[,option=value...]
+    NAME:session:PARTITIONS,retention_ms=MS[,option=value...]
+    NAME:global_key_value[:1][,option=value...]
 
-Options are the keyword arguments of `Application.key_value_store` / `window_store` that a
-command line can carry: `engine`, `key_serde`, `value_serde` (serde names), `caching`
-(key-value stores: true/false or a size), `window_size_ms`, `retention_ms`.
+Options are the keyword arguments of the `Application` method declaring that type of store
+(`key_value_store`, `window_store`, ...) that a command line can carry: `engine`,
+`key_serde`, `value_serde` (serde names), `caching` (key-value, timestamped and global
+stores: true/false or a size), `window_size_ms`, `retention_ms`, `history_retention_ms`.
+A global store has one partition.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from iqstate import Application
 
-_COMMON = {"engine", "key_serde", "value_serde"}
-_OPTIONS = {
-    "key_value": _COMMON | {"caching"},
-    "window": _COMMON | {"window_size_ms", "retention_ms"},
+_COMMON = frozenset({"engine", "key_serde", "value_serde"})
+_MS = frozenset({"window_size_ms", "retention_ms", "history_retention_ms"})
+
+
+@dataclass(frozen=True)
+class _StoreType:
+    """How one type of store is declared: the `Application` method, its options, the ones
+    it needs, and whether it takes a number of partitions."""
+
+    declare: Callable[..., Any]
+    options: frozenset[str]
+    required: tuple[str, ...] = ()
+    partitioned: bool = True
+
+
+_STORE_TYPES = {
+    "key_value": _StoreType(Application.key_value_store, _COMMON | {"caching"}),
+    "window": _StoreType(
+        Application.window_store,
+        _COMMON | {"window_size_ms", "retention_ms"},
+        ("window_size_ms", "retention_ms"),
+    ),
+    "timestamped_key_value": _StoreType(
+        Application.timestamped_key_value_store, _COMMON | {"caching"}
+    ),
+    "versioned_key_value": _StoreType(
+        Application.versioned_key_value_store,
+        _COMMON | {"history_retention_ms"},
+        ("history_retention_ms",),
+    ),
+    "session": _StoreType(Application.session_store, _COMMON | {"retention_ms"}, ("retention_ms",)),
+    "global_key_value": _StoreType(
+        Application.global_key_value_store, _COMMON | {"caching"}, partitioned=False
+    ),
 }
 
 
@@ -36,48 +73,54 @@ class StoreOption:
     options: dict[str, Any] = field(default_factory=dict)
 
     def declare(self, app: Application) -> None:
-        if self.store_type == "window":
-            options = dict(self.options)
-            size, retention = options.pop("window_size_ms"), options.pop("retention_ms")
-            app.window_store(self.name, self.partitions, size, retention, **options)
+        kind = _STORE_TYPES[self.store_type]
+        if kind.partitioned:
+            kind.declare(app, self.name, self.partitions, **self.options)
         else:
-            app.key_value_store(self.name, self.partitions, **self.options)
+            kind.declare(app, self.name, **self.options)
 
 
 def parse_store(text: str) -> StoreOption:
     """Parse one `--store` value (see the module docstring)."""
     head, _, tail = text.partition(",")
     parts = head.split(":")
+    if parts[1:2] == ["global_key_value"] and len(parts) == 2:
+        parts.append("1")
     if len(parts) != 3:
         raise StoreOptionError(
-            f"--store {text!r}: expected NAME:key_value:PARTITIONS or NAME:window:PARTITIONS, "
-            "then ,option=value pairs"
+            f"--store {text!r}: expected NAME:key_value:PARTITIONS, NAME:window:PARTITIONS "
+            "(or another store type), then ,option=value pairs"
         )
     name, store_type, count = parts
-    if store_type not in _OPTIONS:
+    kind = _STORE_TYPES.get(store_type)
+    if kind is None:
         raise StoreOptionError(
-            f"--store {text!r}: the type must be key_value or window, got {store_type!r}"
+            f"--store {text!r}: the type must be key_value or window, or one of "
+            f"timestamped_key_value, versioned_key_value, session, global_key_value; got "
+            f"{store_type!r}"
         )
     if not count.isdigit() or int(count) < 1:
         raise StoreOptionError(f"--store {text!r}: partitions must be a number >= 1, got {count!r}")
+    if not kind.partitioned and int(count) != 1:
+        raise StoreOptionError(f"--store {text!r}: a {store_type} store has one partition")
     options: dict[str, Any] = {}
     for pair in filter(None, tail.split(",")):
         key, equals, value = pair.partition("=")
-        if not equals or key not in _OPTIONS[store_type]:
+        if not equals or key not in kind.options:
             raise StoreOptionError(
                 f"--store {text!r}: {pair!r} is not an option of a {store_type} store; "
-                f"options: {', '.join(sorted(_OPTIONS[store_type]))}"
+                f"options: {', '.join(sorted(kind.options))}"
             )
         options[key] = _value(text, key, value)
-    if store_type == "window" and not {"window_size_ms", "retention_ms"} <= set(options):
+    if not set(kind.required) <= set(options):
         raise StoreOptionError(
-            f"--store {text!r}: a window store needs window_size_ms and retention_ms"
+            f"--store {text!r}: a {store_type} store needs {' and '.join(kind.required)}"
         )
     return StoreOption(name, store_type, int(count), options)
 
 
 def _value(text: str, key: str, value: str) -> Any:
-    if key in ("window_size_ms", "retention_ms"):
+    if key in _MS:
         if not value.isdigit():
             raise StoreOptionError(f"--store {text!r}: {key} must be a number of ms, got {value!r}")
         return int(value)
