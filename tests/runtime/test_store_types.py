@@ -261,3 +261,18 @@ def test_a_put_without_what_its_store_needs_is_refused(tmp_path: Path) -> None:
             with app.begin_batch() as writes:
                 writes.put_all("t", [("k", 1)])
         assert ask(app, "v", KeyQuery.with_key("k")) == [], "nothing of a refused batch lands"
+
+
+def test_window_range_with_a_key_on_a_window_store(tmp_path: Path) -> None:
+    """`WindowRangeQuery.with_key` asks a window store for one key's windows too."""
+    app = Application("windows", tmp_path / "app")
+    app.window_store("w", 2, 10, 1_000, value_serde="int64")
+    with app:
+        with app.begin_batch() as batch:
+            batch.put("w", "a", 1, window_start=0)
+            batch.put("w", "a", 2, window_start=20)
+            batch.put("w", "b", 3, window_start=10)
+        assert ask(app, "w", WindowRangeQuery.with_key("a")) == [
+            (Windowed("a", 0, 10), 1),
+            (Windowed("a", 20, 30), 2),
+        ]

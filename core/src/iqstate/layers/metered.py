@@ -391,6 +391,11 @@ def metered_window_range_query(
     bound: PositionBound,
     config: QueryConfig,
 ) -> QueryResult[Any]:
+    if query.key is not None:  # one key's windows: the key serialized
+        try:
+            query = WindowRangeQuery(query.time_from, query.time_to, store.encode_key(query.key))
+        except SerializationError as error:
+            return store.serde_failure(error)
     raw: QueryResult[KeyValueIterator[Windowed[bytes], bytes]] = store.wrapped.query(
         query, bound, config
     )
