@@ -5,10 +5,11 @@ store from its segments:
 
 * `0x00 + key` -> `timestamp + flag + value`: the current version of each key, so a
   lookup of the current value (the common query) is one read;
-* `0x01 + length + key + timestamp` -> `flag + value`: the older versions, so the version
-  valid at a time is one bounded reverse read, and a key's history one forward scan;
-* `0x03 + valid_to + length + key + timestamp`: older versions by the end of their
-  validity, to drop those wholly outside the retention without scanning the rest;
+* `0x01 + key` -> the key's older versions packed in one value
+  (`iqstate.version_history`), so the version valid at a time is one more read and a
+  search in memory, and an as-of range reads one value per key;
+* `0x03 + valid_to + key`: for each key with older versions, when its oldest one stopped
+  being valid, to drop those wholly outside the retention without reading the others;
 * `0x04 + timestamp + key`: keys whose current version is a tombstone, dropped the same way;
 * `0x02`: the newest timestamp seen (the stream time retention counts back from).
 
@@ -29,10 +30,12 @@ from typing import ClassVar
 from iqstate.engine import Engine, VersionedStoreFactory
 from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import prefix_upper_bound
-from iqstate.layered_store import KeySpaceStore, length_prefixed
-from iqstate.queries import VersionedRecord
+from iqstate.layered_store import KeySpaceStore
+from iqstate.queries import KeyQuery, VersionedKeyQuery, VersionedRecord
 from iqstate.serdes import Serdes
 from iqstate.store import KeyValueStore, VersionedKeyValueStore
+from iqstate.store_handlers import answer_latest_value_query, answer_versioned_key_query
+from iqstate.version_history import History, Version, pack
 
 _LATEST, _HISTORY, _STREAM_TIME, _BY_VALID_TO, _TOMBSTONES = (
     b"\x00", b"\x01", b"\x02", b"\x03", b"\x04",
@@ -52,9 +55,12 @@ def encode_version(timestamp: int, value: bytes | None) -> bytes:
 
 def decode_version(data: bytes) -> tuple[int, bytes | None]:
     """The `(timestamp, value or None)` that `encode_version` encoded."""
-    if len(data) < 9 or data[8:9] not in (_VALUE, _TOMBSTONE):
-        raise ValueError(f"a version needs 8 timestamp bytes and a flag, got {data[:12]!r}")
-    return _from_ts(data[:8]), (data[9:] if data[8:9] == _VALUE else None)
+    flag = data[8:9]
+    if flag == _VALUE:
+        return _from_ts(data[:8]), data[9:]
+    if flag == _TOMBSTONE and len(data) == 9:
+        return _from_ts(data[:8]), None
+    raise ValueError(f"a version needs 8 timestamp bytes and a flag, got {data[:12]!r}")
 
 
 def encode_version_record(key: bytes, timestamp: int, value: bytes | None) -> tuple[bytes, bytes]:
@@ -71,6 +77,17 @@ def decode_version_record(key: bytes, value: bytes | None) -> tuple[bytes, int, 
             f"starting with a flag byte, got key {key[:16]!r}, value {(value or b'')[:8]!r}"
         )
     return key[:-8], _from_ts(key[-8:]), (value[1:] if value[:1] == _VALUE else None)
+
+
+def _stamp(version: Version) -> int:
+    return version[0]
+
+
+def _oldest_valid_to(history: list[Version], latest: int) -> int | None:
+    """When the oldest of `history` stopped being valid (None: no history)."""
+    if not history:
+        return None
+    return history[1][0] if len(history) > 1 else latest
 
 
 class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes]):
@@ -93,6 +110,16 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
     def history_retention_ms(self) -> int:
         return self._retention
 
+    @property
+    def versioned_queries_are_get(self) -> bool:
+        """True iff this store answers `VersionedKeyQuery` exactly as `get(key, as_of)` and
+        `KeyQuery` as the current value at `current_position` (the built-in handlers), so a
+        store chain may read it that way in one call."""
+        return (
+            self._handlers.get(VersionedKeyQuery) is answer_versioned_key_query
+            and self._handlers.get(KeyQuery) is answer_latest_value_query
+        )
+
     def opened(self) -> None:
         stored = self.key_value_store.get(_STREAM_TIME)
         self._stream_time = _from_ts(stored) if stored is not None else MIN_TIME
@@ -113,68 +140,75 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             self._stream_time = timestamp
             store.put(_STREAM_TIME, _ts(timestamp))
         current = self.latest_version(key)
+        writes: list[tuple[bytes, bytes | None]] = []
         if current is None or timestamp >= current[0]:
-            writes: list[tuple[bytes, bytes | None]] = []
-            if current is not None and timestamp > current[0]:
-                writes += self._history_writes(key, current[0], current[1], timestamp)
+            if current is not None and timestamp > current[0]:  # the current becomes history
+                history = self._history(key)
+                self._rewrite_history(
+                    key, (history, current[0]), ([*history, current], timestamp), writes
+                )
             if current is not None and current[1] is None:
                 writes.append((_TOMBSTONES + _ts(current[0]) + key, None))
             writes.append((_LATEST + key, encode_version(timestamp, value)))
             if value is None:
                 writes.append((_TOMBSTONES + _ts(timestamp) + key, b""))
-            store.put_all(writes)
-        else:
-            self._put_older(key, value, timestamp, current[0])
+        else:  # out of order: into its place in the history (replacing one at its time)
+            history = self._history(key)
+            kept = [version for version in history if version[0] != timestamp]
+            kept.append((timestamp, value))
+            kept.sort(key=_stamp)
+            self._rewrite_history(key, (history, current[0]), (kept, current[0]), writes)
+        store.put_all(writes)
         if advanced:
             self._drop_expired()
 
-    def _history_writes(
-        self, key: bytes, timestamp: int, value: bytes | None, valid_to: int
-    ) -> list[tuple[bytes, bytes | None]]:
-        prefixed = length_prefixed(key)
-        return [
-            (_HISTORY + prefixed + _ts(timestamp), _TOMBSTONE if value is None else _VALUE + value),
-            (_BY_VALID_TO + _ts(valid_to) + prefixed + _ts(timestamp), b""),
-        ]
+    def _history(self, key: bytes) -> list[Version]:
+        stored = self.key_value_store.get(_HISTORY + key)
+        return [] if stored is None else History(stored).versions()
 
-    def _put_older(self, key: bytes, value: bytes | None, timestamp: int, latest: int) -> None:
-        """An out-of-order version: into the history, between the versions around it."""
-        store = self.key_value_store
-        prefixed = length_prefixed(key)
-        at = _HISTORY + prefixed + _ts(timestamp)
-        if store.get(at) is not None:  # replaces a version: its validity is unchanged
-            store.put(at, _TOMBSTONE if value is None else _VALUE + value)
-            return
-        following = self._history_after(prefixed, timestamp)
-        valid_to = following if following is not None else latest
-        writes = self._history_writes(key, timestamp, value, valid_to)
-        before = self._history_at_or_before(prefixed, timestamp)
-        if before is not None:  # the version before now ends where this one starts
-            before_ts = before[0]
-            writes.append((_BY_VALID_TO + _ts(valid_to) + prefixed + _ts(before_ts), None))
-            writes.append((_BY_VALID_TO + _ts(timestamp) + prefixed + _ts(before_ts), b""))
-        store.put_all(writes)
+    @staticmethod
+    def _rewrite_history(
+        key: bytes,
+        before: tuple[list[Version], int],
+        after: tuple[list[Version], int],
+        writes: list[tuple[bytes, bytes | None]],
+    ) -> None:
+        """Writes replacing `key`'s older versions, each side given with the time its
+        current version starts (`(versions, latest)`), its expiry index entry in step."""
+        old, new = _oldest_valid_to(*before), _oldest_valid_to(*after)
+        if old != new and old is not None:
+            writes.append((_BY_VALID_TO + _ts(old) + key, None))
+        writes.append((_HISTORY + key, pack(after[0]) if after[0] else None))
+        if old != new and new is not None:
+            writes.append((_BY_VALID_TO + _ts(new) + key, b""))
 
     def _drop_expired(self) -> None:
         boundary = self._boundary()
         if boundary == MIN_TIME:
             return
         store = self.key_value_store
-        doomed: list[tuple[bytes, bytes | None]] = []
         with store.range(_BY_VALID_TO, _BY_VALID_TO + _ts(boundary) + b"\xff") as ended:
-            for index_key, _ in ended:
-                if _from_ts(index_key[1:9]) > boundary:
-                    break
-                doomed.append((index_key, None))
-                doomed.append((_HISTORY + index_key[9:], None))
+            ending = [
+                index_key[9:] for index_key, _ in ended if _from_ts(index_key[1:9]) <= boundary
+            ]
+        writes: list[tuple[bytes, bytes | None]] = []
+        for key in ending:  # keys whose oldest older version ended before the boundary
+            current = self.latest_version(key)
+            history = self._history(key)
+            latest = current[0] if current is not None else MAX_TIME
+            kept = [
+                version
+                for index, version in enumerate(history)
+                if (history[index + 1][0] if index + 1 < len(history) else latest) > boundary
+            ]
+            self._rewrite_history(key, (history, latest), (kept, latest), writes)
         with store.range(_TOMBSTONES, _TOMBSTONES + _ts(boundary) + b"\xff") as deleted:
             for index_key, _ in deleted:
-                if _from_ts(index_key[1:9]) > boundary:
-                    break
-                doomed.append((index_key, None))
-                doomed.append((_LATEST + index_key[9:], None))
-        if doomed:
-            store.put_all(doomed)
+                if _from_ts(index_key[1:9]) <= boundary:
+                    writes.append((index_key, None))
+                    writes.append((_LATEST + index_key[9:], None))
+        if writes:
+            store.put_all(writes)
 
     # -- reads -------------------------------------------------------------------------
 
@@ -182,30 +216,6 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         self._check_open()
         stored = self.key_value_store.get(_LATEST + key)
         return None if stored is None else decode_version(stored)
-
-    def _history_at_or_before(
-        self, prefixed: bytes, timestamp: int
-    ) -> tuple[int, bytes | None] | None:
-        """The newest older version of the key at or before `timestamp`."""
-        lower = _HISTORY + prefixed + _ts(MIN_TIME)
-        with self.key_value_store.limited_range(
-            lower, _HISTORY + prefixed + _ts(timestamp), 1, reverse=True
-        ) as found:
-            for history_key, stored in found:
-                value = stored[1:] if stored[:1] == _VALUE else None
-                return _from_ts(history_key[-8:]), value
-        return None
-
-    def _history_after(self, prefixed: bytes, timestamp: int) -> int | None:
-        """The timestamp of the oldest older version of the key after `timestamp`."""
-        if timestamp == MAX_TIME:
-            return None
-        with self.key_value_store.limited_range(
-            _HISTORY + prefixed + _ts(timestamp + 1), _HISTORY + prefixed + _ts(MAX_TIME), 1
-        ) as found:
-            for history_key, _ in found:
-                return _from_ts(history_key[-8:])
-        return None
 
     def get(self, key: bytes, as_of: int | None = None) -> VersionedRecord[bytes] | None:
         return self._as_of(key, self.latest_version(key), as_of)
@@ -220,12 +230,19 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             return None if value is None else VersionedRecord(value, timestamp, None)
         if as_of < self._boundary():
             return None  # before the history kept: only the current version is provable
-        prefixed = length_prefixed(key)
-        found = self._history_at_or_before(prefixed, as_of)
-        if found is None or found[1] is None:
+        stored = self.key_value_store.get(_HISTORY + key)
+        if stored is None:
             return None
-        following = self._history_after(prefixed, as_of)
-        return VersionedRecord(found[1], found[0], current[0] if following is None else following)
+        history = History(stored)
+        index = history.at_or_before(as_of)
+        if index < 0:
+            return None
+        value = history.value(index)
+        if value is None:
+            return None
+        stamps = history.stamps
+        valid_to = stamps[index + 1] if index + 1 < len(stamps) else current[0]
+        return VersionedRecord(value, stamps[index], valid_to)
 
     def versions(
         self, key: bytes, time_from: int | None, time_to: int | None, ascending: bool
@@ -239,25 +256,12 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             timestamp, value = current
             valid = value is not None and timestamp <= end
             return [VersionedRecord(value, timestamp, None)] if valid else []  # type: ignore[arg-type]
-        prefixed = length_prefixed(key)
-        first = self._history_at_or_before(prefixed, start)
-        lower = _HISTORY + prefixed + _ts(start if first is None else first[0])
-        timeline: list[tuple[int, bytes | None]] = []
-        with self.key_value_store.range(lower, _HISTORY + prefixed + _ts(end)) as older:
-            for history_key, stored in older:
-                timeline.append(
-                    (_from_ts(history_key[-8:]), stored[1:] if stored[:1] == _VALUE else None)
-                )
-        following = self._history_after(prefixed, end)
-        ends_at: int | None = current[0] if following is None else following
-        if current[0] <= end:
-            timeline.append(current)
-            ends_at = None
+        timeline = [*self._history(key), current]
         records = []
         after = max(start, self._boundary())  # a version must be valid after both
         for index, (timestamp, value) in enumerate(timeline):
-            valid_to = timeline[index + 1][0] if index + 1 < len(timeline) else ends_at
-            if value is not None and (valid_to is None or valid_to > after):
+            valid_to = timeline[index + 1][0] if index + 1 < len(timeline) else None
+            if value is not None and timestamp <= end and (valid_to is None or valid_to > after):
                 records.append(VersionedRecord(value, timestamp, valid_to))
         return records if ascending else records[::-1]
 

@@ -33,7 +33,7 @@ from iqstate.layers.metered_types import (
 from iqstate.layers.wrapped import WrappedStore
 from iqstate.metrics import StoreMetrics
 from iqstate.position import Position, PositionBound, TopicPartition
-from iqstate.queries import KeyQuery, Query
+from iqstate.queries import KeyQuery, Query, VersionedKeyQuery, VersionedRecord
 from iqstate.results import QueryResult
 from iqstate.serdes import BytesSerde, Serde
 from iqstate.session_store import decode_session_key
@@ -45,7 +45,7 @@ from iqstate.store import (
     VersionedKeyValueStore,
     WindowStore,
 )
-from iqstate.versioned_store import decode_version_record
+from iqstate.versioned_store import LayeredVersionedStore, decode_version_record
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -244,7 +244,49 @@ class WindowStoreChain(StoreChain[MeteredWindowStore[Any, Any]]):
 
 class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
     """The chain of a versioned store partition. A batch's entries are changelog records
-    (`encode_version_record`), so a writer and a replica restoring write the same thing."""
+    (`encode_version_record`), so a writer and a replica restoring write the same thing.
+
+    Its key lookup answers `VersionedKeyQuery` and `KeyQuery` (the current value); fused,
+    when the engine answers them exactly as `get(key, as_of)`, as the key-value chain's
+    does for `get(key)`."""
+
+    def _can_fuse_key_lookup(self) -> bool:
+        engine = self.engine
+        return (
+            isinstance(engine, LayeredVersionedStore)
+            and engine.versioned_queries_are_get
+            and self.typed.handles(VersionedKeyQuery)
+            and self.typed.handles(KeyQuery)
+            and not any(
+                layer.handles(VersionedKeyQuery) or layer.handles(KeyQuery)
+                for layer in self._between
+            )
+        )
+
+    def _fused_key_lookup(
+        self, query: Any, key_bytes: bytes, bound: PositionBound, config: QueryConfig
+    ) -> QueryResult[Any]:
+        # What the layers answer, in one call to the engine; anything unusual (execution
+        # info, a bound not reached, an exception) takes the layered path.
+        if config.collect_execution_info:
+            return self.typed.query(query, bound, config)
+        engine: Any = self.engine
+        position = engine.current_position
+        if bound is not _UNBOUNDED and not position.dominates(bound.position):
+            return self.typed.query(query, bound, config)
+        try:
+            record = engine.get(key_bytes, getattr(query, "as_of_timestamp", None))
+            if record is None:
+                return QueryResult(None, position)
+            value = record.value
+            deserialize = self._deserialize_value
+            if deserialize is not None:
+                value = deserialize(value)
+        except Exception:
+            return self.typed.query(query, bound, config)
+        if type(query) is KeyQuery:
+            return QueryResult(value, position)
+        return QueryResult(VersionedRecord(value, record.timestamp, record.valid_to), position)
 
     def write(self, entries: list[tuple[bytes, bytes | None]]) -> None:
         self.typed.put_all_serialized([decode_version_record(k, v) for k, v in entries])

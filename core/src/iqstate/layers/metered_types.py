@@ -143,10 +143,23 @@ class MeteredVersionedStore(SerdeLayer[VersionedKeyValueStore[bytes, bytes], K, 
     ) -> tuple[K, VersionedRecord[V]]:
         return self.decode_key(pair[0]), self.typed_record(pair[1])
 
+    def _typed_rows(
+        self, rows: list[tuple[bytes, VersionedRecord[bytes]]]
+    ) -> list[tuple[K, VersionedRecord[V]]]:
+        """Rows decoded in one call per serde; raises on the first failure."""
+        keys = self.key_serde.deserialize_many([key for key, _ in rows])
+        values = self.value_serde.deserialize_many([record.value for _, record in rows])
+        return [
+            (key, VersionedRecord(value, record.timestamp, record.valid_to))
+            for key, value, (_, record) in zip(keys, values, rows, strict=True)
+        ]
+
     def typed_pairs(
         self, raw: KeyValueIterator[bytes, VersionedRecord[bytes]]
     ) -> KeyValueIterator[K, VersionedRecord[V]]:
-        return raw.map(self._typed_pair)
+        """A decoding view of an as-of range: rows in memory decoded in bulk, others (and
+        all, if a row fails to decode, so the failure names it) one by one."""
+        return raw.map_rows(self._typed_rows, self._typed_pair)
 
 
 class MeteredSessionStore(SerdeLayer[SessionStore[bytes, bytes], K, V]):

@@ -155,11 +155,11 @@ def execute(
     config = _WITH_INFO if request.is_execution_info_enabled else _DEFAULT
     bound, require_active = request.position_bound, request.is_require_active
     key_bytes = None
-    if type(query) is KeyQuery and spec.has_key_lookup:
+    if type(query) in spec.key_lookups:
         # The hot path: a key lookup asks the chain with the key's bytes, and across the
         # store only the key's partition (found from those bytes). A key the serde refuses
         # takes the general path, where each partition reports the serde's error.
-        key = query.key
+        key = query.key  # type: ignore[attr-defined]
         key_bytes = key_bytes_of(spec, key)
         if key_bytes is not None and request.partition_set is None:
             partition = spec.partition_of(key, key_bytes)

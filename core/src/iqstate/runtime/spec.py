@@ -20,6 +20,7 @@ from iqstate.layers.chain import (
     window_chain,
 )
 from iqstate.lazy import resolved
+from iqstate.queries import KeyQuery, VersionedKeyQuery
 from iqstate.runtime.partitioner import Partitioner, PartitionFunction, partition_function
 from iqstate.serdes import Serde
 from iqstate.session_store import check_session, encode_session_key, session_store_factory
@@ -46,8 +47,9 @@ class StoreSpec(ABC):
 
     store_type: ClassVar[StoreType]
     """How the store's type is named on disk, in metadata and in the HTTP API."""
-    has_key_lookup: ClassVar[bool]
-    """Whether a `KeyQuery` over all partitions takes the chain's key lookup."""
+    key_lookups: ClassVar[frozenset[type]]
+    """The query types about one key that take the chain's `key_lookup` (the key
+    serialized once, only its partition asked): the hot path of a store type."""
 
     name: str
     partitions: int
@@ -126,7 +128,7 @@ class KeyValueStoreSpec(StoreSpec):
     """A key-value store; `caching` adds a write buffer (`True`, or its size in entries)."""
 
     store_type: ClassVar[StoreType] = "key_value"
-    has_key_lookup: ClassVar[bool] = True
+    key_lookups: ClassVar[frozenset[type]] = frozenset({KeyQuery})
     caching: bool | int = False
 
     def _engine_factory(self) -> Callable[..., Any]:
@@ -160,7 +162,7 @@ class WindowStoreSpec(StoreSpec):
     """A window store of fixed-size windows kept for `retention_ms`."""
 
     store_type: ClassVar[StoreType] = "window"
-    has_key_lookup: ClassVar[bool] = False
+    key_lookups: ClassVar[frozenset[type]] = frozenset()
     checks_records: ClassVar[bool] = True
     window_size_ms: int = 0
     retention_ms: int = 0
@@ -209,7 +211,7 @@ class TimestampedKeyValueStoreSpec(KeyValueStoreSpec):
     a put needs `timestamp=<ms>`, and a later put overwrites whatever its timestamp."""
 
     store_type: ClassVar[StoreType] = "timestamped_key_value"
-    has_key_lookup: ClassVar[bool] = False
+    key_lookups: ClassVar[frozenset[type]] = frozenset()
     bulk_pairs: ClassVar[bool] = False
 
     def build(self) -> StoreChain[Any]:
@@ -249,7 +251,7 @@ class VersionedKeyValueStoreSpec(StoreSpec):
     """A store of every version of each key by timestamp, for `history_retention_ms`."""
 
     store_type: ClassVar[StoreType] = "versioned_key_value"
-    has_key_lookup: ClassVar[bool] = False
+    key_lookups: ClassVar[frozenset[type]] = frozenset({KeyQuery, VersionedKeyQuery})
     checks_records: ClassVar[bool] = True
     history_retention_ms: int = 0
 
@@ -291,7 +293,7 @@ class SessionStoreSpec(StoreSpec):
     """A store of values per key and session, kept for `retention_ms` after a session ends."""
 
     store_type: ClassVar[StoreType] = "session"
-    has_key_lookup: ClassVar[bool] = False
+    key_lookups: ClassVar[frozenset[type]] = frozenset()
     checks_records: ClassVar[bool] = True
     retention_ms: int = 0
 
