@@ -74,6 +74,8 @@ class ClusterSink:
         checkpoint: str | Path | None,
         source_names: Sequence[str] | None,
         *,
+        timestamp: str | None = None,
+        session: str | None = None,
         write_path: Literal["auto", "python-producer"] = "auto",
         delivery_timeout: float = 30.0,
     ) -> None:
@@ -88,6 +90,8 @@ class ClusterSink:
             value=value,
             window=window,
             tombstone=tombstone,
+            timestamp=timestamp,
+            session=session,
             output_mode=output_mode,
             modes=("append", "update"),
             modes_where=" in distributed mode",
@@ -137,11 +141,15 @@ class ClusterSink:
         self.last_batch = (batch_id, written)
 
     def _choose_write_path(self, batch_df: Any) -> None:
-        """Decide once per schema (a streaming query's stays the same) how batches are written."""
+        """Decide once per schema (a streaming query's stays the same) how batches are
+        written; first refuse a column of times of the wrong type, before any task writes
+        (on the schema's empty Arrow table: `limit(0)` runs no job)."""
         schema = batch_df.schema
         described = schema.json()
         if described == self._schema:
             return
+        if self.columns.reads_times:
+            self.columns.times(batch_df.limit(0).toArrow())
         records: SparkRecords | str
         if self._allowed_paths == "python-producer":
             records = "the sink was made with write_path='python-producer'"

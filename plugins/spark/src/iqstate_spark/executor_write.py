@@ -2,11 +2,14 @@
 
 `PartitionWrite` is the function given to `DataFrame.mapInArrow`: Spark pickles it, ships it
 to the executors, and calls it with the Arrow record batches of one partition of the
-micro-batch. It serializes each row with the store's serdes, groups the rows by store
-partition (`entries_by_partition`) by the rule the serving instances follow (the store's
-`partition_of`: its partitioner, else Kafka's murmur2 of the serialized key), and produces
-the records with `BatchWriter.write_data` (idempotent producer, `acks=all`, the batch id in
-every record's header). It returns only once every record is acknowledged, with one row: how
+micro-batch. It serializes each row with the store's serdes, makes its changelog entry in
+the core's encoding for the store's type (the store's `entry_of`: a window start, a
+timestamp, a version or a session in the key or value, as the serving instances restore
+them), groups the rows by store partition (`entries_by_partition`) by the rule the serving
+instances follow (the store's `partition_of`: its partitioner, else Kafka's murmur2 of the
+serialized key, always of the key alone), and produces the records with
+`BatchWriter.write_data` (idempotent producer, `acks=all`, the batch id in every record's
+header). It returns only once every record is acknowledged, with one row: how
 many records it wrote. A failure fails the task; Spark retries it (duplicates are harmless:
 the batch's records are applied at its markers, the driver writes the markers only after
 every task has succeeded).
@@ -99,20 +102,20 @@ def entries_by_partition(
                 f"{columns.key!r}); every row needs a key"
             )
         values = columns.values(rows)
+        times = columns.times(rows)
         grouped: dict[int, list[Entry]] = {p: [] for p in range(store.partitions)}
-        if columns.window is None:
+        if times is None:
             for key, value in zip(keys, values, strict=True):
                 key_bytes = serialize_key(key)
                 grouped[partition_of(key, key_bytes)].append(
                     (key_bytes, None if value is None else serialize_value(value))
                 )
         else:
-            starts = columns.window_starts_ms(rows)
-            for key, start, value in zip(keys, starts, values, strict=True):
+            entry_of = store.entry_of
+            for key, value, time in zip(keys, values, times, strict=True):
                 key_bytes = serialize_key(key)
-                grouped[partition_of(key, key_bytes)].append(
-                    (key_bytes, start, None if value is None else serialize_value(value))
-                )
+                value_bytes = None if value is None else serialize_value(value)
+                grouped[partition_of(key, key_bytes)].append(entry_of(key_bytes, value_bytes, time))
         for partition, entries in grouped.items():
             if entries:
                 yield (store.name, partition), entries

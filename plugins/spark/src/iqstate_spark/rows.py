@@ -4,21 +4,35 @@ Shared by the embedded sink (a whole batch as one Arrow table on the driver) and
 distributed sink (each Spark task's Arrow record batches on an executor), so both read the
 same rows the same way: `key` is the key column; `value` the value column (a list of columns
 makes a dict value; `None`, every other column); a null value or a true `tombstone` column
-deletes the key; `window` is a struct column with `start` (as `F.window` makes), for window
-stores.
+deletes the key; and at most one column of times, which the store's type asks for:
+
+- `window`: a struct column with `start` (as `F.window` makes), for window stores;
+- `timestamp`: an event-time column, for timestamped and versioned stores: a timestamp
+  (Spark's `TimestampType`), or an integer taken as epoch milliseconds;
+- `session`: a struct column with `start` and `end` (as `F.session_window` makes), for
+  session stores.
+
+Times reach the stores as epoch milliseconds (a timestamp's finer part is dropped, rounding
+down, as Spark's `unix_millis` does).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
 from iqstate.errors import IqstateError
 
-_MS_PER_UNIT = {"s": 1000, "ms": 1, "us": 0.001, "ns": 0.000001}
+_MS_IN = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}
+"""A timestamp unit's `(multiplier, divisor)` to epoch milliseconds."""
+
+_STRUCTS = {
+    "window": "window (a struct with 'start', as F.window makes)",
+    "session": "session (a struct with 'start' and 'end', as F.session_window makes)",
+}
 
 Rows = pa.Table | pa.RecordBatch
 
@@ -32,6 +46,8 @@ class RowColumns:
     value: str | tuple[str, ...] | None
     window: str | None
     tombstone: str | None
+    timestamp: str | None = None
+    session: str | None = None
 
     @classmethod
     def of(
@@ -41,22 +57,38 @@ class RowColumns:
         value: str | Sequence[str] | None,
         window: str | None,
         tombstone: str | None,
+        timestamp: str | None = None,
+        session: str | None = None,
     ) -> RowColumns:
         chosen = value if value is None or isinstance(value, str) else tuple(value)
-        return cls(store, key, chosen, window, tombstone)
+        return cls(store, key, chosen, window, tombstone, timestamp, session)
+
+    def _arguments(self) -> dict[str, str]:
+        """The columns read besides the value's, by the `to_store` argument naming them."""
+        named = {
+            "key": self.key,
+            "window": self.window,
+            "tombstone": self.tombstone,
+            "timestamp": self.timestamp,
+            "session": self.session,
+        }
+        return {argument: column for argument, column in named.items() if column is not None}
 
     def check(self, names: Sequence[str]) -> None:
-        """Refuse rows without a column the sink reads, naming what is missing."""
-        wanted = [self.key, self.window, self.tombstone]
+        """Refuse rows without a column the sink reads, naming what is missing and the
+        argument that named it."""
+        wanted = list(self._arguments().items())
         if isinstance(self.value, str):
-            wanted.append(self.value)
+            wanted.append(("value", self.value))
         elif self.value is not None:
-            wanted.extend(self.value)
-        missing = [c for c in wanted if c and c not in names]
-        if missing:
+            wanted.extend(("value", column) for column in self.value)
+        lacking = [(argument, column) for argument, column in wanted if column not in names]
+        if lacking:
+            missing = [column for _, column in lacking]
+            arguments = ", ".join(dict.fromkeys(f"{argument}=" for argument, _ in lacking))
             raise IqstateError(
-                f"to_store({self.store!r}): the batch has no column(s) {missing}; it has "
-                f"{list(names)}"
+                f"to_store({self.store!r}): the batch has no column(s) {missing} (named by "
+                f"{arguments}); it has {list(names)}"
             )
 
     def keys(self, rows: Rows) -> list[Any]:
@@ -65,9 +97,8 @@ class RowColumns:
     def values(self, rows: Rows) -> list[Any]:
         """Each row's value; `None` where the row deletes its key."""
         if self.value is None:
-            names = [
-                c for c in rows.column_names if c not in (self.key, self.window, self.tombstone)
-            ]
+            read = set(self._arguments().values())
+            names = [c for c in rows.column_names if c not in read]
             values: list[Any] = rows.select(names).to_pylist()
         elif isinstance(self.value, str):
             values = rows.column(self.value).to_pylist()
@@ -78,19 +109,68 @@ class RowColumns:
             values = [None if gone else value for value, gone in zip(values, deleted, strict=True)]
         return values
 
-    def window_starts_ms(self, rows: Rows) -> list[int]:
-        """Each row's window start in epoch milliseconds."""
-        assert self.window is not None
-        column = rows.column(self.window)
-        if isinstance(column, pa.ChunkedArray):
-            column = column.combine_chunks()
-        if not isinstance(column, pa.StructArray):
+    @property
+    def reads_times(self) -> bool:
+        """Whether rows carry times (`times` is not `None`)."""
+        return self.window is not None or self.timestamp is not None or self.session is not None
+
+    def times(self, rows: Rows) -> list[Any] | None:
+        """Each row's time, in epoch milliseconds: its window start (`window`), its
+        timestamp (`timestamp`) or its session's `(start, end)` (`session`); `None` when the
+        rows carry no time (key-value stores)."""
+        if self.window is not None:
+            return self._epoch_ms(self._field(rows, "window", "start"), "window", "start")
+        if self.timestamp is not None:
+            return self._epoch_ms(_array(rows.column(self.timestamp)), "timestamp")
+        if self.session is not None:
+            starts = self._epoch_ms(self._field(rows, "session", "start"), "session", "start")
+            ends = self._epoch_ms(self._field(rows, "session", "end"), "session", "end")
+            return list(zip(starts, ends, strict=True))
+        return None
+
+    def _field(self, rows: Rows, argument: str, field: str) -> pa.Array[Any]:
+        """Field `field` of the struct column named by `argument` (`window` or `session`)."""
+        name = self._arguments()[argument]
+        column = _array(rows.column(name))
+        if not isinstance(column, pa.StructArray) or column.type.get_field_index(field) < 0:
             raise IqstateError(
-                f"to_store({self.store!r}): column {self.window!r} must be a window (a struct "
-                f"with 'start', as F.window makes), got {column.type}"
+                f"to_store({self.store!r}): column {name!r} ({argument}=) must be a "
+                f"{_STRUCTS[argument]}, got {column.type}"
             )
-        starts = column.field("start")
-        if starts.null_count:
-            raise IqstateError(f"to_store({self.store!r}): a row's window has no start")
-        scale = _MS_PER_UNIT[starts.type.unit]
-        return [int((value or 0) * scale) for value in starts.cast(pa.int64()).to_pylist()]
+        if column.null_count:
+            raise IqstateError(
+                f"to_store({self.store!r}): a row has a null {argument} (column {name!r}, "
+                f"{argument}=); every row needs one"
+            )
+        return column.field(field)
+
+    def _epoch_ms(self, times: pa.Array[Any], argument: str, field: str = "") -> list[int]:
+        """`times` (timestamps, or integers taken as milliseconds) in epoch milliseconds:
+        the column named by `argument`, or its struct's `field`."""
+        name = self._arguments()[argument]
+        if times.null_count:
+            what = f"{argument} {field}" if field else argument
+            raise IqstateError(
+                f"to_store({self.store!r}): a row has a null {what} (column {name!r}, "
+                f"{argument}=); every row needs one"
+            )
+        kind = times.type
+        if not (pa.types.is_integer(kind) or pa.types.is_timestamp(kind)):
+            raise IqstateError(
+                f"to_store({self.store!r}): column {name!r} ({argument}=) must hold timestamps "
+                f"or integers of epoch milliseconds, got {kind}"
+            )
+        numbers = cast("list[int]", times.cast(pa.int64()).to_pylist())  # no nulls: checked
+        if pa.types.is_integer(kind):
+            return numbers
+        multiplier, divisor = _MS_IN[kind.unit]
+        if divisor > 1:
+            return [number // divisor for number in numbers]
+        return [number * multiplier for number in numbers] if multiplier > 1 else numbers
+
+
+def _array(column: pa.Array[Any] | pa.ChunkedArray[Any]) -> pa.Array[Any]:
+    """One array of a table's (chunked) or a record batch's column."""
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks()
+    return column

@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from iqstate import Application
+from iqstate.errors import IqstateError
 from iqstate_spark.cluster_stores import ClusterStores
 from iqstate_spark.offsets import running_batch_position
 from iqstate_spark.sink_arguments import OutputMode, check_sink_arguments
 from iqstate_spark.stopping import interrupted_by_stop
 
 if TYPE_CHECKING:
+    from iqstate.runtime import Batch
     from iqstate_spark.distributed import ClusterSink
 
 
@@ -43,6 +45,9 @@ class StoreSink:
         output_mode: OutputMode,
         checkpoint: str | Path | None,
         source_names: Sequence[str] | None,
+        *,
+        timestamp: str | None = None,
+        session: str | None = None,
     ) -> None:
         spec = app.stores.get(store)
         checked = check_sink_arguments(
@@ -54,6 +59,8 @@ class StoreSink:
             value=value,
             window=window,
             tombstone=tombstone,
+            timestamp=timestamp,
+            session=session,
             output_mode=output_mode,
             modes=("append", "update", "complete"),
             checkpoint=checkpoint,
@@ -72,20 +79,45 @@ class StoreSink:
         self.columns.check(table.column_names)
         keys = self.columns.keys(table)
         values = self.columns.values(table)
+        times = self.columns.times(table)
         with self.app.begin_batch(
             position=position, batch_id=batch_id, stores=[self.store]
         ) as batch:
-            if self.columns.window is not None:
-                starts = self.columns.window_starts_ms(table)
-                batch.put_all_windows(self.store, zip(keys, starts, values, strict=True))
-            else:
-                if self.output_mode == "complete":
-                    batch.put_all(self.store, self._removed_keys(set(keys)))
-                batch.put_all(self.store, zip(keys, values, strict=True))
+            if self.output_mode == "complete":
+                self._delete_removed(batch, keys, times)
+            self._put(batch, keys, values, times)
         self.last_batch = (batch_id, table.num_rows)
 
-    def _removed_keys(self, present: set[Any]) -> list[tuple[Any, None]]:
-        """In complete mode the batch is the whole result: keys not in it were removed."""
+    def _put(
+        self, batch: Batch, keys: list[Any], values: list[Any], times: list[Any] | None
+    ) -> None:
+        """The batch's rows, with the times the store's type takes (one loop per batch)."""
+        store, columns = self.store, self.columns
+        if times is None:
+            batch.put_all(store, zip(keys, values, strict=True))
+        elif columns.window is not None:
+            batch.put_all_windows(store, zip(keys, times, values, strict=True))
+        elif columns.session is not None:
+            for key, session, value in zip(keys, times, values, strict=True):
+                batch.put(store, key, value, session=session)
+        else:
+            for key, timestamp, value in zip(keys, times, values, strict=True):
+                batch.put(store, key, value, timestamp=timestamp)
+
+    def _delete_removed(self, batch: Batch, keys: list[Any], times: list[Any] | None) -> None:
+        """In complete mode the batch is the whole result: keys (of a session store:
+        sessions, which get new bounds as they grow or merge) not in it were removed."""
+        if times is None:  # a key-value store: the bulk path
+            batch.put_all(self.store, [(key, None) for key in self._stored_keys() - set(keys)])
+            return
+        if self.columns.session is None:  # a timestamped store
+            for key in self._stored_keys() - set(keys):
+                batch.delete(self.store, key)
+            return
+        for key, session in self._stored_sessions() - set(zip(keys, times, strict=True)):
+            batch.delete(self.store, key, session=session)
+
+    def _stored_keys(self) -> set[Any]:
         from iqstate import QueryableStoreTypes, StoreQueryParameters
 
         current = self.app.store(
@@ -94,7 +126,28 @@ class StoreSink:
             )
         )
         with current.all() as pairs:
-            return [(key, None) for key, _ in pairs if key not in present]
+            return {key for key, _ in pairs}
+
+    def _stored_sessions(self) -> set[tuple[Any, tuple[int, int]]]:
+        from iqstate import StateQueryRequest, WindowRangeQuery
+
+        # Every start a session can have (int64 milliseconds).
+        every_session: WindowRangeQuery[Any, Any] = WindowRangeQuery.with_window_start_range(
+            -(1 << 63), (1 << 63) - 1
+        )
+        result = self.app.query(StateQueryRequest.in_store(self.store).with_query(every_session))
+        stored: set[tuple[Any, tuple[int, int]]] = set()
+        for answer in result.partition_results.values():
+            if answer.is_failure:
+                raise IqstateError(
+                    f"to_store({self.store!r}): complete mode could not read the stored "
+                    f"sessions: {answer.failure_message}"
+                )
+            with answer.result as sessions:
+                stored.update(
+                    (window.key, (window.start_ms, window.end_ms)) for window, _ in sessions
+                )
+        return stored
 
 
 def to_store(
@@ -105,6 +158,8 @@ def to_store(
     *,
     window: str | None = None,
     tombstone: str | None = None,
+    timestamp: str | None = None,
+    session: str | None = None,
     output_mode: OutputMode = "update",
     checkpoint: str | Path | None = None,
     source_names: Sequence[str] | None = None,
@@ -115,10 +170,17 @@ def to_store(
     `ClusterStores` (distributed mode: Spark's executors write the store's changelog topic,
     which the serving instances follow; see `iqstate_spark.distributed`).
     `key` names the key column; `value` the value column (a list of columns makes a dict
-    value; omitted, every other column). A null value deletes the key; so does a true
-    `tombstone` column. Window stores take the window start from the `window` column (a
-    struct with `start`, as `F.window` makes). `output_mode="complete"` (embedded mode only)
-    makes the store equal to each batch (keys missing from the batch are deleted). The
+    value; omitted, every other column but those named). A null value deletes the key (a
+    versioned store: writes a tombstone version); so does a true `tombstone` column. The
+    store's type decides which column of times a row needs, in epoch milliseconds:
+    - window stores: the window start, from the `window` column (default `window`, the
+      struct `F.window` makes);
+    - timestamped and versioned stores: the event time, from the `timestamp` column (a
+      timestamp, or an integer taken as epoch milliseconds), which must be named;
+    - session stores: the session's start and end, from the `session` column (default
+      `session_window`, the struct `F.session_window` makes).
+    `output_mode="complete"` (embedded mode only; not for window or versioned stores) makes
+    the store equal to each batch (keys, or sessions, missing from the batch are deleted). The
     batch's position is read from the query's checkpoint (found automatically; pass
     `checkpoint` when the query is not in this process's default session).
     """
@@ -127,13 +189,15 @@ def to_store(
         from iqstate_spark.distributed import ClusterSink
 
         return ClusterSink(
-            target, store, key, value, window, tombstone, output_mode, checkpoint, source_names
-        )
+            target, store, key, value, window, tombstone, output_mode, checkpoint, source_names,
+            timestamp=timestamp, session=session,
+        )  # fmt: skip
     if not isinstance(target, Application):
         raise TypeError(
             "to_store: the target must be an iqstate Application (embedded mode) or "
             f"iqstate_spark.ClusterStores (distributed mode), got {type(target).__name__}"
         )
     return StoreSink(
-        target, store, key, value, window, tombstone, output_mode, checkpoint, source_names
-    )
+        target, store, key, value, window, tombstone, output_mode, checkpoint, source_names,
+        timestamp=timestamp, session=session,
+    )  # fmt: skip

@@ -8,12 +8,13 @@ the executors' JVMs and no row visits a Python worker. That takes three things:
   expression reproduces exactly for the column's type (the table below); anything else (a
   plugin's serde, JSON of strings, floats or structs, whose escaping and number formatting
   Spark writes differently) goes through Python;
-- **the partition**: a key-value store whose partitioning rule is Kafka's default
-  partitioning (`iqstate.runtime.partitioner.follows_kafka_default`: murmur2 of the
+- **the partition**: a key-value store (or a global one) whose partitioning rule is Kafka's
+  default partitioning (`iqstate.runtime.partitioner.follows_kafka_default`: murmur2 of the
   serialized key, or a store of one partition), which is what the sink's Java producer picks
   for a record with a key and no partition (`BuiltInPartitioner.partitionForKey`). A window
-  store's record key holds the window start while its partition is chosen by the key alone,
-  and a custom partitioner of several partitions is Python: both go through Python;
+  or session store's record key holds times while its partition is chosen by the key alone,
+  and a custom partitioner of several partitions is Python: both go through Python, as do
+  timestamped and versioned stores, whose records the core's encoding makes;
 - **the batch id**: one literal `iqstate.batch` header on every record.
 
 | serde | column type | expression | the serde writes |
@@ -78,6 +79,27 @@ _EXPRESSIONS: dict[tuple[type[Serde[Any]], str], Expression] = {
 }
 
 
+_NOT_KEY_VALUE = {
+    "window": (
+        "a window store's changelog key holds the window start but its partition comes "
+        "from the key alone, which Spark's Kafka sink cannot pick"
+    ),
+    "session": (
+        "a session store's changelog key holds the session's times but its partition comes "
+        "from the key alone, which Spark's Kafka sink cannot pick"
+    ),
+    "timestamped_key_value": (
+        "a timestamped store's record values carry their timestamp in the core's encoding "
+        "(iqstate.timestamped), which Python makes"
+    ),
+    "versioned_key_value": (
+        "a versioned store's records carry the version's timestamp in the core's encoding "
+        "(iqstate.versioned_store), which Python makes"
+    ),
+}
+"""Why Spark's Kafka sink does not write the stores of the other types."""
+
+
 @dataclass(frozen=True)
 class SparkRecords:
     """How the JVM makes `store`'s records from rows of one schema: the `key`, `value` and
@@ -118,11 +140,8 @@ def spark_records(
 ) -> SparkRecords | str:
     """`store`'s records from rows with column `types` (name -> Spark simple type string) as
     Spark expressions, or why Spark cannot make them (then Python writes them)."""
-    if store.store_type != "key_value":
-        return (
-            "a window store's changelog key holds the window start but its partition comes "
-            "from the key alone, which Spark's Kafka sink cannot pick"
-        )
+    if store.store_type not in ("key_value", "global_key_value"):
+        return _NOT_KEY_VALUE[store.store_type]
     if not follows_kafka_default(store.partitions, store.partitioner):
         return "the store has a custom partitioner (Python)"
     if not isinstance(columns.value, str):
