@@ -195,8 +195,10 @@ class StoreConformance:
         factory = store_factory.session
         opened: list[StateStore] = []
 
-        def open_store(name: str = "ses") -> SessionStore[bytes, bytes]:
-            store = factory(name, RETENTION_MS)
+        def open_store(
+            name: str = "ses", retention: int = RETENTION_MS
+        ) -> SessionStore[bytes, bytes]:
+            store = factory(name, retention)
             store.init(make_context(tmp_path, name, query_handlers=query_handlers))
             opened.append(store)
             return store
@@ -473,6 +475,52 @@ class StoreConformance:
             if self.manages_offsets:
                 assert store.committed_offset(tp) == committed
                 assert store.position == Position.from_map({"src": {0: committed}})
+            store.close()
+            last = committed
+
+    @pytest.mark.parametrize("store_type", ["versioned", "session"])
+    def test_sigkill_keeps_the_last_commit_of_every_store_type(
+        self,
+        store_type: str,
+        store_factory: StoreFactory,
+        open_versioned: Callable[..., VersionedKeyValueStore[bytes, bytes]],
+        open_session: Callable[..., SessionStore[bytes, bytes]],
+        tmp_path: Path,
+    ) -> None:
+        """The same for versioned and session stores: after each SIGKILL every key holds
+        exactly the versions (sessions) of the batches committed, the last one included."""
+        if not store_factory.key_value("probe").atomic_commits:
+            pytest.skip("the store does not claim atomic commits")
+        spawn = multiprocessing.get_context("spawn")
+        rng = random.Random(f"{type(self).__name__}-{store_type}")
+        last = 0
+        for _ in range(crash_iterations()):
+            reported = _run_writer_until_killed(
+                spawn, store_factory, tmp_path, last + 1, rng, store_type
+            )
+            batches: set[tuple[int, ...]] = set()
+            if store_type == "versioned":
+                store: StateStore = open_versioned(1 << 40, "crash")
+                assert isinstance(store, VersionedKeyValueStore)
+                for i in range(CRASH_KEYS):
+                    versions = store.versions(b"key-%05d" % i, None, None, True)
+                    batches.add(tuple(record.timestamp for record in versions))
+            else:
+                store = open_session("crash", 1 << 40)
+                assert isinstance(store, SessionStore)
+                with store.fetch_sessions(None, MIN_TIME, 1 << 60) as sessions:
+                    by_key: dict[bytes, list[int]] = {}
+                    for session, _ in sessions:
+                        by_key.setdefault(session.key, []).append(session.start_ms // 10)
+                assert len(by_key) == CRASH_KEYS
+                batches = {tuple(numbers) for numbers in by_key.values()}
+            assert len(batches) == 1, f"keys at different commits after SIGKILL: {batches}"
+            (numbers,) = batches
+            committed = numbers[-1]
+            assert numbers == tuple(range(1, committed + 1)), "a batch lost or half-applied"
+            assert committed >= reported, "a commit that returned was lost"
+            if self.manages_offsets:
+                assert store.committed_offset(TopicPartition(CHANGELOG, 0)) == committed
             store.close()
             last = committed
 
@@ -784,28 +832,53 @@ def crash_iterations() -> int:
     return int(os.environ.get("IQSTATE_CRASH_ITERATIONS", "3"))
 
 
-def _commit_until_killed(factory: StoreFactory, root: str, first: int, progress: Any) -> None:
-    """In a child process: commit numbered batches (every key gets the number) forever."""
-    store = factory.key_value("crash")
+def _commit_until_killed(
+    factory: StoreFactory, root: str, first: int, progress: Any, store_type: str = "key_value"
+) -> None:
+    """In a child process: commit numbered batches forever. Key-value: every key gets the
+    number; versioned: every key a version at the number; session: every key a session
+    `[10 * number, 10 * number + 5]`."""
+    store: Any
+    if store_type == "versioned":
+        assert factory.versioned is not None
+        store = factory.versioned("crash", 1 << 40)
+    elif store_type == "session":
+        assert factory.session is not None
+        store = factory.session("crash", 1 << 40)
+    else:
+        store = factory.key_value("crash")
     store.init(make_context(Path(root), "crash"))
     tp = TopicPartition(CHANGELOG, 0)
     for number in itertools.count(first):
         value = str(number).encode()
-        store.put_all([(b"key-%05d" % i, value) for i in range(CRASH_KEYS)])
+        keys = [b"key-%05d" % i for i in range(CRASH_KEYS)]
+        if store_type == "versioned":
+            store.put_all([(key, number, value) for key in keys])
+        elif store_type == "session":
+            store.put_all([(key, 10 * number, 10 * number + 5, value) for key in keys])
+        else:
+            store.put_all([(key, value) for key in keys])
         store.update_position(Position.from_map({"src": {0: number}}))
         store.commit({tp: number})
         progress.send(number)
 
 
 def _run_writer_until_killed(
-    spawn: Any, factory: StoreFactory, root: Path, first: int, rng: random.Random
+    spawn: Any,
+    factory: StoreFactory,
+    root: Path,
+    first: int,
+    rng: random.Random,
+    store_type: str = "key_value",
 ) -> int:
     """Start a writer, let it commit a random number of times, SIGKILL it; the last number
     it reported as committed."""
     receiver, sender = spawn.Pipe(duplex=False)
     try:
         child = spawn.Process(
-            target=_commit_until_killed, args=(factory, str(root), first, sender), daemon=True
+            target=_commit_until_killed,
+            args=(factory, str(root), first, sender, store_type),
+            daemon=True,
         )
         child.start()
     except (pickle.PicklingError, AttributeError, TypeError) as exc:
