@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from iqstate.errors import UnknownStateStoreError
 from iqstate.position import Position
-from iqstate.runtime.spec import StoreSpec
+from iqstate.runtime.spec import NO_EXTRAS, PutExtras, StoreSpec
 from iqstate.serdes import Serde, encoding_error
 
 StorePartition = tuple[str, int]
@@ -120,7 +120,12 @@ class Batch:
         key_bytes = writer.key_bytes(key)
         value_bytes = writer.value_bytes(value)
         partition = spec.partition_of(key, key_bytes)
-        entry = spec.entry(key_bytes, value_bytes, window_start, timestamp, session)
+        extras = (
+            NO_EXTRAS
+            if window_start is None and timestamp is None and session is None
+            else PutExtras(window_start, timestamp, session)
+        )
+        entry = spec.entry(key_bytes, value_bytes, extras)
         entries = writer.entries.get(partition)
         if entries is None:
             entries = writer.entries[partition] = []

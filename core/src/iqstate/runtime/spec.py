@@ -9,7 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from iqstate.engine import Engine
 from iqstate.layers.chain import (
@@ -30,6 +30,18 @@ from iqstate.versioned_store import (
     encode_version_record,
     versioned_store_factory,
 )
+
+
+class PutExtras(NamedTuple):
+    """What a put names besides its key and value; each store type needs one or none."""
+
+    window_start: Any = None
+    timestamp: Any = None
+    session: Any = None
+
+
+NO_EXTRAS = PutExtras()
+"""A put naming nothing besides its key and value (a key-value store's: the common one)."""
 
 StoreType = Literal[
     "key_value",
@@ -94,19 +106,14 @@ class StoreSpec(ABC):
         return None
 
     @abstractmethod
-    def entry(
-        self,
-        key_bytes: bytes,
-        value_bytes: bytes | None,
-        window_start: Any = None,
-        timestamp: Any = None,
-        session: Any = None,
-    ) -> Any:
+    def entry(self, key_bytes: bytes, value_bytes: bytes | None, put: PutExtras) -> Any:
         """The serialized entry a batch writes for one put (a `None` value: a delete),
         checking that the put names what this type of store needs and nothing else."""
 
-    def _refuse_extras(self, allowed: str, **given: Any) -> None:
-        for name, value in given.items():
+    def _refuse_extras(self, allowed: str, put: PutExtras) -> None:
+        if put is NO_EXTRAS:
+            return
+        for name, value in zip(put._fields, put, strict=True):
             if value is not None and name != allowed:
                 raise TypeError(
                     f"store {self.name!r} is a {self.store_type} store: {name} is not allowed"
@@ -146,14 +153,9 @@ class KeyValueStoreSpec(StoreSpec):
     bulk_pairs: ClassVar[bool] = True
 
     def entry(
-        self,
-        key_bytes: bytes,
-        value_bytes: bytes | None,
-        window_start: Any = None,
-        timestamp: Any = None,
-        session: Any = None,
+        self, key_bytes: bytes, value_bytes: bytes | None, put: PutExtras
     ) -> tuple[bytes, bytes | None]:
-        self._refuse_extras("", window_start=window_start, timestamp=timestamp, session=session)
+        self._refuse_extras("", put)
         return key_bytes, value_bytes
 
 
@@ -189,14 +191,10 @@ class WindowStoreSpec(StoreSpec):
         )
 
     def entry(
-        self,
-        key_bytes: bytes,
-        value_bytes: bytes | None,
-        window_start: Any = None,
-        timestamp: Any = None,
-        session: Any = None,
+        self, key_bytes: bytes, value_bytes: bytes | None, put: PutExtras
     ) -> tuple[bytes, int, bytes | None]:
-        self._refuse_extras("window_start", timestamp=timestamp, session=session)
+        self._refuse_extras("window_start", put)
+        window_start = put.window_start
         if isinstance(window_start, bool) or not isinstance(window_start, int):
             raise TypeError(
                 f"store {self.name!r} is a window store: put needs window_start=<ms> (an int), "
@@ -225,17 +223,12 @@ class TimestampedKeyValueStoreSpec(KeyValueStoreSpec):
         )
 
     def entry(
-        self,
-        key_bytes: bytes,
-        value_bytes: bytes | None,
-        window_start: Any = None,
-        timestamp: Any = None,
-        session: Any = None,
+        self, key_bytes: bytes, value_bytes: bytes | None, put: PutExtras
     ) -> tuple[bytes, bytes | None]:
-        self._refuse_extras("timestamp", window_start=window_start, session=session)
+        self._refuse_extras("timestamp", put)
         if value_bytes is None:
             return key_bytes, None
-        return key_bytes, stamped(check_timestamp(self.name, timestamp), value_bytes)
+        return key_bytes, stamped(check_timestamp(self.name, put.timestamp), value_bytes)
 
 
 @dataclass(frozen=True)
@@ -274,15 +267,12 @@ class VersionedKeyValueStoreSpec(StoreSpec):
         )
 
     def entry(
-        self,
-        key_bytes: bytes,
-        value_bytes: bytes | None,
-        window_start: Any = None,
-        timestamp: Any = None,
-        session: Any = None,
+        self, key_bytes: bytes, value_bytes: bytes | None, put: PutExtras
     ) -> tuple[bytes, bytes]:
-        self._refuse_extras("timestamp", window_start=window_start, session=session)
-        return encode_version_record(key_bytes, check_timestamp(self.name, timestamp), value_bytes)
+        self._refuse_extras("timestamp", put)
+        return encode_version_record(
+            key_bytes, check_timestamp(self.name, put.timestamp), value_bytes
+        )
 
     def describe(self) -> dict[str, Any]:
         return super().describe() | {"history_retention_ms": self.history_retention_ms}
@@ -314,14 +304,10 @@ class SessionStoreSpec(StoreSpec):
         )
 
     def entry(
-        self,
-        key_bytes: bytes,
-        value_bytes: bytes | None,
-        window_start: Any = None,
-        timestamp: Any = None,
-        session: Any = None,
+        self, key_bytes: bytes, value_bytes: bytes | None, put: PutExtras
     ) -> tuple[bytes, bytes | None]:
-        self._refuse_extras("session", window_start=window_start, timestamp=timestamp)
+        self._refuse_extras("session", put)
+        session = put.session
         if not isinstance(session, tuple) or len(session) != 2:
             raise TypeError(
                 f"store {self.name!r} is a session store: put needs session=(start_ms, end_ms), "
