@@ -41,8 +41,10 @@ counts, the others get nothing.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from iqstate.runtime.assignment import ACTIVE, STANDBY, Assignment, PartitionRole
@@ -96,16 +98,15 @@ def assign(
     target = plan.target(current)
     actives, warmups = plan.actives(current, target)
     standbys = plan.standbys(actives, warmups, min(num_standby_replicas, len(live) - 1))
-    roles: dict[str, dict[str, dict[int, PartitionRole]]] = {
-        m.member_id: {store: dict.fromkeys(range(stores[store]), ACTIVE) for store in everywhere}
-        for m in live
-    }
-    for (store, number), owner in actives.items():
+    roles: list[dict[str, dict[int, PartitionRole]]] = [
+        {store: dict.fromkeys(range(stores[store]), ACTIVE) for store in everywhere} for _ in live
+    ]
+    for (store, number), owner in zip(partitions, actives, strict=True):
         roles[owner].setdefault(store, {})[number] = ACTIVE
-    for (store, number), hosts in standbys.items():
-        for member_id in hosts:
-            roles[member_id].setdefault(store, {})[number] = STANDBY
-    return {m.host: Assignment(roles[m.member_id]) for m in live}
+    for (store, number), hosts in zip(partitions, standbys, strict=True):
+        for i in hosts:
+            roles[i].setdefault(store, {})[number] = STANDBY
+    return {m.host: Assignment(mine) for m, mine in zip(live, roles, strict=True)}
 
 
 def _one_per_host(members: Iterable[Member]) -> list[Member]:
@@ -120,151 +121,181 @@ def _one_per_host(members: Iterable[Member]) -> list[Member]:
 
 
 class _Plan:
-    """The steps of one assignment over fixed members and partitions (see the module doc)."""
+    """The steps of one assignment over fixed members and partitions (see the module doc).
+
+    Members and partitions are numbered in member id and partition order, so comparing
+    numbers orders them as the rules say. Each partition knows the members that host a
+    replica of it and the caught-up ones among them, so every step looks at those few
+    replicas and at the least loaded members (a heap), never at every member for every
+    partition: one assignment costs about `P log n` for `P` partitions and `n` members, not
+    `P * n` (evening standbys out adds a search over the standbys per move, when some must
+    move). bench/membership_scale.py measures it (docs/membership-scale.md).
+    """
 
     def __init__(
         self, members: list[Member], partitions: list[StorePartition], acceptable_lag: int
     ) -> None:
-        self._members = members
-        self._ids = [m.member_id for m in members]
-        self._lags = {m.member_id: m.lags for m in members}
-        self._claims = {m.member_id: m.actives for m in members}
+        self._count = len(members)
         self._partitions = partitions
-        self._acceptable = acceptable_lag
+        number = {partition: k for k, partition in enumerate(partitions)}
+        self._lags: list[dict[int, int]] = [{} for _ in members]
+        """Per member, its lag per partition it hosts a replica of."""
+        self._warm: list[set[int]] = [set() for _ in members]
+        """Per member, the partitions it hosts a caught-up replica of."""
+        self._holders: list[list[int]] = [[] for _ in partitions]
+        """Per partition, the members hosting a replica of it, in member order."""
+        self._caught: list[list[int]] = [[] for _ in partitions]
+        """Per partition, the members whose replica of it is caught up, in member order."""
+        self._claimants: list[list[int]] = [[] for _ in partitions]
+        for i, member in enumerate(members):
+            for partition, lag in member.lags.items():
+                if (k := number.get(partition)) is not None:
+                    self._lags[i][k] = lag
+                    self._holders[k].append(i)
+                    if lag <= acceptable_lag:
+                        self._warm[i].add(k)
+                        self._caught[k].append(i)
+            for partition in member.actives:
+                if (k := number.get(partition)) is not None:
+                    self._claimants[k].append(i)
 
-    def _lag(self, member_id: str, partition: StorePartition) -> float:
-        """The member's lag on `partition`; infinite without a replica."""
-        lag = self._lags[member_id].get(partition)
+    def _lag(self, i: int, k: int) -> float:
+        """Member `i`'s lag on partition `k`; infinite without a replica."""
+        lag = self._lags[i].get(k)
         return math.inf if lag is None else lag
 
-    def _caught_up(self, member_id: str, partition: StorePartition) -> bool:
-        return self._lag(member_id, partition) <= self._acceptable
+    def _caught_up(self, i: int, k: int) -> bool:
+        return k in self._warm[i]
 
-    def _behind(self, member_id: str, partition: StorePartition) -> float:
+    def _behind(self, i: int, k: int) -> float:
         """The lag beyond caught up: 0 for every caught-up replica, so that lags that move
         within `acceptable_recovery_lag` (as they do all the time) never move a partition."""
-        return 0 if self._caught_up(member_id, partition) else self._lag(member_id, partition)
+        return 0 if self._caught_up(i, k) else self._lag(i, k)
 
-    def _hosts(self, member_id: str, partition: StorePartition) -> bool:
-        return partition in self._lags[member_id]
+    def current_owners(self) -> list[int | None]:
+        return [
+            min(claimants, key=lambda i: (not self._caught_up(i, k), i)) if claimants else None
+            for k, claimants in enumerate(self._claimants)
+        ]
 
-    def current_owners(self) -> dict[StorePartition, str]:
-        owners = {}
-        for partition in self._partitions:
-            claimants = [i for i in self._ids if partition in self._claims[i]]
-            if claimants:
-                owners[partition] = min(
-                    claimants, key=lambda i: (not self._caught_up(i, partition), i)
-                )
-        return owners
+    def _quotas(self, current: list[int | None]) -> list[int]:
+        base, extra = divmod(len(self._partitions), self._count)
+        owned = [0] * self._count
+        for owner in current:
+            if owner is not None:
+                owned[owner] += 1
+        ranked = sorted(range(self._count), key=lambda i: (-owned[i], i))
+        quota = [0] * self._count
+        for rank, i in enumerate(ranked):
+            quota[i] = base + (rank < extra)
+        return quota
 
-    def _quotas(self, current: Mapping[StorePartition, str]) -> dict[str, int]:
-        base, extra = divmod(len(self._partitions), len(self._ids))
-        owned = {i: 0 for i in self._ids}
-        for owner in current.values():
-            owned[owner] += 1
-        ranked = sorted(self._ids, key=lambda i: (-owned[i], i))
-        return {member_id: base + (rank < extra) for rank, member_id in enumerate(ranked)}
-
-    def target(self, current: Mapping[StorePartition, str]) -> dict[StorePartition, str]:
+    def target(self, current: list[int | None]) -> list[int]:
         """A balanced owner per partition, as sticky as the quotas allow."""
         quota = self._quotas(current)
-        target: dict[StorePartition, str] = {}
-        load = dict.fromkeys(self._ids, 0)
-        for member_id in self._ids:
-            claimed = sorted(
-                (p for p, owner in current.items() if owner == member_id),
-                key=lambda p: (not self._caught_up(member_id, p), p),
-            )
-            for partition in claimed[: quota[member_id]]:
-                target[partition] = member_id
-                load[member_id] += 1
+        target: list[int | None] = [None] * len(self._partitions)
+        load = [0] * self._count
+        claimed: list[list[int]] = [[] for _ in range(self._count)]
+        for k, owner in enumerate(current):
+            if owner is not None:
+                claimed[owner].append(k)
+        for i, mine in enumerate(claimed):
+            mine.sort(key=lambda k: (not self._caught_up(i, k), k))
+            for k in mine[: quota[i]]:
+                target[k] = i
+            load[i] = min(len(mine), quota[i])
         rest = sorted(
-            (p for p in self._partitions if p not in target),
-            key=lambda p: (sum(self._caught_up(i, p) for i in self._ids), p),
+            (k for k, owner in enumerate(target) if owner is None),
+            key=lambda k: (len(self._caught[k]), k),
         )
-        for partition in rest:
-            owner = min(
-                (i for i in self._ids if load[i] < quota[i]),
-                key=lambda i: (
-                    not self._caught_up(i, partition),
-                    not self._hosts(i, partition),
-                    load[i],
-                    i,
-                ),
-            )
-            target[partition] = owner
+        lightest = _Lightest(load, quota)
+        for k in rest:
+            # under its quota: a caught-up member first, then one hosting a replica (of the
+            # caught-up ones none is under its quota then), then the least loaded
+            owner = _least_loaded(self._caught[k], load, quota)
+            if owner is None:
+                owner = _least_loaded(self._holders[k], load, quota)
+            if owner is None:
+                owner = lightest.first(frozenset())
+            assert owner is not None  # the quotas add up to the partitions
+            target[k] = owner
             load[owner] += 1
-        return target
+            lightest.loaded(owner)
+        return [owner for owner in target if owner is not None]  # every partition has one
 
     def actives(
-        self, current: Mapping[StorePartition, str], target: Mapping[StorePartition, str]
-    ) -> tuple[dict[StorePartition, str], dict[StorePartition, str]]:
+        self, current: list[int | None], target: list[int]
+    ) -> tuple[list[int], dict[int, int]]:
         """Each partition's active, and the warm-up replica of each partition whose target is
         not (yet) the best replica to serve it."""
-        actives: dict[StorePartition, str] = {}
-        overridden: list[tuple[StorePartition, list[str]]] = []
-        for partition in self._partitions:
-            owner = target[partition]
-            if self._caught_up(owner, partition):
-                actives[partition] = owner
+        actives: list[int | None] = [None] * len(self._partitions)
+        overridden: list[tuple[int, list[int]]] = []
+        for k, owner in enumerate(target):
+            if self._caught_up(owner, k):
+                actives[k] = owner
                 continue
-            better = [i for i in self._ids if self._caught_up(i, partition)] or [
-                i for i in self._ids if self._lag(i, partition) < self._lag(owner, partition)
+            # replicas with a lag (caught up or lagging less) are hosted ones
+            better = self._caught[k] or [
+                i for i in self._holders[k] if self._lag(i, k) < self._lag(owner, k)
             ]
             if better:
-                overridden.append((partition, better))
+                overridden.append((k, better))
             else:
-                actives[partition] = owner
-        load = dict.fromkeys(self._ids, 0)
-        for owner in actives.values():
-            load[owner] += 1
+                actives[k] = owner
+        load = [0] * self._count
+        for active in actives:
+            if active is not None:
+                load[active] += 1
         warmups = {}
-        for partition, better in overridden:
-            if current.get(partition) in better:
-                chosen = current[partition]
-            else:
-                chosen = min(better, key=lambda i: (self._behind(i, partition), load[i], i))
-            actives[partition] = chosen
+        for k, better in overridden:
+            chosen = current[k]
+            if chosen not in better:
+                chosen = min(better, key=lambda i: (self._behind(i, k), load[i], i))
+            assert chosen is not None
+            actives[k] = chosen
             load[chosen] += 1
-            warmups[partition] = target[partition]
-        return {p: actives[p] for p in self._partitions}, warmups
+            warmups[k] = target[k]
+        return [active for active in actives if active is not None], warmups  # all have one
 
-    def _rank(self, member_id: str, partition: StorePartition) -> tuple[bool, bool]:
-        """How good a place for a replica of `partition` the member is (smaller is better)."""
-        return (not self._caught_up(member_id, partition), not self._hosts(member_id, partition))
+    def _rank(self, i: int, k: int) -> tuple[bool, bool]:
+        """How good a place for a replica of partition `k` member `i` is (smaller is better)."""
+        return (k not in self._warm[i], k not in self._lags[i])
 
     def standbys(
-        self,
-        actives: Mapping[StorePartition, str],
-        warmups: Mapping[StorePartition, str],
-        count: int,
-    ) -> dict[StorePartition, list[str]]:
-        """`count` standbys per partition, never on its active, plus its warm-up replica."""
-        share = math.ceil(count * len(self._partitions) / len(self._ids))
-        load = dict.fromkeys(self._ids, 0)
-        standbys: dict[StorePartition, list[str]] = {}
-        for partition in self._partitions:
-            chosen = standbys[partition] = []
+        self, actives: list[int], warmups: Mapping[int, int], count: int
+    ) -> list[list[int]]:
+        """`count` standbys per partition, never on its active, plus its warm-up replica.
+
+        Each pick is the best of the partition's replica holders (ranked one by one) and of
+        the least loaded member hosting no replica of it (from the heap)."""
+        share = math.ceil(count * len(self._partitions) / self._count)
+        load = [0] * self._count
+        lightest = _Lightest(load, [math.inf] * self._count)
+        standbys: list[list[int]] = []
+        for k, active in enumerate(actives):
+            chosen: list[int] = []
+            holders = self._holders[k]
             for _ in range(count):
-                pick = min(
-                    (i for i in self._ids if i != actives[partition] and i not in chosen),
-                    key=lambda i: (load[i] >= share, self._rank(i, partition), load[i], i),
-                )
+                candidates = [
+                    (load[i] >= share, self._rank(i, k), load[i], i)
+                    for i in holders
+                    if i != active and i not in chosen
+                ]
+                other = lightest.first(frozenset((*holders, active, *chosen)))
+                if other is not None:
+                    candidates.append((load[other] >= share, (True, True), load[other], other))
+                pick = min(candidates)[3]
                 chosen.append(pick)
                 load[pick] += 1
+                lightest.loaded(pick)
+            standbys.append(chosen)
         self._even_out(standbys, actives, load)
-        for partition, warm in warmups.items():
-            if warm not in standbys[partition]:
-                standbys[partition].append(warm)
+        for k, warm in warmups.items():
+            if warm not in standbys[k]:
+                standbys[k].append(warm)
         return standbys
 
-    def _even_out(
-        self,
-        standbys: dict[StorePartition, list[str]],
-        actives: Mapping[StorePartition, str],
-        load: dict[str, int],
-    ) -> None:
+    def _even_out(self, standbys: list[list[int]], actives: list[int], load: list[int]) -> None:
         """Move standbys from the most loaded members towards the least loaded while counts
         differ by more than one, never to a worse place for the replica.
 
@@ -274,57 +305,112 @@ class _Plan:
         breadth first in member id and partition order. Each chain lowers one count and raises
         another, so this ends.
         """
+        placed: list[list[int]] = [[] for _ in range(self._count)]
+        """Per member, the partitions it is a standby of, in partition order."""
+        for k, chosen in enumerate(standbys):
+            for i in chosen:
+                placed[i].append(k)
         while True:
-            heaviest = max(load.values())
-            chain = self._chain(standbys, actives, load, heaviest)
+            heaviest = max(load)
+            if min(load) > heaviest - 2:
+                return
+            chain = self._chain(standbys, actives, placed, load, heaviest)
             if chain is None:
                 return
-            for partition, source, sink in chain:
-                chosen = standbys[partition]
+            for k, source, sink in chain:
+                chosen = standbys[k]
                 chosen[chosen.index(source)] = sink
+                placed[source].remove(k)
+                bisect.insort(placed[sink], k)
             load[chain[0][1]] -= 1
             load[chain[-1][2]] += 1
 
     def _chain(
         self,
-        standbys: Mapping[StorePartition, list[str]],
-        actives: Mapping[StorePartition, str],
-        load: Mapping[str, int],
+        standbys: list[list[int]],
+        actives: list[int],
+        placed: list[list[int]],
+        load: list[int],
         heaviest: int,
-    ) -> list[tuple[StorePartition, str, str]] | None:
-        sources = [i for i in self._ids if load[i] == heaviest]
-        reached: dict[str, tuple[StorePartition, str] | None] = dict.fromkeys(sources)
+    ) -> list[tuple[int, int, int]] | None:
+        sources = [i for i in range(self._count) if load[i] == heaviest]
+        reached: dict[int, tuple[int, int] | None] = dict.fromkeys(sources)
+        unreached = [i for i in range(self._count) if i not in reached]
         frontier = sources
         while frontier:
             following = []
             for source in frontier:
-                for partition in self._partitions:
-                    if source not in standbys[partition]:
-                        continue
-                    for sink in self._ids:
-                        if (
-                            sink in reached
-                            or sink == actives[partition]
-                            or sink in standbys[partition]
-                            or self._rank(sink, partition) > self._rank(source, partition)
-                        ):
+                for k in placed[source]:
+                    # the members that are as good a place for the replica as the source
+                    rank = self._rank(source, k)
+                    if rank == (False, False):
+                        sinks = self._caught[k]
+                    elif rank == (True, False):
+                        sinks = self._holders[k]
+                    else:
+                        if len(unreached) + len(reached) > self._count:
+                            unreached = [i for i in unreached if i not in reached]
+                        sinks = unreached
+                    for sink in sinks:
+                        if sink in reached or sink == actives[k] or sink in standbys[k]:
                             continue
-                        reached[sink] = (partition, source)
+                        reached[sink] = (k, source)
                         if load[sink] <= heaviest - 2:
                             return self._moves(reached, sink)
                         following.append(sink)
+                    if len(reached) == self._count:
+                        return None
             frontier = following
         return None
 
     @staticmethod
     def _moves(
-        reached: Mapping[str, tuple[StorePartition, str] | None], sink: str
-    ) -> list[tuple[StorePartition, str, str]]:
+        reached: Mapping[int, tuple[int, int] | None], sink: int
+    ) -> list[tuple[int, int, int]]:
         moves = []
         step = reached[sink]
         while step is not None:
-            partition, source = step
-            moves.append((partition, source, sink))
+            k, source = step
+            moves.append((k, source, sink))
             sink = source
             step = reached[sink]
         return moves[::-1]
+
+
+def _least_loaded(members: list[int], load: list[int], quota: list[int]) -> int | None:
+    """The least loaded of `members` under its quota (then by member order), if any."""
+    under = [(load[i], i) for i in members if load[i] < quota[i]]
+    return min(under)[1] if under else None
+
+
+class _Lightest:
+    """The members in order of load, then member order, as loads grow one at a time: a heap
+    whose entries that no longer hold (the member's load grew, or reached its limit) are
+    dropped when they come up."""
+
+    def __init__(self, load: list[int], limit: Sequence[float]) -> None:
+        self._load = load
+        self._limit = limit
+        self._heap = [(n, i) for i, n in enumerate(load) if n < limit[i]]
+        heapq.heapify(self._heap)
+
+    def loaded(self, i: int) -> None:
+        """Member `i`'s load grew by one."""
+        if self._load[i] < self._limit[i]:
+            heapq.heappush(self._heap, (self._load[i], i))
+
+    def first(self, skipped: frozenset[int]) -> int | None:
+        """The least loaded member under its limit that is not in `skipped`."""
+        heap, put_back, found = self._heap, [], None
+        while heap:
+            n, i = heap[0]
+            if n != self._load[i] or n >= self._limit[i]:
+                heapq.heappop(heap)
+            elif i in skipped:
+                put_back.append(heapq.heappop(heap))
+            else:
+                found = i
+                break
+        for entry in put_back:
+            heapq.heappush(heap, entry)
+        return found
