@@ -276,3 +276,31 @@ def test_window_range_with_a_key_on_a_window_store(tmp_path: Path) -> None:
             (Windowed("a", 0, 10), 1),
             (Windowed("a", 20, 30), 2),
         ]
+
+
+def test_a_put_the_versioned_store_drops_is_not_logged(tmp_path: Path) -> None:
+    """A put older than the retention is dropped, and not logged either: logged under the
+    kept version's key and time, compaction could keep it instead, and a replica restoring
+    would drop it again, losing the kept version."""
+    changelog = InMemoryChangelog()
+    app = Application("dropped", tmp_path / "app", changelog=changelog)
+    app.versioned_key_value_store("v", 1, 100, logging=True, value_serde="string")
+    with app:
+        with app.begin_batch() as batch:
+            batch.put("v", "k", "kept", timestamp=10)
+            batch.put("v", "z", "later", timestamp=1_000)  # the retention starts at 900 now
+            batch.put("v", "k", "late", timestamp=10)  # dropped
+        (partition,) = changelog.partitions()
+        records = [r for r in changelog.records(partition) if r.key.startswith(b"k")]
+        assert [record.value for record in records] == [b"\x01kept"], "only the kept version"
+        assert ask(app, "v", VersionedKeyQuery.with_key("k")) == [VersionedRecord("kept", 10, None)]
+
+
+def test_times_outside_64_bits_are_refused_naming_the_store(tmp_path: Path) -> None:
+    with declared(tmp_path, "memory") as app:
+        with pytest.raises(ValueError, match="store 'v': timestamp=.* outside the signed 64-bit"):
+            with app.begin_batch() as batch:
+                batch.put("v", "k", 1, timestamp=1 << 70)
+        with pytest.raises(ValueError, match="store 's': a session's end .* outside"):
+            with app.begin_batch() as batch:
+                batch.put("s", "k", 1, session=(0, 1 << 63))

@@ -25,6 +25,7 @@ from iqstate.layered_store import KeySpaceStore, length_prefixed, split_length_p
 from iqstate.queries import Windowed
 from iqstate.serdes import Serdes
 from iqstate.store import KeyValueStore, SessionStore
+from iqstate.timestamped import MAX_MS, MIN_MS
 
 _DATA, _BY_END, _STREAM_TIME = b"\x00", b"\x01", b"\x02"
 MIN_TIME = -(1 << 63)
@@ -50,6 +51,11 @@ def check_session(store: str, start_ms: int, end_ms: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(
                 f"store {store!r}: a session's {label} must be an int (ms), got {value!r}"
+            )
+        if not MIN_MS <= value <= MAX_MS:
+            raise ValueError(
+                f"store {store!r}: a session's {label} ({value}) is outside the signed "
+                "64-bit range of ms"
             )
     if start_ms > end_ms:
         raise ValueError(

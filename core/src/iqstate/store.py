@@ -242,6 +242,11 @@ class VersionedKeyValueStore(StateStore, Generic[K, V]):
     def put(self, key: K, value: V | None, timestamp: int) -> None:
         """Insert the version of `key` valid from `timestamp` (`None`: a tombstone)."""
 
+    @abstractmethod
+    def keeps(self, timestamp: int) -> bool:
+        """Whether a put at `timestamp` is kept now (False: it is older than the retention
+        and a put drops it, so a change-logging layer must not log it either)."""
+
     def put_all(self, entries: Iterable[tuple[K, int, V | None]]) -> None:
         """Apply many `(key, timestamp, value)` puts in order."""
         for key, timestamp, value in entries:

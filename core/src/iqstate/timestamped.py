@@ -15,6 +15,8 @@ from iqstate.queries import ValueAndTimestamp
 from iqstate.serdes import Serde, Serdes
 
 V = TypeVar("V")
+MIN_MS, MAX_MS = -(1 << 63), (1 << 63) - 1
+"""The times a store keeps: 8 bytes each."""
 _time = Serdes.int64()
 _ts, _from_ts = _time.serialize, _time.deserialize
 
@@ -25,9 +27,14 @@ def stamped(timestamp: int, value_bytes: bytes) -> bytes:
 
 
 def check_timestamp(store: str, timestamp: Any) -> int:
-    """`timestamp` if it is an int of ms; `TypeError` naming the store otherwise."""
+    """`timestamp` if it is an int of ms in the signed 64-bit range; an error naming the
+    store otherwise."""
     if isinstance(timestamp, bool) or not isinstance(timestamp, int):
         raise TypeError(f"store {store!r}: put needs timestamp=<ms> (an int), got {timestamp!r}")
+    if not MIN_MS <= timestamp <= MAX_MS:
+        raise ValueError(
+            f"store {store!r}: timestamp={timestamp} is outside the signed 64-bit range of ms"
+        )
     return timestamp
 
 

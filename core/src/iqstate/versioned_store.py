@@ -46,6 +46,8 @@ _time = Serdes.int64()
 _ts, _from_ts = _time.serialize, _time.deserialize
 _RANGE_CHUNK = 1_000
 """Current versions read at a time by an as-of range without a limit."""
+_MIN_CHUNK = 100
+"""Current versions read at a time by an as-of range with a smaller limit."""
 
 
 def encode_version(timestamp: int, value: bytes | None) -> bytes:
@@ -129,6 +131,9 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         return max(MIN_TIME, self._stream_time - self._retention)
 
     # -- writes ------------------------------------------------------------------------
+
+    def keeps(self, timestamp: int) -> bool:
+        return timestamp >= self._boundary()
 
     def put(self, key: bytes, value: bytes | None, timestamp: int) -> None:
         self._check_open()
@@ -272,7 +277,9 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         low = _LATEST + (lower or b"")
         high = _LATEST + upper if upper is not None else prefix_upper_bound(_LATEST)
         found: list[tuple[bytes, VersionedRecord[bytes]]] = []
-        chunk = _RANGE_CHUNK if limit is None else max(limit, 1)
+        # A page reads about what it returns, at least a chunk's worth of current versions
+        # (a page of 2 over many deleted keys would otherwise read 2 at a time).
+        chunk = _RANGE_CHUNK if limit is None else max(limit, _MIN_CHUNK)
         while limit is None or len(found) < limit:
             # The current versions a chunk at a time: a page reads about what it returns.
             with self.key_value_store.limited_range(low, high, chunk) as latest:

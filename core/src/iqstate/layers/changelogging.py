@@ -147,7 +147,14 @@ class ChangeLoggingVersionedStore(
     def history_retention_ms(self) -> int:
         return self.wrapped.history_retention_ms
 
+    def keeps(self, timestamp: int) -> bool:
+        return self.wrapped.keeps(timestamp)
+
     def put(self, key: bytes, value: bytes | None, timestamp: int) -> None:
+        if not self.wrapped.keeps(timestamp):
+            # Dropped by the store: logged, it could replace the kept version of the same
+            # key and time on compaction, and a replica restoring would drop it again.
+            return
         self.wrapped.put(key, value, timestamp)
         record_key, record_value = encode_version_record(key, timestamp, value)
         self._writer.send(
