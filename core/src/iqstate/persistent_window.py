@@ -14,15 +14,13 @@ store, as Kafka Streams' window stores do.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar
 
-from iqstate.context import StateStoreContext
-from iqstate.engine_store import EngineStore, check_window_sizes
+from iqstate.engine_store import check_window_sizes
 from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import decode_window_key, encode_window_key
+from iqstate.layered_store import KeySpaceStore
 from iqstate.persistent import PersistentKeyValueStore
-from iqstate.position import Position, TopicPartition
 from iqstate.queries import Windowed
 from iqstate.serdes import Serdes
 from iqstate.store import WindowStore
@@ -41,18 +39,16 @@ def _index_upper(time_to: int) -> bytes:
     return _BY_TIME + _time.serialize(time_to + 1)
 
 
-class PersistentWindowStore(EngineStore, WindowStore[bytes, bytes]):
+class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
     """Subclass with `kind` and `key_value_class` (the engine's persistent key-value store)."""
 
     key_value_class: ClassVar[type[PersistentKeyValueStore]]
-    persistent = True
 
     def __init__(self, name: str, window_size_ms: int, retention_ms: int) -> None:
-        super().__init__(name)
         check_window_sizes(name, window_size_ms, retention_ms)
+        super().__init__(self.key_value_class(name))
         self._window_size_ms = window_size_ms
         self._retention_ms = retention_ms
-        self._store = self.key_value_class(name)
         self._stream_time = _MIN_TIME
 
     @property
@@ -63,51 +59,16 @@ class PersistentWindowStore(EngineStore, WindowStore[bytes, bytes]):
     def retention_ms(self) -> int:
         return self._retention_ms
 
-    @property
-    def manages_offsets(self) -> bool:
-        return True
-
-    @property
-    def atomic_commits(self) -> bool:
-        return self._store.atomic_commits
-
-    def init(self, context: StateStoreContext) -> None:
-        super().init(context)
-        try:
-            self._store.init(context)
-        except BaseException:
-            self._open = False
-            raise
-        self.current_position = self._store.position
-        stored = self._store.get(_STREAM_TIME)
+    def opened(self) -> None:
+        stored = self.key_value_store.get(_STREAM_TIME)
         self._stream_time = _time.deserialize(stored) if stored is not None else _MIN_TIME
-
-    def close(self) -> None:
-        if self._open:
-            self._store.close()
-        super().close()
 
     def abandon(self) -> None:
         """Release without committing or marking closed, as a killed process would."""
-        if self._open:
-            self._store.abandon()
-        super().close()
-
-    @property
-    def position(self) -> Position:
-        return self.current_position
-
-    def update_position(self, position: Position) -> None:
-        self._check_open()
-        self._store.update_position(position)
-        self.current_position = self._store.position
-
-    def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
-        self._check_open()
-        self._store.commit(changelog_offsets)
-
-    def committed_offset(self, partition: TopicPartition) -> int | None:
-        return self._store.committed_offset(partition)
+        store = self.key_value_store
+        if self._open and isinstance(store, PersistentKeyValueStore):
+            store.abandon()
+        self._open = False
 
     def _expired(self, window_start: int) -> bool:
         return window_start <= self._stream_time - self._retention_ms
@@ -116,26 +77,28 @@ class PersistentWindowStore(EngineStore, WindowStore[bytes, bytes]):
         self._check_open()
         if window_start > self._stream_time:
             self._stream_time = window_start
-            self._store.put(_STREAM_TIME, _time.serialize(window_start))
+            self.key_value_store.put(_STREAM_TIME, _time.serialize(window_start))
             self._drop_expired()
         if self._expired(window_start):
             return
         data_key = _DATA + encode_window_key(key, window_start)
         time_key = _BY_TIME + _time.serialize(window_start) + key
         if value is None:
-            self._store.put_all([(data_key, None), (time_key, None)])
+            self.key_value_store.put_all([(data_key, None), (time_key, None)])
         else:
-            self._store.put_all([(data_key, value), (time_key, b"")])
+            self.key_value_store.put_all([(data_key, value), (time_key, b"")])
 
     def _drop_expired(self) -> None:
         limit = self._stream_time - self._retention_ms
         if limit < _MIN_TIME:
             return
-        with self._store.range(_BY_TIME, _index_upper(limit)) as expired:
+        with self.key_value_store.range(_BY_TIME, _index_upper(limit)) as expired:
             doomed = [time_key for time_key, _ in expired if self._start_of(time_key) <= limit]
         for time_key in doomed:
             start, key = self._start_of(time_key), time_key[9:]
-            self._store.put_all([(time_key, None), (_DATA + encode_window_key(key, start), None)])
+            self.key_value_store.put_all(
+                [(time_key, None), (_DATA + encode_window_key(key, start), None)]
+            )
 
     @staticmethod
     def _start_of(time_key: bytes) -> int:
@@ -145,7 +108,7 @@ class PersistentWindowStore(EngineStore, WindowStore[bytes, bytes]):
         self._check_open()
         lower = _DATA + encode_window_key(key, max(time_from, _MIN_TIME))
         upper = _DATA + encode_window_key(key, min(time_to, _MAX_TIME))
-        with self._store.range(lower, upper) as stored:
+        with self.key_value_store.range(lower, upper) as stored:
             found = []
             for data_key, value in stored:
                 stored_key, start = decode_window_key(data_key[1:])
@@ -157,7 +120,7 @@ class PersistentWindowStore(EngineStore, WindowStore[bytes, bytes]):
         self._check_open()
         lower = _BY_TIME + _time.serialize(max(time_from, _MIN_TIME))
         upper = _index_upper(time_to)
-        with self._store.range(lower, upper) as indexed:
+        with self.key_value_store.range(lower, upper) as indexed:
             windows = sorted(
                 (time_key[9:], self._start_of(time_key))
                 for time_key, _ in indexed
@@ -166,11 +129,11 @@ class PersistentWindowStore(EngineStore, WindowStore[bytes, bytes]):
         size = self._window_size_ms
         found = []
         for key, start in windows:
-            value = self._store.get(_DATA + encode_window_key(key, start))
+            value = self.key_value_store.get(_DATA + encode_window_key(key, start))
             if value is not None:
                 found.append((Windowed(key, start, start + size), value))
         return KeyValueIterator(found)
 
     def approximate_num_entries(self) -> int:
         self._check_open()
-        return max(0, (self._store.approximate_num_entries() - 1) // 2)
+        return max(0, (self.key_value_store.approximate_num_entries() - 1) // 2)
