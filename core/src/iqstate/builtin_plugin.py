@@ -27,7 +27,6 @@ from iqstate.layers.metered_types import (
     MeteredVersionedStore,
     metered_limited_versioned_range_query,
     metered_multi_versioned_key_query,
-    metered_session_query,
     metered_versioned_key_query,
     metered_versioned_range_query,
     timestamped_plain_key_query,
@@ -91,7 +90,7 @@ def iqstate_register_query_handlers(register: Any) -> None:
     register(MultiVersionedKeyQuery, versioned, metered_multi_versioned_key_query)
     register(VersionedRangeQuery, versioned, metered_versioned_range_query)
     register(LimitedVersionedRangeQuery, versioned, metered_limited_versioned_range_query)
-    register(WindowRangeQuery, MeteredSessionStore.kind, metered_session_query)
+    register(WindowRangeQuery, MeteredSessionStore.kind, metered_window_range_query)
 
 
 @hookimpl

@@ -96,6 +96,23 @@ class SerdeLayer(WrappedStore[S], Generic[S, K, V]):
         end = _now()
         self._commit_sensor.record(end - start, end)
 
+    def encode_bound(self, key: K | None) -> bytes | None:
+        """A range bound serialized (`None`, an open bound, as it is)."""
+        return None if key is None else self.encode_key(key)
+
+    def _decode_windowed(self, pair: tuple[Windowed[bytes], bytes]) -> tuple[Windowed[K], V]:
+        windowed, value = pair
+        return (
+            Windowed(self.decode_key(windowed.key), windowed.start_ms, windowed.end_ms),
+            self.decode_value(value),
+        )
+
+    def typed_windows(
+        self, raw: KeyValueIterator[Windowed[bytes], bytes]
+    ) -> KeyValueIterator[Windowed[K], V]:
+        """Windows (or sessions) from beneath, their keys and values decoded lazily."""
+        return raw.map(self._decode_windowed)
+
     def serde_failure(self, error: SerializationError) -> QueryResult[Any]:
         """A failed result for a query whose key or stored value the serdes rejected."""
         result = QueryResult.for_failure(FailureReason.STORE_EXCEPTION, str(error))
@@ -183,19 +200,18 @@ class MeteredKeyValueStore(SerdeLayer[KeyValueStore[bytes, bytes], K, V], KeyVal
             return raw  # type: ignore[return-value]
         return raw.map_rows(self._decode_pairs, self._decode_pair)
 
-    def _bound(self, key: K | None) -> bytes | None:
-        return None if key is None else self.encode_key(key)
-
     def range(self, lower: K | None, upper: K | None) -> KeyValueIterator[K, V]:
         start = _now()
-        result = self.typed(self.wrapped.range(self._bound(lower), self._bound(upper)))
+        result = self.typed(self.wrapped.range(self.encode_bound(lower), self.encode_bound(upper)))
         end = _now()
         self._range_sensor.record(end - start, end)
         return result
 
     def reverse_range(self, lower: K | None, upper: K | None) -> KeyValueIterator[K, V]:
         start = _now()
-        result = self.typed(self.wrapped.reverse_range(self._bound(lower), self._bound(upper)))
+        result = self.typed(
+            self.wrapped.reverse_range(self.encode_bound(lower), self.encode_bound(upper))
+        )
         end = _now()
         self._range_sensor.record(end - start, end)
         return result
@@ -254,20 +270,8 @@ class MeteredWindowStore(SerdeLayer[WindowStore[bytes, bytes], K, V], WindowStor
     def _decode_window_value(self, pair: tuple[int, bytes]) -> tuple[int, V]:
         return pair[0], self.decode_value(pair[1])
 
-    def _decode_windowed(self, pair: tuple[Windowed[bytes], bytes]) -> tuple[Windowed[K], V]:
-        windowed, value = pair
-        return (
-            Windowed(self.decode_key(windowed.key), windowed.start_ms, windowed.end_ms),
-            self.decode_value(value),
-        )
-
     def typed_fetch(self, raw: KeyValueIterator[int, bytes]) -> KeyValueIterator[int, V]:
         return raw.map(self._decode_window_value)
-
-    def typed_windows(
-        self, raw: KeyValueIterator[Windowed[bytes], bytes]
-    ) -> KeyValueIterator[Windowed[K], V]:
-        return raw.map(self._decode_windowed)
 
     def fetch(self, key: K, time_from: int, time_to: int) -> KeyValueIterator[int, V]:
         start = _now()
@@ -327,7 +331,9 @@ def metered_range_query(
         return store.wrapped.query(query, bound, config)
     try:
         raw_query: RangeQuery[bytes, bytes] = RangeQuery(
-            store._bound(query.lower_bound), store._bound(query.upper_bound), query.result_order
+            store.encode_bound(query.lower_bound),
+            store.encode_bound(query.upper_bound),
+            query.result_order,
         )
     except SerializationError as error:
         return store.serde_failure(error)
@@ -356,8 +362,8 @@ def metered_limited_range_query(
     """A page of a range: its bounds serialized, its pairs typed (only the page decoded)."""
     try:
         raw_query: LimitedRangeQuery[bytes, bytes] = LimitedRangeQuery(
-            store._bound(query.lower_bound),
-            store._bound(query.upper_bound),
+            store.encode_bound(query.lower_bound),
+            store.encode_bound(query.upper_bound),
             query.descending,
             query.limit,
         )
@@ -386,7 +392,7 @@ def metered_window_key_query(
 
 
 def metered_window_range_query(
-    store: MeteredWindowStore[Any, Any],
+    store: SerdeLayer[Any, Any, Any],
     query: WindowRangeQuery[Any, Any],
     bound: PositionBound,
     config: QueryConfig,
@@ -398,7 +404,7 @@ def metered_window_range_query(
             return store.serde_failure(error)
     raw: QueryResult[KeyValueIterator[Windowed[bytes], bytes]] = store.wrapped.query(
         query, bound, config
-    )
+    )  # a window store's windows or a session store's sessions: decoded alike
     if raw.is_failure:
         return raw
     return raw.swap_result(store.typed_windows(raw.result))

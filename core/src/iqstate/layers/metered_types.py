@@ -29,8 +29,6 @@ from iqstate.queries import (
     VersionedKeyQuery,
     VersionedRangeQuery,
     VersionedRecord,
-    Windowed,
-    WindowRangeQuery,
 )
 from iqstate.results import QueryResult
 from iqstate.serdes import Serde
@@ -184,18 +182,6 @@ class MeteredSessionStore(SerdeLayer[SessionStore[bytes, bytes], K, V]):
         end = _now()
         self._put_sensor.record(end - start, end)
 
-    def _typed_session(self, pair: tuple[Windowed[bytes], bytes]) -> tuple[Windowed[K], V]:
-        session, value = pair
-        return (
-            Windowed(self.decode_key(session.key), session.start_ms, session.end_ms),
-            self.decode_value(value),
-        )
-
-    def typed_sessions(
-        self, raw: KeyValueIterator[Windowed[bytes], bytes]
-    ) -> KeyValueIterator[Windowed[K], V]:
-        return raw.map(self._typed_session)
-
 
 def _encoded_key(store: SerdeLayer[Any, Any, Any], key: Any) -> bytes | QueryResult[Any]:
     try:
@@ -253,7 +239,7 @@ def metered_versioned_range_query(
 ) -> QueryResult[Any]:
     """`VersionedRangeQuery`: its bounds serialized, its pairs typed."""
     try:
-        lower, upper = _range_bounds(store, query.lower_bound, query.upper_bound)
+        lower, upper = store.encode_bound(query.lower_bound), store.encode_bound(query.upper_bound)
     except SerializationError as error:
         return store.serde_failure(error)
     raw_query: Query[Any] = VersionedRangeQuery(lower, upper, query.as_of_timestamp)
@@ -268,22 +254,13 @@ def metered_limited_versioned_range_query(
 ) -> QueryResult[Any]:
     """A page of a `VersionedRangeQuery`: only the page read, and typed."""
     try:
-        lower, upper = _range_bounds(store, query.lower_bound, query.upper_bound)
+        lower, upper = store.encode_bound(query.lower_bound), store.encode_bound(query.upper_bound)
     except SerializationError as error:
         return store.serde_failure(error)
     raw_query: Query[Any] = LimitedVersionedRangeQuery(
         lower, upper, query.as_of_timestamp, query.limit
     )
     return _typed_versioned_pairs(store, raw_query, bound, config)
-
-
-def _range_bounds(
-    store: MeteredVersionedStore[Any, Any], lower: Any, upper: Any
-) -> tuple[bytes | None, bytes | None]:
-    return (
-        None if lower is None else store.encode_key(lower),
-        None if upper is None else store.encode_key(upper),
-    )
 
 
 def _typed_versioned_pairs(
@@ -296,21 +273,3 @@ def _typed_versioned_pairs(
     if raw.is_failure:
         return raw
     return raw.swap_result(store.typed_pairs(raw.result))
-
-
-def metered_session_query(
-    store: MeteredSessionStore[Any, Any],
-    query: WindowRangeQuery[Any, Any],
-    bound: PositionBound,
-    config: QueryConfig,
-) -> QueryResult[Any]:
-    raw_query: WindowRangeQuery[bytes, bytes] = query
-    if query.key is not None:
-        raw_key = _encoded_key(store, query.key)
-        if isinstance(raw_key, QueryResult):
-            return raw_key
-        raw_query = WindowRangeQuery(query.time_from, query.time_to, raw_key)
-    raw: QueryResult[Any] = store.wrapped.query(raw_query, bound, config)
-    if raw.is_failure:
-        return raw
-    return raw.swap_result(store.typed_sessions(raw.result))
