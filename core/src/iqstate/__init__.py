@@ -69,6 +69,14 @@ from iqstate.runtime import (
 )
 from iqstate.serdes import Serde, Serdes
 from iqstate.store import KeyValueStore, QueryConfig, StateStore, WindowStore
+from iqstate.subscriptions.changes import Change, ChangeBatch
+from iqstate.subscriptions.errors import (
+    InvalidCursorError,
+    SubscriptionEndedError,
+    SubscriptionLaggedError,
+)
+from iqstate.subscriptions.feed import ChangeBufferSettings
+from iqstate.subscriptions.subscription import Subscription
 
 __version__ = "0.1.0"
 
@@ -82,6 +90,9 @@ __all__ = [
     "Assignment",
     "AssignmentProvider",
     "BatchGapError",
+    "Change",
+    "ChangeBatch",
+    "ChangeBufferSettings",
     "ChangelogRecord",
     "ChangelogWriter",
     "ClosedStoreError",
@@ -96,6 +107,7 @@ __all__ = [
     "InMemoryChangelog",
     "IncompatibleStateError",
     "InstanceStatus",
+    "InvalidCursorError",
     "InvalidStateStoreError",
     "InvalidStateStorePartitionError",
     "IqstateError",
@@ -132,6 +144,9 @@ __all__ = [
     "StreamsMetadata",
     "StreamsNotStartedError",
     "StreamsStoppedError",
+    "Subscription",
+    "SubscriptionEndedError",
+    "SubscriptionLaggedError",
     "TimestampedKeyQuery",
     "TimestampedRangeQuery",
     "TopicPartition",

@@ -60,6 +60,9 @@ from iqstate.runtime.spec import (
 )
 from iqstate.runtime.state_directory import StateDirectory
 from iqstate.serdes import Serde
+from iqstate.subscriptions.feed import ChangeBufferSettings
+from iqstate.subscriptions.filters import KeyFilter
+from iqstate.subscriptions.subscription import DEFAULT_MAX_PENDING, Subscription
 
 T = TypeVar("T")
 
@@ -121,7 +124,15 @@ class Application:
         changelog: ChangelogWriter | None = None,
         cluster: Cluster | None = None,
         serving: bool = True,
+        change_buffer: ChangeBufferSettings | None = None,
     ) -> None:
+        """`change_buffer`: the bounds of each partition's replay buffer for change
+        subscriptions (`subscribe`); the defaults are explained in docs/python-api.md."""
+        if change_buffer is not None and not isinstance(change_buffer, ChangeBufferSettings):
+            raise TypeError(
+                f"change_buffer must be a ChangeBufferSettings, got {type(change_buffer).__name__}"
+            )
+        self.change_buffer = change_buffer or ChangeBufferSettings()
         self.application_id = check_name("application", application_id)
         self.state_dir = Path(state_dir)
         self.host_info = HostInfo.parse(application_server)
@@ -420,6 +431,9 @@ class Application:
                 return
             self._transition(AppState.PENDING_SHUTDOWN)
             try:
+                for name in self._partitions.store_names():
+                    for hosted in self._partitions.of_store(name).values():
+                        hosted.changes.end("the application closed")
                 if self._connection is not None:
                     self._connection.close()
                 self._assignment.close()
@@ -598,6 +612,46 @@ class Application:
             )
 
         return store_type.facade(spec, resolve)
+
+    # -- change subscriptions --------------------------------------------------------------
+
+    def subscribe(
+        self,
+        store: str,
+        *,
+        key: Any = None,
+        lower: Any = None,
+        upper: Any = None,
+        prefix: Any = None,
+        from_cursor: str | None = None,
+        partitions: Iterable[int] | None = None,
+        max_pending: int = DEFAULT_MAX_PENDING,
+    ) -> Subscription:
+        """Follow the committed changes of `store` (SPEC 12): an iterator (and async
+        iterator) of `ChangeBatch`es, a snapshot of the matching keys per partition first,
+        then every committed batch that changed one, whole and in commit order.
+
+        Keys: one `key`, a range `lower`..`upper` (either may be open), a `prefix`, or
+        all; bounds compare serialized keys, as a `RangeQuery` and `prefix_scan` do.
+        `from_cursor` (a batch's `cursor`) resumes after that batch, replaying from the
+        partition's replay buffer, or with a snapshot (`snapshot=True`) when the buffer no
+        longer reaches back. `partitions` limits it to some of the partitions hosted here
+        (default: all of them, or the key's). A subscriber with more than `max_pending`
+        unread batches in a partition is disconnected: its iteration raises
+        `SubscriptionLaggedError` naming the cursor to resume from.
+        """
+        spec = self._spec(store)
+        self._check_queryable("subscribe")
+        return Subscription(
+            self.application_id,
+            spec,
+            self._partitions.of_store(store),
+            keys=KeyFilter.build(spec, key, lower, upper, prefix),
+            partitions=partitions,
+            from_cursor=from_cursor,
+            settings=self.change_buffer,
+            max_pending=max_pending,
+        )
 
     # -- discovery and lag -------------------------------------------------------------------
 

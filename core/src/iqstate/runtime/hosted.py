@@ -6,11 +6,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from iqstate.changelog import ChangelogReader, ChangelogWriter
 from iqstate.context import StateStoreContext
-from iqstate.errors import CorruptStateError, LostStateError
+from iqstate.errors import ClosedStoreError, CorruptStateError, LostStateError
 from iqstate.layers.chain import StoreChain
 from iqstate.persistent import UncleanShutdownError
 from iqstate.position import Position, TopicPartition
@@ -19,7 +19,14 @@ from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.durations import Durations
 from iqstate.runtime.offsets import OffsetKeeper, fence_partition
 from iqstate.runtime.spec import StoreSpec
+from iqstate.subscriptions.feed import (
+    CHANGELOG_LINEAGE,
+    ChangeBufferSettings,
+    ChangeFeed,
+    new_lineage,
+)
 
+T = TypeVar("T")
 _log = logging.getLogger(__name__)
 RESTORE_CHUNK = 10_000
 """Changelog records applied per restore commit."""
@@ -71,6 +78,9 @@ class HostedPartition:
         )
         self._rebuildable = followed or self._changelog is not None
         self._commit_durations = commit_durations
+        self._followed = followed
+        self.changes = ChangeFeed(CHANGELOG_LINEAGE if followed else new_lineage())
+        """The committed batches, for subscriptions (dormant until the first one)."""
 
     def open(self) -> None:
         try:
@@ -178,6 +188,12 @@ class HostedPartition:
             if position is not None and not fenced:
                 self.chain.restore_position(position)
             self._commit(None if fenced else batch_id, {tp: next_offset})
+            feed = self.changes
+            if feed.live:
+                if position is not None and not fenced:
+                    feed.publish(entries, self.chain.position, next_offset)
+                elif entries:  # a unit cut short: its batch ends with a later marker
+                    feed.hold(entries)
 
     def rebuild(self) -> None:
         """Start over from an empty store (the changelog no longer holds what this replica
@@ -195,11 +211,35 @@ class HostedPartition:
             self._offsets.load()
             self.fence = None
 
-    def close(self) -> None:
+    def close(self, reason: str | None = None) -> None:
+        """Close the partition; its subscriptions end with `reason` (default: it is no
+        longer hosted here)."""
         with self.lock:
             if not self.closed:
                 self.closed = True
                 self.chain.close()
+        self.changes.end(
+            reason
+            or f"store {self.spec.name!r} partition {self.partition} is no longer hosted "
+            "here (a rebalance moved it to another instance)"
+        )
+
+    def follow_changes(
+        self, settings: ChangeBufferSettings, start: Callable[[ChangeFeed, StoreChain[Any]], T]
+    ) -> T:
+        """`start(feed, chain)` under the lock, with the feed publishing from here on (so
+        a subscription reads a snapshot or a replay point and the batches after it, with
+        nothing lost or read twice in between)."""
+        with self.lock:
+            if self.closed:
+                raise ClosedStoreError(
+                    f"store {self.spec.name!r} partition {self.partition} is not open here"
+                )
+            feed = self.changes
+            if not feed.live:
+                offset = self.committed_changelog_offset() if self._followed else None
+                feed.go_live(offset or 0, settings)
+            return start(feed, self.chain)
 
     @property
     def offsets(self) -> OffsetKeeper:
@@ -258,6 +298,9 @@ class HostedPartition:
                 if end is not None:
                     changes[self.changelog_partition] = end
             self._commit(batch_id, changes)
+            feed = self.changes
+            if feed.live:
+                feed.publish(entries, chain.position)
             return True
 
     def _commit(self, batch_id: int | None, changes: dict[TopicPartition, int | None]) -> None:

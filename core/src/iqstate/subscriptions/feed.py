@@ -1,0 +1,258 @@
+"""A store partition's feed of committed batches: a bounded log that subscribers read.
+
+The committer (or the changelog follower) appends each committed batch's entries, as they
+were encoded for the store, under the partition's lock: one append and a wake-up of the
+subscribers that wait. Nothing is decoded or filtered there; each subscriber reads the
+log at its own index and decodes on its own thread. Until the first subscription the feed
+is dormant and a commit costs one attribute test.
+
+The log keeps the newest batches within `ChangeBufferSettings`: the replay buffer that a
+subscription resuming by cursor reads from. A subscriber whose next batch left the log, or
+that is more than its `max_pending` batches behind, has fallen behind (it holds no memory
+meanwhile: the log is shared and bounded).
+
+Marks identify a batch in a partition's stream. In a `lineage` of its own (one per hosted
+partition in embedded mode) a mark counts the feed's batches; on a replica following a
+changelog the lineage is `"log"` and the mark is the changelog offset after the batch,
+which every replica of the partition shares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import secrets
+import threading
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from iqstate.position import Position
+
+CHANGELOG_LINEAGE = "log"
+"""The lineage of feeds whose marks are changelog offsets (shared by every replica)."""
+_ORDER = itertools.count()
+"""A process-wide publication order: a subscription across partitions yields in it."""
+
+
+@dataclass(frozen=True)
+class ChangeBufferSettings:
+    """Bounds of each partition's replay buffer (see docs/python-api.md for the choice).
+
+    `batches`: the newest batches kept; `bytes`: their encoded size (keys and values,
+    estimated from a sample in large batches). The newest batch is always kept."""
+
+    batches: int = 1024
+    bytes: int = 8 << 20
+
+    def __post_init__(self) -> None:
+        for name in ("batches", "bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ChangeBufferSettings.{name} must be an int >= 1, got {value!r}")
+
+
+def new_lineage() -> str:
+    """A lineage for a feed whose marks only it issues."""
+    return secrets.token_hex(8)
+
+
+class PublishedBatch:
+    """One committed batch in a feed: its entries as the store encoded them."""
+
+    __slots__ = ("decoded", "entries", "index", "mark", "order", "position", "previous", "size")
+
+    def __init__(
+        self,
+        index: int,
+        previous: int,
+        mark: int,
+        position: Position,
+        entries: list[Any],
+        size: int,
+    ) -> None:
+        self.index = index
+        self.order = next(_ORDER)
+        self.previous = previous
+        """The mark of the batch before it in this feed: a reader that got there may
+        take this one next; one that got elsewhere has a gap."""
+        self.mark = mark
+        self.position = position
+        self.entries = entries
+        self.size = size
+        self.decoded: list[Any] | None = None
+        """The decoded entries, filled by the first subscriber that decodes them."""
+
+
+class Waker:
+    """Wakes one waiting subscriber: a thread (`loop` None) or an asyncio task."""
+
+    __slots__ = ("_event", "_future", "loop")
+
+    def __init__(
+        self,
+        event: threading.Event | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+        future: asyncio.Future[None] | None = None,
+    ) -> None:
+        self._event = event
+        self.loop = loop
+        self._future = future
+
+    def wake(self) -> None:
+        """Wake the waiter (an asyncio waker: call on its loop's thread)."""
+        if self._event is not None:
+            self._event.set()
+        elif self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
+
+def _wake_all(wakers: Iterable[Waker]) -> None:
+    for waker in wakers:
+        waker.wake()
+
+
+def wake(wakers: Iterable[Waker]) -> None:
+    """Wake threads at once, and asyncio tasks with one call per event loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[Waker]] = {}
+    for waker in wakers:
+        if waker.loop is None:
+            waker.wake()
+        else:
+            by_loop.setdefault(waker.loop, []).append(waker)
+    for loop, waiting in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there
+            loop.call_soon_threadsafe(_wake_all, waiting)
+
+
+FELL_OUT = object()
+"""`ChangeFeed.read`'s answer when the index asked for left the buffer."""
+
+
+class ChangeFeed:
+    """The committed batches of one store partition, for subscriptions (see the module)."""
+
+    def __init__(self, lineage: str) -> None:
+        self.lineage = lineage
+        self.live = False
+        """True once a subscription started here: from then on commits are published."""
+        self.last_mark = 0
+        """The mark of the newest published batch (or where the feed went live)."""
+        self.ended: str | None = None
+        """Why the feed ended (the partition is no longer hosted here); None while it runs."""
+        self.settings = ChangeBufferSettings()
+        self._items: deque[PublishedBatch] = deque()
+        self._base = 0
+        self._bytes = 0
+        self._held: list[Any] = []
+        self._lock = threading.Lock()
+        self._waiting: set[Waker] = set()
+
+    # -- the writer's side (under the partition's lock) -------------------------------------
+
+    def go_live(self, mark: int, settings: ChangeBufferSettings) -> None:
+        """Start publishing, the partition being at `mark` now."""
+        if not self.live:
+            self.settings = settings
+            self.last_mark = mark
+            self.live = True
+
+    def publish(self, entries: list[Any], position: Position, mark: int | None = None) -> None:
+        """Append one committed batch (`mark` None: the next of this feed's own marks)."""
+        if self._held:
+            entries = self._held + entries
+            self._held = []
+        if not entries:
+            return  # no key changed: nothing to announce, and the marks go on from here
+        previous = self.last_mark
+        mark = previous + 1 if mark is None else mark
+        size = estimated_size(entries)
+        settings = self.settings
+        with self._lock:
+            items = self._items
+            items.append(
+                PublishedBatch(self._base + len(items), previous, mark, position, entries, size)
+            )
+            self._bytes += size
+            while len(items) > settings.batches or (
+                self._bytes > settings.bytes and len(items) > 1
+            ):
+                self._bytes -= items.popleft().size
+                self._base += 1
+            self.last_mark = mark
+            waiting, self._waiting = self._waiting, set()
+        if waiting:
+            wake(waiting)
+
+    def hold(self, entries: list[Any]) -> None:
+        """Keep entries committed without their batch's end (a changelog unit cut short):
+        they are published with the rest of their batch."""
+        self._held += entries
+
+    def end(self, reason: str) -> None:
+        """End the feed (the first reason stays): subscribers read what is left, then stop."""
+        with self._lock:
+            if self.ended is None:
+                self.ended = reason
+            waiting, self._waiting = self._waiting, set()
+        wake(waiting)
+
+    # -- the readers' side -------------------------------------------------------------------
+
+    @property
+    def head(self) -> int:
+        """The index the next published batch will have."""
+        with self._lock:
+            return self._base + len(self._items)
+
+    def read(self, index: int) -> tuple[PublishedBatch | object | None, int]:
+        """The batch at `index` (None when it is not published yet, `FELL_OUT` when it left
+        the buffer) and how many published batches a reader there has not read."""
+        with self._lock:
+            offset = index - self._base
+            items = self._items
+            unread = len(items) - offset
+            if offset < 0:
+                return FELL_OUT, unread
+            return (items[offset] if offset < len(items) else None), unread
+
+    def index_after(self, mark: int) -> int | None:
+        """Where a reader that got to `mark` goes on reading, or None when the buffer cannot
+        replay from there (call under the partition's lock: nothing is published meanwhile)."""
+        if mark == self.last_mark:
+            return self.head
+        with self._lock:
+            for item in self._items:
+                if item.mark > mark:
+                    return item.index if item.previous == mark else None
+        return None
+
+    def wait(self, index: int, waker: Waker) -> bool:
+        """Register `waker` for the next publication; False (not registered) when the
+        batch at `index` is there already or the feed ended."""
+        with self._lock:
+            if self._base + len(self._items) > index or self.ended is not None:
+                return False
+            self._waiting.add(waker)
+            return True
+
+    def forget(self, waker: Waker) -> None:
+        with self._lock:
+            self._waiting.discard(waker)
+
+
+_SAMPLE = 32
+
+
+def estimated_size(entries: list[Any]) -> int:
+    """The encoded size of a batch's entries (keys and values): exact up to a few dozen
+    entries, extrapolated from an even sample beyond, so a large batch costs the same."""
+    count = len(entries)
+    step = 1 if count <= _SAMPLE else count // _SAMPLE
+    sample = entries[::step]
+    total = 0
+    for entry in sample:
+        total += len(entry[0]) + len(entry[-1] or b"") + 16
+    return total if step == 1 else total * count // len(sample)

@@ -1,0 +1,366 @@
+"""`Subscription`: a store's committed changes, followed from a snapshot or a cursor.
+
+A subscription reads the feeds (`ChangeFeed`) of the partitions it follows, each at its
+own index, on the caller's thread: decoding, filtering and cursors cost the subscriber,
+never the committer. Per partition it yields a snapshot first (or resumes after a cursor's
+batch from the replay buffer), then every committed batch that changed a matching key,
+whole and in commit order; across partitions in the order the batches were committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from iqstate.errors import (
+    ClosedStoreError,
+    InvalidStateStoreError,
+    InvalidStateStorePartitionError,
+)
+from iqstate.layers.chain import StoreChain
+from iqstate.position import Position
+from iqstate.runtime.hosted import HostedPartition
+from iqstate.runtime.spec import StoreSpec
+from iqstate.subscriptions.changes import ChangeBatch
+from iqstate.subscriptions.cursor import Cursor, Progress
+from iqstate.subscriptions.decoding import decoder_for, read_snapshot
+from iqstate.subscriptions.errors import (
+    InvalidCursorError,
+    SubscriptionEndedError,
+    SubscriptionLaggedError,
+)
+from iqstate.subscriptions.feed import (
+    FELL_OUT,
+    ChangeBufferSettings,
+    ChangeFeed,
+    PublishedBatch,
+    Waker,
+    wake,
+)
+from iqstate.subscriptions.filters import KeyFilter
+
+DEFAULT_MAX_PENDING = 256
+"""Batches of one partition a subscriber may leave unread before it is disconnected: a
+quarter of the default replay buffer, so one that resumes at once still replays from
+memory instead of starting over from a snapshot."""
+
+
+class _Partition:
+    """One followed partition: where the subscription reads its feed."""
+
+    __slots__ = ("after", "feed", "hosted", "index", "number")
+
+    def __init__(self, hosted: HostedPartition, feed: ChangeFeed) -> None:
+        self.number = hosted.partition
+        self.hosted = hosted
+        self.feed = feed
+        self.index = 0
+        """The feed index of the next batch to read."""
+        self.after = 0
+        """The mark of the last batch accounted for (yielded, or matched nothing)."""
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    part: _Partition
+    rows: list[Any]
+    mark: int
+    position: Position
+
+
+class Subscription:
+    """A closeable iterator (sync and async) of `ChangeBatch`es; see `Application.subscribe`.
+
+    Iterate from one thread (or one task) at a time; `close()` may be called from any
+    thread, and ends an iteration waiting for the next batch (it stops, as a finished
+    iterator does). An iteration ended by the instance raises `SubscriptionEndedError`
+    (`SubscriptionLaggedError` when the subscriber fell behind), whose `cursor` resumes.
+    """
+
+    def __init__(
+        self,
+        application_id: str,
+        spec: StoreSpec,
+        hosted: Mapping[int, HostedPartition],
+        *,
+        keys: KeyFilter,
+        partitions: Iterable[int] | None = None,
+        from_cursor: str | None = None,
+        settings: ChangeBufferSettings | None = None,
+        max_pending: int = DEFAULT_MAX_PENDING,
+    ) -> None:
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+            raise ValueError(f"max_pending must be an int >= 1, got {max_pending!r}")
+        self.store = spec.name
+        self._spec = spec
+        self._keys = keys
+        self._decode = decoder_for(spec)
+        self._settings = settings or ChangeBufferSettings()
+        self._max_pending = max_pending
+        self._cursor = self._resumed(application_id, from_cursor)
+        self._ready: deque[_Snapshot] = deque()
+        self._closed = False
+        self._failure: SubscriptionEndedError | None = None
+        self._event = threading.Event()
+        self._waker = Waker(event=self._event)
+        self._async_waker: Waker | None = None
+        self._reading = threading.Lock()
+        self._parts: list[_Partition] = []
+        for number in self._chosen(hosted, partitions):
+            self._parts.append(self._start(hosted[number]))
+
+    # -- starting ------------------------------------------------------------------------------
+
+    def _resumed(self, application_id: str, text: str | None) -> Cursor:
+        fresh = Cursor(application_id, self.store, self._keys.identity)
+        if text is None:
+            return fresh
+        cursor = Cursor.parse(text)
+        for what, got, want in (
+            ("application", cursor.application_id, application_id),
+            ("store", cursor.store, self.store),
+            ("filter", cursor.filter_id, fresh.filter_id),
+        ):
+            if got != want:
+                raise InvalidCursorError(
+                    f"the cursor belongs to another {what} ({got!r}), not to this "
+                    f"subscription's ({want!r}): resume with the cursor of a subscription "
+                    "of the same store and keys"
+                )
+        for partition in cursor.progress:
+            if partition >= self._spec.partitions:
+                raise InvalidCursorError(
+                    f"the cursor names partition {partition} of store {self.store!r}, which "
+                    f"has partitions 0..{self._spec.partitions - 1}"
+                )
+        return cursor
+
+    def _chosen(
+        self, hosted: Mapping[int, HostedPartition], partitions: Iterable[int] | None
+    ) -> list[int]:
+        name, count = self.store, self._spec.partitions
+        if partitions is None:
+            wanted = sorted(hosted) if self._keys.partition is None else [self._keys.partition]
+        else:
+            wanted = sorted(set(partitions))
+            for number in wanted:
+                if isinstance(number, bool) or not isinstance(number, int):
+                    raise TypeError(f"partitions must be ints, got {number!r}")
+                if not 0 <= number < count:
+                    raise InvalidStateStorePartitionError(
+                        f"store {name!r} has partitions 0..{count - 1}, not {number}"
+                    )
+            if self._keys.partition is not None:
+                wanted = [number for number in wanted if number == self._keys.partition]
+        missing = [number for number in wanted if number not in hosted]
+        if missing:
+            raise InvalidStateStorePartitionError(
+                f"store {name!r} partition(s) {missing} are not hosted here; subscribe on "
+                "the instance that hosts them (app.query_metadata_for_key finds it)"
+            )
+        if not wanted:
+            raise InvalidStateStoreError(
+                f"no partition of store {name!r} to follow here"
+                + ("" if partitions is None else f" among partitions {sorted(partitions)}")
+            )
+        return wanted
+
+    def _start(self, hosted: HostedPartition) -> _Partition:
+        progress = self._cursor.progress.get(hosted.partition)
+
+        def start(feed: ChangeFeed, chain: StoreChain[Any]) -> _Partition:
+            part = _Partition(hosted, feed)
+            if progress is not None and progress.lineage == feed.lineage:
+                index = feed.index_after(progress.mark)
+                if index is not None:
+                    part.index, part.after = index, progress.mark
+                    return part
+            self._snapshot(part, feed, chain)
+            return part
+
+        try:
+            return hosted.follow_changes(self._settings, start)
+        except ClosedStoreError as closed:
+            self.close()
+            raise SubscriptionEndedError(str(closed), self._cursor.text) from None
+
+    def _snapshot(self, part: _Partition, feed: ChangeFeed, chain: StoreChain[Any]) -> None:
+        """Queue a snapshot of the partition (under its lock) and read on after it."""
+        rows = read_snapshot(self._spec, chain, self._keys)
+        part.index, part.after = feed.head, feed.last_mark
+        self._ready.append(_Snapshot(part, rows, feed.last_mark, chain.position))
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def partitions(self) -> list[int]:
+        """The partitions this subscription follows."""
+        return [part.number for part in self._parts]
+
+    @property
+    def cursor(self) -> str:
+        """The cursor after the last batch yielded (the `from_cursor` before the first)."""
+        return self._cursor.text
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _step(self) -> ChangeBatch | None:
+        """The next batch if one is ready, None if none is; raises `StopIteration` once
+        closed and the error that ended the subscription once it ended."""
+        with self._reading:
+            while True:
+                if self._closed:
+                    raise StopIteration
+                if self._failure is not None:
+                    raise self._failure
+                if self._ready:
+                    return self._snapshot_batch(self._ready.popleft())
+                found = self._earliest()
+                if found is None:
+                    self._check_ended()
+                    return None
+                part, item = found
+                part.index += 1
+                batch = self._batch(part, item)
+                if batch is not None:
+                    return batch
+
+    def _earliest(self) -> tuple[_Partition, PublishedBatch] | None:
+        best: tuple[_Partition, PublishedBatch] | None = None
+        for part in self._parts:
+            item, unread = part.feed.read(part.index)
+            if item is FELL_OUT:
+                self._fail(
+                    f"the subscriber fell behind store {self.store!r} partition {part.number}: "
+                    "the batches it had not read left the replay buffer"
+                )
+            if unread > self._max_pending:
+                self._fail(
+                    f"the subscriber fell behind store {self.store!r} partition {part.number}: "
+                    f"{unread} batches unread, more than max_pending={self._max_pending}"
+                )
+            if isinstance(item, PublishedBatch) and (best is None or item.order < best[1].order):
+                best = (part, item)
+        return best
+
+    def _batch(self, part: _Partition, item: PublishedBatch) -> ChangeBatch | None:
+        if item.mark <= part.after:
+            return None  # already accounted for (a replica replaying its changelog)
+        if item.previous != part.after:  # a gap: only a snapshot can bring the caller on
+            try:
+                part.hosted.follow_changes(
+                    self._settings, lambda feed, chain: self._snapshot(part, feed, chain)
+                )
+            except ClosedStoreError as closed:
+                self._end(part.feed.ended or str(closed))
+            return None
+        decoded = item.decoded
+        if decoded is None:
+            decoded = item.decoded = [self._decode(entry) for entry in item.entries]
+        keys = self._keys
+        if keys.everything:
+            changes = [change for _, change in decoded]
+        else:
+            matches = keys.matches
+            changes = [change for key, change in decoded if matches(key)]
+        part.after = item.mark
+        self._cursor = self._cursor.advanced(part.number, Progress(part.feed.lineage, item.mark))
+        if not changes:
+            return None
+        return ChangeBatch(part.number, item.position, self._cursor.text, False, changes)
+
+    def _snapshot_batch(self, snapshot: _Snapshot) -> ChangeBatch:
+        part = snapshot.part
+        self._cursor = self._cursor.advanced(
+            part.number, Progress(part.feed.lineage, snapshot.mark)
+        )
+        decode = self._decode
+        changes = [decode(row)[1] for row in snapshot.rows]
+        return ChangeBatch(part.number, snapshot.position, self._cursor.text, True, changes)
+
+    def _check_ended(self) -> None:
+        for part in self._parts:
+            reason = part.feed.ended
+            if reason is not None:
+                self._end(reason)
+
+    def _end(self, reason: str) -> None:
+        self._failure = SubscriptionEndedError(reason, self._cursor.text)
+        self._detach()
+        raise self._failure
+
+    def _fail(self, reason: str) -> None:
+        self._failure = SubscriptionLaggedError(reason, self._cursor.text)
+        self._detach()
+        raise self._failure
+
+    def _detach(self) -> None:
+        for part in self._parts:
+            part.feed.forget(self._waker)
+            if self._async_waker is not None:
+                part.feed.forget(self._async_waker)
+
+    def _register(self, waker: Waker) -> bool:
+        """Register `waker` with every feed; False when something is to be read already."""
+        return all(part.feed.wait(part.index, waker) for part in self._parts)
+
+    # -- the iterator protocols ------------------------------------------------------------------
+
+    def __iter__(self) -> Subscription:
+        return self
+
+    def __next__(self) -> ChangeBatch:
+        while True:
+            batch = self._step()
+            if batch is not None:
+                return batch
+            self._event.clear()
+            if self._register(self._waker) and not self._closed:
+                self._event.wait()
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> ChangeBatch:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                batch = self._step()
+            except StopIteration:
+                raise StopAsyncIteration from None
+            if batch is not None:
+                return batch
+            future: asyncio.Future[None] = loop.create_future()
+            waker = self._async_waker = Waker(loop=loop, future=future)
+            if self._register(waker) and not self._closed:
+                await future
+
+    def close(self) -> None:
+        """Stop following (idempotent): an iteration in progress ends, as finished."""
+        self._closed = True
+        self._detach()
+        self._event.set()
+        if self._async_waker is not None:
+            wake([self._async_waker])
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "ended" if self._failure else "open"
+        return f"Subscription(store={self.store!r}, partitions={self.partitions}, {state})"
