@@ -55,8 +55,10 @@ LABELS = {
 
 
 def ensure_jar() -> Path:
-    """The harness jar, built with Maven the first time."""
-    if not JAR.exists():
+    """The harness jar, built with Maven when missing or older than its sources."""
+    sources = [HERE / "pom.xml", *(HERE / "src").rglob("*.java")]
+    newest = max(path.stat().st_mtime for path in sources)
+    if not JAR.exists() or JAR.stat().st_mtime < newest:
         print("building the Kafka Streams harness (mvn -q package)...", flush=True)
         subprocess.run(["mvn", "-q", "-B", "package"], cwd=HERE, check=True)
     return JAR
@@ -95,6 +97,8 @@ def iqstate_round(args: argparse.Namespace, app_id: str, root: Path) -> dict[str
         "--workload", str(root / "workload.txt"), "--operations", str(args.operations),
         "--warmup", str(args.warmup), "--repeats", str(args.repeats),
     ]  # fmt: skip
+    if args.iqstate_compression:
+        command += ["--compression", args.iqstate_compression]
     return run_json(command, root / "iqstate.log")
 
 
@@ -120,6 +124,12 @@ def bench_rounds(
 
 def summary(report: dict[str, Any]) -> str:
     parts = [f"restore {report['restore_seconds']:.2f} s"]
+    if "restore_listener_seconds" in report:
+        parts[0] += (
+            f" (first restore callback after {report['start_to_first_restore_seconds']:.2f} s,"
+            f" restoring {report['restore_listener_seconds']:.2f} s,"
+            f" {report['restored_records']:,} records)"
+        )
     parts += [f"{name} {min(report[f'{name}_us']):.2f} us" for name in MEASURES]
     return ", ".join(parts) + f" (load {report['load']})"
 
@@ -206,8 +216,8 @@ def compare(args: argparse.Namespace) -> None:
               f"{args.records:,} records, {args.partitions} partitions", flush=True)  # fmt: skip
         apps, keys = prepare(args, root)
         print(f"changelogs written (load {load_average()}); logs in {root}", flush=True)
-        reports = bench_rounds(args, apps, root)
-        print_ratios(reports, args.records)
+        if args.rounds:
+            print_ratios(bench_rounds(args, apps, root), args.records)
         if args.failover_rounds:
             failover_rounds(args, apps, keys, root)
         if args.keep_logs:
@@ -229,6 +239,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--failover-rounds", type=int, default=2)
     parser.add_argument("--store-kind", choices=("table", "processor"), default="table")
     parser.add_argument("--heap", default="1g", help="the JVM's -Xmx and -Xms")
+    parser.add_argument(
+        "--iqstate-compression", help="iqstate's RocksDB compression (default: its own, lz4)"
+    )
     parser.add_argument("--bootstrap", help="an existing broker (default: start one)")
     parser.add_argument("--keep-logs", help="copy the sides' logs to this directory")
     parser.add_argument("--quick", action="store_true", help="20,000 records, small loops")

@@ -114,8 +114,14 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     state = Path(tempfile.mkdtemp(prefix="iqstate-vs-streams-"))
     standalone = _Standalone(KafkaCluster(args.bootstrap, timeout=30.0), {})
     app = Application(args.app_id, state, cluster=standalone)
+    config = {} if args.compression is None else {"compression": args.compression}
     app.key_value_store(
-        STORE, args.partitions, engine="rocksdb", key_serde="string", value_serde="string"
+        STORE,
+        args.partitions,
+        engine="rocksdb",
+        key_serde="string",
+        value_serde="string",
+        config=config,
     )
     try:
         started = time.perf_counter()
@@ -151,6 +157,7 @@ def main() -> None:
     parser.add_argument("--operations", type=int, required=True)
     parser.add_argument("--warmup", type=int, required=True)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--compression", help="RocksDB compression (default: iqstate's)")
     print(json.dumps(run(parser.parse_args())), flush=True)
 
 

@@ -17,6 +17,7 @@ import java.util.Set;
 import java.util.StringJoiner;
 import java.util.function.IntSupplier;
 
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.CloseOptions;
 import org.apache.kafka.streams.KafkaStreams;
@@ -27,6 +28,7 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.processor.api.Processor;
 import org.apache.kafka.streams.processor.api.ProcessorContext;
 import org.apache.kafka.streams.processor.api.Record;
@@ -159,6 +161,33 @@ public final class Harness {
         }
     }
 
+    /** When Kafka Streams' own restoration started and ended, and how many records it applied. */
+    static final class RestoreSpan implements StateRestoreListener {
+        volatile long firstStart;
+        volatile long lastEnd;
+        volatile long records;
+
+        @Override
+        public synchronized void onRestoreStart(
+                TopicPartition partition, String store, long startOffset, long endOffset) {
+            if (firstStart == 0) {
+                firstStart = System.nanoTime();
+            }
+        }
+
+        @Override
+        public synchronized void onBatchRestored(
+                TopicPartition partition, String store, long batchEndOffset, long numRestored) {
+            records += numRestored;
+        }
+
+        @Override
+        public synchronized void onRestoreEnd(
+                TopicPartition partition, String store, long totalRestored) {
+            lastEnd = System.nanoTime();
+        }
+    }
+
     static KafkaStreams open(Map<String, String> options) {
         Topology topology = topology(options.get("input"), options.get("store"),
             options.getOrDefault("store-kind", "table"));
@@ -219,6 +248,8 @@ public final class Harness {
         int warmup = Integer.parseInt(options.get("warmup"));
         int repeats = Integer.parseInt(options.getOrDefault("repeats", "3"));
         KafkaStreams streams = open(options);
+        RestoreSpan span = new RestoreSpan();
+        streams.setGlobalStateRestoreListener(span);
         try {
             long started = System.nanoTime();
             streams.start();
@@ -226,6 +257,8 @@ public final class Harness {
                 Thread.sleep(1);
             }
             double restoreSeconds = (System.nanoTime() - started) / 1e9;
+            double toFirstRestore = (span.firstStart - started) / 1e9;
+            double listenerSeconds = (span.lastEnd - span.firstStart) / 1e9;
             Map<String, IntSupplier> loops = loops(streams, store, workload, operations);
             Map<String, Integer> warmed = new LinkedHashMap<>();
             for (var entry : loops(streams, store, workload, warmup).entrySet()) {
@@ -245,6 +278,9 @@ public final class Harness {
             }
             StringJoiner json = new StringJoiner(", ", "{", "}");
             json.add("\"restore_seconds\": " + restoreSeconds);
+            json.add("\"start_to_first_restore_seconds\": " + toFirstRestore);
+            json.add("\"restore_listener_seconds\": " + listenerSeconds);
+            json.add("\"restored_records\": " + span.records);
             json.add("\"operations\": " + operations);
             json.add("\"warmup\": " + warmup);
             for (var entry : micros.entrySet()) {
