@@ -22,5 +22,11 @@ setup(
             libraries=["z"],
             optional=True,
         ),
+        Extension(
+            "iqstate_speedups.versions",
+            ["src/iqstate_speedups/versions.c"],
+            depends=["src/iqstate_speedups/copied_items.h"],
+            optional=True,
+        ),
     ]
 )

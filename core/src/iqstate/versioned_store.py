@@ -1,24 +1,21 @@
 """`LayeredVersionedStore`: a versioned key-value store in an engine's key-value store.
 
-Laid out for its queries, as Kafka's `RocksDBVersionedStore` separates its latest-value
-store from its segments:
+Laid out for its queries, in key spaces of one key-value store:
 
-* `0x00 + key` -> `timestamp + flag + value`: the current version of each key, so a
-  lookup of the current value (the common query) is one read;
-* `0x01 + key` -> the key's older versions packed in one value
-  (`iqstate.version_history`), so the version valid at a time is one more read and a
-  search in memory, and an as-of range reads one value per key;
+* `0x05 + key` -> the key's timeline: its current version, then its older ones, packed in
+  one value (`iqstate.version_history`, as Kafka packs a segment's versions of a key), so
+  a lookup of the current version or of the one valid at any time is one read, and an
+  as-of range one scan;
 * `0x03 + valid_to + key`: for each key with older versions, when its oldest one stopped
   being valid, to drop those wholly outside the retention without reading the others;
 * `0x04 + timestamp + key`: keys whose current version is a tombstone, dropped the same way;
 * `0x02`: the newest timestamp seen (the stream time retention counts back from).
 
-The flag byte is `0x01` before a value and `0x00` for a tombstone. A put older than the
-retention (`stream time - history_retention_ms`) is dropped, and a query for a time
-before it answers only the current version when that is valid then, nothing rather than
-an older version it can no longer prove (Kafka's rules). A multi-version query leaves out
-versions that ended before the retention, deterministically (Kafka returns those still in a
-segment not yet dropped).
+A put older than the retention (`stream time - history_retention_ms`) is dropped, and a
+query for a time before it answers only the current version when that is valid then,
+nothing rather than an older version it can no longer prove (Kafka's rules). A
+multi-version query leaves out versions that ended before the retention, deterministically
+(Kafka returns those still in a segment not yet dropped).
 """
 
 from __future__ import annotations
@@ -28,26 +25,49 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from iqstate.engine import Engine, VersionedStoreFactory
+from iqstate.errors import CorruptStateError
 from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import prefix_upper_bound
 from iqstate.layered_store import KeySpaceStore
-from iqstate.queries import KeyQuery, VersionedKeyQuery, VersionedRecord
+from iqstate.queries import (
+    KeyQuery,
+    LimitedVersionedRangeQuery,
+    VersionedKeyQuery,
+    VersionedRangeQuery,
+    VersionedRecord,
+)
 from iqstate.serdes import Serdes
 from iqstate.store import KeyValueStore, VersionedKeyValueStore
-from iqstate.store_handlers import answer_latest_value_query, answer_versioned_key_query
-from iqstate.version_history import History, Version, pack
+from iqstate.store_handlers import (
+    answer_latest_value_query,
+    answer_limited_versioned_range_query,
+    answer_versioned_key_query,
+    answer_versioned_range_query,
+)
+from iqstate.version_history import (
+    Found,
+    History,
+    Version,
+    current_of,
+    history_at,
+    pack_history,
+    pack_timeline,
+    versions_of,
+)
+from iqstate.version_selection import found_at, select_found, versioned_record, versioned_rows
 
-_LATEST, _HISTORY, _STREAM_TIME, _BY_VALID_TO, _TOMBSTONES = (
-    b"\x00", b"\x01", b"\x02", b"\x03", b"\x04",
-)  # fmt: skip
+_STREAM_TIME, _BY_VALID_TO, _TOMBSTONES, _TIMELINE = b"\x02", b"\x03", b"\x04", b"\x05"
+_EARLIER_LAYOUT = (b"\x00", b"\x01")
+"""Where the first layout kept current versions and histories apart: no key of this one
+starts with these."""
 _VALUE, _TOMBSTONE = b"\x01", b"\x00"
 MIN_TIME, MAX_TIME = -(1 << 63), (1 << 63) - 1
 _time = Serdes.int64()
 _ts, _from_ts = _time.serialize, _time.deserialize
 _RANGE_CHUNK = 1_000
-"""Current versions read at a time by an as-of range without a limit."""
+"""Timelines read at a time by an as-of range without a limit."""
 _MIN_CHUNK = 100
-"""Current versions read at a time by an as-of range with a smaller limit."""
+"""Timelines read at a time by an as-of range with a smaller limit."""
 
 
 def encode_version(timestamp: int, value: bytes | None) -> bytes:
@@ -92,6 +112,10 @@ def _oldest_valid_to(history: list[Version], latest: int) -> int | None:
     return history[1][0] if len(history) > 1 else latest
 
 
+def _record(found: Found | None) -> VersionedRecord[bytes] | None:
+    return None if found is None else versioned_record(*found)
+
+
 class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes]):
     """A versioned store over bytes in `key_value_store`, keeping `history_retention_ms`."""
 
@@ -116,14 +140,33 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
     def versioned_queries_are_get(self) -> bool:
         """True iff this store answers `VersionedKeyQuery` exactly as `get(key, as_of)` and
         `KeyQuery` as the current value at `current_position` (the built-in handlers), so a
-        store chain may read it that way in one call."""
+        store chain may read it that way in one call (`version_at`)."""
         return (
             self._handlers.get(VersionedKeyQuery) is answer_versioned_key_query
             and self._handlers.get(KeyQuery) is answer_latest_value_query
         )
 
+    @property
+    def versioned_ranges_are_found_in_range(self) -> bool:
+        """True iff this store answers `VersionedRangeQuery` and its limited form exactly as
+        `range_as_of` (the built-in handlers), so a store chain may read them as
+        `found_in_range`."""
+        return (
+            self._handlers.get(VersionedRangeQuery) is answer_versioned_range_query
+            and self._handlers.get(LimitedVersionedRangeQuery)
+            is answer_limited_versioned_range_query
+        )
+
     def opened(self) -> None:
-        stored = self.key_value_store.get(_STREAM_TIME)
+        store = self.key_value_store
+        with store.limited_range(_EARLIER_LAYOUT[0], _STREAM_TIME, 1) as first:
+            if any(key[:1] in _EARLIER_LAYOUT for key, _ in first):
+                raise CorruptStateError(
+                    f"versioned store {self.name!r} was written in the layout of an earlier "
+                    "iqstate (current versions and histories apart), which this one does not "
+                    "read: rebuild it from its changelog or by re-running the pipeline"
+                )
+        stored = store.get(_STREAM_TIME)
         self._stream_time = _from_ts(stored) if stored is not None else MIN_TIME
 
     def _boundary(self) -> int:
@@ -144,46 +187,48 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         if advanced:
             self._stream_time = timestamp
             store.put(_STREAM_TIME, _ts(timestamp))
-        current = self.latest_version(key)
+        stored = store.get(_TIMELINE + key)
         writes: list[tuple[bytes, bytes | None]] = []
-        if current is None or timestamp >= current[0]:
-            if current is not None and timestamp > current[0]:  # the current becomes history
-                history = self._history(key)
-                self._rewrite_history(
-                    key, (history, current[0]), ([*history, current], timestamp), writes
-                )
-            if current is not None and current[1] is None:
+        if stored is None:
+            timeline = pack_timeline((timestamp, value), b"")
+        else:
+            current = current_of(stored)
+            at = history_at(stored)
+            if timestamp == current[0]:  # replaces the current version, history unchanged
+                timeline = pack_timeline((timestamp, value), stored[at:])
+            else:
+                history = History(stored, at).versions() if at < len(stored) else []
+                if timestamp > current[0]:  # the current version becomes history
+                    after = ([*history, current], timestamp)
+                else:  # out of order: into its place in the history
+                    kept = [version for version in history if version[0] != timestamp]
+                    kept.append((timestamp, value))
+                    kept.sort(key=_stamp)
+                    after = (kept, current[0])
+                self._reindex(key, (history, current[0]), after, writes)
+                newest = (timestamp, value) if timestamp > current[0] else current
+                timeline = pack_timeline(newest, pack_history(after[0]))
+            if timestamp >= current[0] and current[1] is None:
                 writes.append((_TOMBSTONES + _ts(current[0]) + key, None))
-            writes.append((_LATEST + key, encode_version(timestamp, value)))
-            if value is None:
-                writes.append((_TOMBSTONES + _ts(timestamp) + key, b""))
-        else:  # out of order: into its place in the history (replacing one at its time)
-            history = self._history(key)
-            kept = [version for version in history if version[0] != timestamp]
-            kept.append((timestamp, value))
-            kept.sort(key=_stamp)
-            self._rewrite_history(key, (history, current[0]), (kept, current[0]), writes)
+        if value is None and (stored is None or timestamp >= current_of(stored)[0]):
+            writes.append((_TOMBSTONES + _ts(timestamp) + key, b""))
+        writes.append((_TIMELINE + key, timeline))
         store.put_all(writes)
         if advanced:
             self._drop_expired()
 
-    def _history(self, key: bytes) -> list[Version]:
-        stored = self.key_value_store.get(_HISTORY + key)
-        return [] if stored is None else History(stored).versions()
-
     @staticmethod
-    def _rewrite_history(
+    def _reindex(
         key: bytes,
         before: tuple[list[Version], int],
         after: tuple[list[Version], int],
         writes: list[tuple[bytes, bytes | None]],
     ) -> None:
-        """Writes replacing `key`'s older versions, each side given with the time its
-        current version starts (`(versions, latest)`), its expiry index entry in step."""
+        """Writes keeping `key`'s expiry index entry in step with its older versions, each
+        side given with the time its current version starts (`(versions, latest)`)."""
         old, new = _oldest_valid_to(*before), _oldest_valid_to(*after)
         if old != new and old is not None:
             writes.append((_BY_VALID_TO + _ts(old) + key, None))
-        writes.append((_HISTORY + key, pack(after[0]) if after[0] else None))
         if old != new and new is not None:
             writes.append((_BY_VALID_TO + _ts(new) + key, b""))
 
@@ -193,25 +238,28 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             return
         store = self.key_value_store
         with store.range(_BY_VALID_TO, _BY_VALID_TO + _ts(boundary) + b"\xff") as ended:
-            ending = [
-                index_key[9:] for index_key, _ in ended if _from_ts(index_key[1:9]) <= boundary
-            ]
+            ending = [index_key for index_key, _ in ended if _from_ts(index_key[1:9]) <= boundary]
         writes: list[tuple[bytes, bytes | None]] = []
-        for key in ending:  # keys whose oldest older version ended before the boundary
-            current = self.latest_version(key)
-            history = self._history(key)
-            latest = current[0] if current is not None else MAX_TIME
+        for index_key in ending:  # keys whose oldest older version ended before the boundary
+            key = index_key[9:]
+            stored = store.get(_TIMELINE + key)
+            if stored is None:  # nothing left to drop: only the index entry
+                writes.append((index_key, None))
+                continue
+            history, current = versions_of(stored)
+            latest = current[0]
             kept = [
                 version
                 for index, version in enumerate(history)
                 if (history[index + 1][0] if index + 1 < len(history) else latest) > boundary
             ]
-            self._rewrite_history(key, (history, latest), (kept, latest), writes)
+            self._reindex(key, (history, latest), (kept, latest), writes)
+            writes.append((_TIMELINE + key, pack_timeline(current, pack_history(kept))))
         with store.range(_TOMBSTONES, _TOMBSTONES + _ts(boundary) + b"\xff") as deleted:
             for index_key, _ in deleted:
                 if _from_ts(index_key[1:9]) <= boundary:
                     writes.append((index_key, None))
-                    writes.append((_LATEST + index_key[9:], None))
+                    writes.append((_TIMELINE + index_key[9:], None))
         if writes:
             store.put_all(writes)
 
@@ -219,49 +267,34 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
 
     def latest_version(self, key: bytes) -> tuple[int, bytes | None] | None:
         self._check_open()
-        stored = self.key_value_store.get(_LATEST + key)
-        return None if stored is None else decode_version(stored)
+        stored = self.key_value_store.get(_TIMELINE + key)
+        return None if stored is None else current_of(stored)
+
+    def version_at(self, key: bytes, as_of: int | None) -> Found | None:
+        """`get` as `(value, timestamp, valid_to)`: what a store chain's fused lookup
+        reads, without a record made twice."""
+        self._check_open()
+        stored = self.key_value_store.get(_TIMELINE + key)
+        return None if stored is None else found_at(stored, as_of, self._boundary())
 
     def get(self, key: bytes, as_of: int | None = None) -> VersionedRecord[bytes] | None:
-        return self._as_of(key, self.latest_version(key), as_of)
-
-    def _as_of(
-        self, key: bytes, current: tuple[int, bytes | None] | None, as_of: int | None
-    ) -> VersionedRecord[bytes] | None:
-        if current is None:
-            return None
-        if as_of is None or as_of >= current[0]:
-            timestamp, value = current
-            return None if value is None else VersionedRecord(value, timestamp, None)
-        if as_of < self._boundary():
-            return None  # before the history kept: only the current version is provable
-        stored = self.key_value_store.get(_HISTORY + key)
-        if stored is None:
-            return None
-        history = History(stored)
-        index = history.at_or_before(as_of)
-        if index < 0:
-            return None
-        value = history.value(index)
-        if value is None:
-            return None
-        stamps = history.stamps
-        valid_to = stamps[index + 1] if index + 1 < len(stamps) else current[0]
-        return VersionedRecord(value, stamps[index], valid_to)
+        return _record(self.version_at(key, as_of))
 
     def versions(
         self, key: bytes, time_from: int | None, time_to: int | None, ascending: bool
     ) -> list[VersionedRecord[bytes]]:
-        current = self.latest_version(key)
+        self._check_open()
+        stored = self.key_value_store.get(_TIMELINE + key)
         start = MIN_TIME if time_from is None else time_from
         end = MAX_TIME if time_to is None else time_to
-        if current is None or start > end:
+        if stored is None or start > end:
             return []
+        history, current = versions_of(stored)
         if end < self._boundary():  # only the current version is provable there
             timestamp, value = current
             valid = value is not None and timestamp <= end
             return [VersionedRecord(value, timestamp, None)] if valid else []  # type: ignore[arg-type]
-        timeline = [*self._history(key), current]
+        timeline = [*history, current]
         records = []
         after = max(start, self._boundary())  # a version must be valid after both
         for index, (timestamp, value) in enumerate(timeline):
@@ -270,38 +303,41 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
                 records.append(VersionedRecord(value, timestamp, valid_to))
         return records if ascending else records[::-1]
 
+    def found_in_range(
+        self, lower: bytes | None, upper: bytes | None, as_of: int | None, limit: int | None
+    ) -> tuple[list[bytes], list[bytes], list[int], list[int | None]]:
+        """`range_as_of` as four lists, the keys and the versions found's values, timestamps
+        and ends of validity: what a store chain's fused range reads, without a record
+        made twice."""
+        self._check_open()
+        low = _TIMELINE + (lower or b"")
+        high = _TIMELINE + upper if upper is not None else prefix_upper_bound(_TIMELINE)
+        boundary = self._boundary()
+        found: tuple[list[bytes], list[bytes], list[int], list[int | None]] = ([], [], [], [])
+        # A page reads about what it returns, at least a chunk's worth of timelines (a
+        # page of 2 over many deleted keys would otherwise read 2 at a time).
+        chunk = _RANGE_CHUNK if limit is None else max(limit, _MIN_CHUNK)
+        while True:
+            with self.key_value_store.limited_range(low, high, chunk) as timelines:
+                rows = list(timelines)
+            wanted = None if limit is None else limit - len(found[0])
+            select_found(rows, as_of, boundary, wanted, found)
+            if len(rows) < chunk or (limit is not None and len(found[0]) >= limit):
+                return found
+            low = rows[-1][0] + b"\x00"  # the least key after the chunk's last
+
     def range_as_of(
         self, lower: bytes | None, upper: bytes | None, as_of: int | None, limit: int | None = None
     ) -> KeyValueIterator[bytes, VersionedRecord[bytes]]:
-        self._check_open()
-        low = _LATEST + (lower or b"")
-        high = _LATEST + upper if upper is not None else prefix_upper_bound(_LATEST)
-        found: list[tuple[bytes, VersionedRecord[bytes]]] = []
-        # A page reads about what it returns, at least a chunk's worth of current versions
-        # (a page of 2 over many deleted keys would otherwise read 2 at a time).
-        chunk = _RANGE_CHUNK if limit is None else max(limit, _MIN_CHUNK)
-        while limit is None or len(found) < limit:
-            # The current versions a chunk at a time: a page reads about what it returns.
-            with self.key_value_store.limited_range(low, high, chunk) as latest:
-                rows = list(latest)
-            for stored_key, stored in rows:
-                if stored_key[:1] != _LATEST:
-                    continue
-                record = self._as_of(stored_key[1:], decode_version(stored), as_of)
-                if record is not None:
-                    found.append((stored_key[1:], record))
-                    if limit is not None and len(found) == limit:
-                        break
-            if len(rows) < chunk:
-                break
-            low = rows[-1][0] + b"\x00"  # the least key after the chunk's last
-        return KeyValueIterator.of_rows(found)
+        return KeyValueIterator.of_rows(
+            versioned_rows(*self.found_in_range(lower, upper, as_of, limit))
+        )
 
     def approximate_num_entries(self) -> int:
         """How many keys have a current version (tombstones included)."""
         self._check_open()
-        with self.key_value_store.range(_LATEST, prefix_upper_bound(_LATEST)) as latest:
-            return sum(1 for key, _ in latest if key[:1] == _LATEST)
+        with self.key_value_store.range(_TIMELINE, prefix_upper_bound(_TIMELINE)) as latest:
+            return sum(1 for key, _ in latest if key[:1] == _TIMELINE)
 
 
 @dataclass(frozen=True)

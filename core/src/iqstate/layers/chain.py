@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from iqstate.context import StateStoreContext
 from iqstate.engine_store import EngineStore
+from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import decode_window_key
 from iqstate.layers.caching import DEFAULT_CACHE_ENTRIES, CachingKeyValueStore
 from iqstate.layers.changelogging import (
@@ -33,7 +34,13 @@ from iqstate.layers.metered_types import (
 from iqstate.layers.wrapped import WrappedStore
 from iqstate.metrics import StoreMetrics
 from iqstate.position import Position, PositionBound, TopicPartition
-from iqstate.queries import KeyQuery, Query, VersionedKeyQuery, VersionedRecord
+from iqstate.queries import (
+    KeyQuery,
+    LimitedVersionedRangeQuery,
+    Query,
+    VersionedKeyQuery,
+    VersionedRangeQuery,
+)
 from iqstate.results import QueryResult
 from iqstate.serdes import BytesSerde, Serde
 from iqstate.session_store import decode_session_key
@@ -45,6 +52,7 @@ from iqstate.store import (
     VersionedKeyValueStore,
     WindowStore,
 )
+from iqstate.version_selection import versioned_record, versioned_rows
 from iqstate.versioned_store import LayeredVersionedStore, decode_version_record
 
 K = TypeVar("K")
@@ -59,6 +67,7 @@ Top = TypeVar(
 )
 
 _UNBOUNDED = PositionBound.unbounded()
+_VERSIONED_RANGES = (VersionedRangeQuery, LimitedVersionedRangeQuery)
 
 
 def build_key_value_chain(
@@ -250,6 +259,21 @@ class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
     when the engine answers them exactly as `get(key, as_of)`, as the key-value chain's
     does for `get(key)`."""
 
+    _fused_ranges = False
+
+    def init(self, context: StateStoreContext) -> None:
+        super().init(context)
+        engine = self.engine
+        self._fused_ranges = (
+            isinstance(engine, LayeredVersionedStore)
+            and engine.versioned_ranges_are_found_in_range
+            and self._can_fuse_key_lookup()
+            and all(self.typed.handles(kind) for kind in _VERSIONED_RANGES)
+            and not any(
+                layer.handles(kind) for layer in self._between for kind in _VERSIONED_RANGES
+            )
+        )
+
     def _can_fuse_key_lookup(self) -> bool:
         engine = self.engine
         return (
@@ -275,10 +299,10 @@ class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
         if bound is not _UNBOUNDED and not position.dominates(bound.position):
             return self.typed.query(query, bound, config)
         try:
-            record = engine.get(key_bytes, getattr(query, "as_of_timestamp", None))
-            if record is None:
+            found = engine.version_at(key_bytes, getattr(query, "as_of_timestamp", None))
+            if found is None:
                 return QueryResult(None, position)
-            value = record.value
+            value = found[0]
             deserialize = self._deserialize_value
             if deserialize is not None:
                 value = deserialize(value)
@@ -286,7 +310,41 @@ class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
             return self.typed.query(query, bound, config)
         if type(query) is KeyQuery:
             return QueryResult(value, position)
-        return QueryResult(VersionedRecord(value, record.timestamp, record.valid_to), position)
+        return QueryResult(versioned_record(value, found[1], found[2]), position)
+
+    def query(self, query: Query[R], bound: PositionBound, config: QueryConfig) -> QueryResult[R]:
+        if self._fused_ranges and type(query) in _VERSIONED_RANGES:
+            return self._fused_range(query, bound, config)
+        return self.typed.query(query, bound, config)
+
+    def _fused_range(
+        self, query: Any, bound: PositionBound, config: QueryConfig
+    ) -> QueryResult[Any]:
+        # An as-of range as the layers answer it, with each record made once: the engine's
+        # scan selects the versions, the serdes decode keys and values in one call each.
+        # Anything unusual (execution info, a bound not reached, a key or value the serdes
+        # reject) takes the layered path, which answers it as it would anyway.
+        if config.collect_execution_info:
+            return self.typed.query(query, bound, config)
+        engine: Any = self.engine
+        position = engine.current_position
+        if bound is not _UNBOUNDED and not position.dominates(bound.position):
+            return self.typed.query(query, bound, config)
+        typed = self.typed
+        try:
+            keys, values, stamps, valid_tos = engine.found_in_range(
+                typed.encode_bound(query.lower_bound),
+                typed.encode_bound(query.upper_bound),
+                query.as_of_timestamp,
+                getattr(query, "limit", None),
+            )
+            typed_keys = typed.key_serde.deserialize_many(keys)
+            if self._deserialize_value is not None:
+                values = typed.value_serde.deserialize_many(values)
+            rows = versioned_rows(typed_keys, values, stamps, valid_tos)
+        except Exception:
+            return self.typed.query(query, bound, config)
+        return QueryResult(KeyValueIterator.of_rows(rows), position)
 
     def write(self, entries: list[tuple[bytes, bytes | None]]) -> None:
         self.typed.put_all_serialized([decode_version_record(k, v) for k, v in entries])

@@ -1,0 +1,463 @@
+/*
+ * iqstate.version_selection's inner loop: the version each timeline of a scanned chunk
+ * holds at a time, in one C call per chunk.
+ *
+ * A timeline (iqstate.version_history) is the current version, `timestamp` (int64), a
+ * flag (1: a value, 0: a tombstone), the value's length (uint32) and the value, then the
+ * older versions if any: `n` (uint32), `n` timestamps (int64, ascending), `n` ends of the
+ * values in the values area (uint32), `n` flags, the values. Every number is big-endian.
+ * This does exactly what select_found_in_python does, and refuses a timeline whose
+ * lengths do not fit in it (the Python loop would fail on it too, less precisely).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include <structmember.h>
+
+#include "copied_items.h"
+
+#define HEAD_SIZE 13
+
+static uint64_t
+u64_at(const unsigned char *p)
+{
+    uint64_t value = 0;
+    for (int i = 0; i < 8; i++) {
+        value = (value << 8) | p[i];
+    }
+    return value;
+}
+
+static uint32_t
+u32_at(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static int64_t
+i64_at(const unsigned char *p)
+{
+    return (int64_t)u64_at(p);
+}
+
+static int
+corrupt(PyObject *key)
+{
+    if (key == NULL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "a damaged versioned value: its lengths do not fit in it");
+    }
+    else {
+        PyErr_Format(PyExc_ValueError,
+                     "the versions of key %R are damaged: their lengths do not fit in the "
+                     "stored value", key);
+    }
+    return -1;
+}
+
+/* The version of `timeline` valid at `as_of` (`has_as_of` 0: the current one): 1 and its
+ * place in `*found` when there is one, 0 when not, -1 on an error (naming `key`). */
+typedef struct {
+    const unsigned char *value;
+    Py_ssize_t size;
+    int64_t timestamp;
+    int has_valid_to;
+    int64_t valid_to;
+} Found;
+
+static int
+find(PyObject *key, PyObject *timeline, int has_as_of, int64_t as_of, int64_t boundary,
+     Found *found)
+{
+    if (!PyBytes_Check(timeline)) {
+        PyErr_SetString(PyExc_TypeError, "a timeline must be bytes");
+        return -1;
+    }
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(timeline);
+    Py_ssize_t size = PyBytes_GET_SIZE(timeline);
+    if (size < HEAD_SIZE) {
+        return corrupt(key);
+    }
+    int64_t timestamp = i64_at(data);
+    Py_ssize_t length = (Py_ssize_t)u32_at(data + 9);
+    if (length > size - HEAD_SIZE) {
+        return corrupt(key);
+    }
+    if (!has_as_of || as_of >= timestamp) {
+        if (!data[8]) {
+            return 0;
+        }
+        *found = (Found){data + HEAD_SIZE, length, timestamp, 0, 0};
+        return 1;
+    }
+    Py_ssize_t at = HEAD_SIZE + length;
+    if (as_of < boundary || at == size) {
+        return 0;
+    }
+    if (size - at < 4) {
+        return corrupt(key);
+    }
+    Py_ssize_t count = (Py_ssize_t)u32_at(data + at);
+    Py_ssize_t stamps_at = at + 4;
+    if (count > (size - stamps_at) / 13) {
+        return corrupt(key);
+    }
+    Py_ssize_t ends_at = stamps_at + 8 * count;
+    Py_ssize_t flags_at = ends_at + 4 * count;
+    Py_ssize_t values_at = flags_at + count;
+    /* bisect_right over the timestamps, minus one: the newest at or before as_of */
+    Py_ssize_t low = 0, high = count;
+    while (low < high) {
+        Py_ssize_t middle = low + (high - low) / 2;
+        if (as_of < i64_at(data + stamps_at + 8 * middle)) {
+            high = middle;
+        }
+        else {
+            low = middle + 1;
+        }
+    }
+    Py_ssize_t index = low - 1;
+    if (index < 0 || !data[flags_at + index]) {
+        return 0;
+    }
+    Py_ssize_t start = index ? (Py_ssize_t)u32_at(data + ends_at + 4 * (index - 1)) : 0;
+    Py_ssize_t end = (Py_ssize_t)u32_at(data + ends_at + 4 * index);
+    if (start > end || end > size - values_at) {
+        return corrupt(key);
+    }
+    int64_t valid_to = index + 1 < count ? i64_at(data + stamps_at + 8 * (index + 1)) : timestamp;
+    *found = (Found){data + values_at + start, end - start, i64_at(data + stamps_at + 8 * index),
+                     1, valid_to};
+    return 1;
+}
+
+/* Append the key and the version found to the four lists; -1 on an error. */
+static int
+append_found(PyObject **lists, PyObject *key, const unsigned char *value, Py_ssize_t size,
+             int64_t timestamp, int has_valid_to, int64_t valid_to)
+{
+    PyObject *items[4] = {NULL, NULL, NULL, NULL};
+    int status = -1;
+    items[0] = PyBytes_FromStringAndSize(PyBytes_AS_STRING(key) + 1, PyBytes_GET_SIZE(key) - 1);
+    items[1] = PyBytes_FromStringAndSize((const char *)value, size);
+    items[2] = PyLong_FromLongLong(timestamp);
+    items[3] = has_valid_to ? PyLong_FromLongLong(valid_to) : Py_NewRef(Py_None);
+    if (items[0] && items[1] && items[2] && items[3]) {
+        status = 0;
+        for (int i = 0; i < 4 && status == 0; i++) {
+            status = PyList_Append(lists[i], items[i]);
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        Py_XDECREF(items[i]);
+    }
+    return status;
+}
+
+/* The version of one timeline at `as_of` appended to `lists` (nothing when there is
+ * none): 1 when one was, 0 when not, -1 on an error. */
+static int
+select_one(PyObject *key, PyObject *timeline, int has_as_of, int64_t as_of, int64_t boundary,
+           PyObject **lists)
+{
+    if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) < 1 || !PyBytes_Check(timeline)) {
+        PyErr_SetString(PyExc_TypeError, "rows must be (key, timeline) pairs of bytes");
+        return -1;
+    }
+    Found found;
+    int status = find(key, timeline, has_as_of, as_of, boundary, &found);
+    if (status <= 0) {
+        return status;
+    }
+    return append_found(lists, key, found.value, found.size, found.timestamp,
+                        found.has_valid_to, found.valid_to) < 0
+               ? -1
+               : 1;
+}
+
+static int
+int64_of(PyObject *object, const char *what, int64_t *value)
+{
+    long long converted = PyLong_AsLongLong(object);
+    if (converted == -1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
+                         Py_TYPE(object)->tp_name);
+        }
+        return -1;
+    }
+    *value = (int64_t)converted;
+    return 0;
+}
+
+PyDoc_STRVAR(select_found_doc,
+"select_found(rows, as_of, boundary, wanted, found, /)\n--\n\n"
+"Append to the four lists of `found` (keys, values, timestamps, ends of validity) each\n"
+"row's key, less its one-byte prefix, and the version its timeline holds at `as_of`\n"
+"(None: the current one), skipping rows with none; at most `wanted` (None: no limit).");
+
+static PyObject *
+select_found(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "select_found takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *rows = args[0], *found = args[4];
+    if (!PyList_Check(rows)) {
+        PyErr_SetString(PyExc_TypeError, "rows must be a list");
+        return NULL;
+    }
+    if (!PyTuple_Check(found) || PyTuple_GET_SIZE(found) != 4) {
+        PyErr_SetString(PyExc_TypeError, "found must be a tuple of four lists");
+        return NULL;
+    }
+    PyObject *lists[4];
+    for (int i = 0; i < 4; i++) {
+        lists[i] = PyTuple_GET_ITEM(found, i);
+        if (!PyList_Check(lists[i])) {
+            PyErr_SetString(PyExc_TypeError, "found must be a tuple of four lists");
+            return NULL;
+        }
+    }
+    int has_as_of = args[1] != Py_None;
+    int64_t as_of = 0, boundary = 0;
+    Py_ssize_t left = -1;
+    if ((has_as_of && int64_of(args[1], "as_of", &as_of) < 0) ||
+        int64_of(args[2], "boundary", &boundary) < 0) {
+        return NULL;
+    }
+    if (args[3] != Py_None) {
+        left = PyLong_AsSsize_t(args[3]);
+        if (left == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (left < 0) {
+            PyErr_SetString(PyExc_ValueError, "wanted must be None or >= 0");
+            return NULL;
+        }
+    }
+    Py_ssize_t count;
+    PyObject **items = copy_items(rows, &count);
+    if (items == NULL) {
+        return NULL;
+    }
+    int status = 0;
+    for (Py_ssize_t i = 0; i < count && left != 0; i++) {
+        PyObject *row = items[i];
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 2) {
+            PyErr_SetString(PyExc_TypeError, "rows must be (key, timeline) pairs of bytes");
+            status = -1;
+            break;
+        }
+        status = select_one(PyTuple_GET_ITEM(row, 0), PyTuple_GET_ITEM(row, 1), has_as_of, as_of,
+                            boundary, lists);
+        if (status < 0) {
+            break;
+        }
+        if (status == 1 && left > 0) {
+            left--;
+        }
+    }
+    release_items(items, count);
+    if (status < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(found_at_doc,
+"found_at(timeline, as_of, boundary, /)\n--\n\n"
+"The version of `timeline` valid at `as_of` (None: the current one) as `(value,\n"
+"timestamp, valid_to)`, or None, as iqstate.version_history.found_at answers.");
+
+static PyObject *
+found_at(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "found_at takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    int has_as_of = args[1] != Py_None;
+    int64_t as_of = 0, boundary = 0;
+    if ((has_as_of && int64_of(args[1], "as_of", &as_of) < 0) ||
+        int64_of(args[2], "boundary", &boundary) < 0) {
+        return NULL;
+    }
+    Found found;
+    int status = find(NULL, args[0], has_as_of, as_of, boundary, &found);
+    if (status < 0) {
+        return NULL;
+    }
+    if (status == 0) {
+        Py_RETURN_NONE;
+    }
+    if (found.has_valid_to) {
+        return Py_BuildValue("(y#LL)", (const char *)found.value, found.size,
+                             (long long)found.timestamp, (long long)found.valid_to);
+    }
+    return Py_BuildValue("(y#LO)", (const char *)found.value, found.size,
+                         (long long)found.timestamp, Py_None);
+}
+
+/* The record type bound by bind_record_type: a class whose instances keep `value`,
+ * `timestamp` and `valid_to` in slots, made here without calling its __init__. */
+static PyTypeObject *record_type = NULL;
+static Py_ssize_t record_offsets[3];
+static const char *const record_fields[3] = {"value", "timestamp", "valid_to"};
+
+PyDoc_STRVAR(bind_record_type_doc,
+"bind_record_type(cls, /)\n--\n\n"
+"Make `record` and `rows` build instances of `cls`, a class whose only state is the\n"
+"slots `value`, `timestamp` and `valid_to` (TypeError otherwise).");
+
+static PyObject *
+bind_record_type(PyObject *module, PyObject *cls)
+{
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "bind_record_type needs a class");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    if (type->tp_dictoffset != 0 || type->tp_basicsize != (Py_ssize_t)(sizeof(PyObject) +
+                                                                        3 * sizeof(PyObject *))) {
+        PyErr_Format(PyExc_TypeError, "%.100s must keep exactly three slots and no __dict__",
+                     type->tp_name);
+        return NULL;
+    }
+    Py_ssize_t offsets[3];
+    for (int i = 0; i < 3; i++) {
+        PyObject *descriptor = PyDict_GetItemString(type->tp_dict, record_fields[i]);
+        if (descriptor == NULL || !Py_IS_TYPE(descriptor, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)descriptor)->d_member->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError, "%.100s has no slot %s", type->tp_name,
+                         record_fields[i]);
+            return NULL;
+        }
+        offsets[i] = ((PyMemberDescrObject *)descriptor)->d_member->offset;
+    }
+    Py_XSETREF(record_type, (PyTypeObject *)Py_NewRef(cls));
+    memcpy(record_offsets, offsets, sizeof(offsets));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+new_record(PyObject *value, PyObject *timestamp, PyObject *valid_to)
+{
+    PyObject *record = record_type->tp_alloc(record_type, 0);
+    if (record == NULL) {
+        return NULL;
+    }
+    PyObject *fields[3] = {value, timestamp, valid_to};
+    for (int i = 0; i < 3; i++) {
+        *(PyObject **)((char *)record + record_offsets[i]) = Py_NewRef(fields[i]);
+    }
+    return record;
+}
+
+static int
+check_bound(void)
+{
+    if (record_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "no record type bound (bind_record_type)");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(record_doc,
+"record(value, timestamp, valid_to, /)\n--\n\n"
+"An instance of the bound record type holding these, without a call to its __init__.");
+
+static PyObject *
+record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "record takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    return check_bound() < 0 ? NULL : new_record(args[0], args[1], args[2]);
+}
+
+PyDoc_STRVAR(rows_doc,
+"rows(keys, values, timestamps, valid_tos, /)\n--\n\n"
+"`[(key, record(value, timestamp, valid_to)), ...]` of four lists of one length.");
+
+static PyObject *
+rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "rows takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (check_bound() < 0) {
+        return NULL;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (!PyList_Check(args[i])) {
+            PyErr_SetString(PyExc_TypeError, "rows takes four lists");
+            return NULL;
+        }
+    }
+    Py_ssize_t count = PyList_GET_SIZE(args[0]);
+    for (int i = 1; i < 4; i++) {
+        if (PyList_GET_SIZE(args[i]) != count) {
+            PyErr_SetString(PyExc_ValueError, "rows takes four lists of one length");
+            return NULL;
+        }
+    }
+    PyObject *result = PyList_New(count);
+    if (result == NULL) {
+        return NULL;
+    }
+    /* Allocating may collect garbage, whose finalizers could change the lists: each
+     * row's items are held before anything is allocated for it. */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (PyList_GET_SIZE(args[0]) != count || PyList_GET_SIZE(args[1]) != count ||
+            PyList_GET_SIZE(args[2]) != count || PyList_GET_SIZE(args[3]) != count) {
+            PyErr_SetString(PyExc_RuntimeError, "a list changed while rows read it");
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyObject *items[4];
+        for (int j = 0; j < 4; j++) {
+            items[j] = Py_NewRef(PyList_GET_ITEM(args[j], i));
+        }
+        PyObject *made = new_record(items[1], items[2], items[3]);
+        PyObject *pair = made == NULL ? NULL : PyTuple_Pack(2, items[0], made);
+        Py_XDECREF(made);
+        for (int j = 0; j < 4; j++) {
+            Py_DECREF(items[j]);
+        }
+        if (pair == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyList_SET_ITEM(result, i, pair);
+    }
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"select_found", (PyCFunction)(void (*)(void))select_found, METH_FASTCALL, select_found_doc},
+    {"found_at", (PyCFunction)(void (*)(void))found_at, METH_FASTCALL, found_at_doc},
+    {"bind_record_type", bind_record_type, METH_O, bind_record_type_doc},
+    {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL, record_doc},
+    {"rows", (PyCFunction)(void (*)(void))rows, METH_FASTCALL, rows_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "iqstate_speedups.versions",
+    .m_doc = "iqstate.version_selection's inner loop, one C call per scanned chunk.",
+    .m_size = 0,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC
+PyInit_versions(void)
+{
+    return PyModuleDef_Init(&module);
+}
