@@ -12,8 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from iqstate.errors import CorruptStateError
+from iqstate.testing import make_context
 from iqstate.version_history import found_at, pack_history, pack_timeline
 from iqstate.version_selection import FoundLists, select_found_in_python
+from iqstate.versioned_store import LayeredVersionedStore
 
 compiled = pytest.importorskip("iqstate_speedups.versions")
 
@@ -132,3 +135,18 @@ def test_without_the_extension_versioned_reads_answer_the_same(tmp_path: Path) -
     ranged, record = done.stdout.splitlines()
     assert ranged == "[('a', 'a20', 20, 30), ('c', 'c20', 20, 30)]"
     assert record == "('a20', 20, 30)"
+
+
+def test_a_store_in_the_earlier_layout_is_refused_not_misread(tmp_path: Path) -> None:
+    """The first layout kept current versions under `0x00 + key` and histories under
+    `0x01 + key`; read as timelines they would be garbage, so opening one is an error
+    that says what to do."""
+    rocksdb = pytest.importorskip("iqstate_rocksdb.store")
+    earlier = rocksdb.RocksDBKeyValueStore("v")
+    earlier.init(make_context(tmp_path, "v"))
+    earlier.put_all([(b"\x00k", b"\x00" * 8 + b"\x01value"), (b"\x02", b"\x00" * 8)])
+    earlier.commit({})
+    earlier.close()
+    store = LayeredVersionedStore(rocksdb.RocksDBKeyValueStore("v"), 1_000)
+    with pytest.raises(CorruptStateError, match="layout of an earlier iqstate.*rebuild it"):
+        store.init(make_context(tmp_path, "v"))
