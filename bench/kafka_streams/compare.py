@@ -102,6 +102,15 @@ def iqstate_round(args: argparse.Namespace, app_id: str, root: Path) -> dict[str
     return run_json(command, root / "iqstate.log")
 
 
+def check_found(side: str, report: dict[str, Any], operations: int) -> None:
+    """Every lookup found its key and every range read 100 rows, or the figures mean nothing."""
+    ranges = max(1, operations // 10)
+    expected = {"key_all": operations, "key_partition": operations, "range100": 100 * ranges}
+    for name, count in expected.items():
+        if report[f"{name}_found"] != count:
+            raise RuntimeError(f"{side} {name}: found {report[f'{name}_found']}, not {count}")
+
+
 def load_average() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
@@ -116,6 +125,7 @@ def bench_rounds(
         for side in order:
             run = streams_round if side == "streams" else iqstate_round
             report = run(args, apps[side], root)
+            check_found(side, report, args.operations)
             report["load"] = load_average()
             reports[side].append(report)
             print(f"  round {number + 1} {side:8s} {summary(report)}", flush=True)
