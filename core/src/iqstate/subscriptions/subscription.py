@@ -177,7 +177,8 @@ class Subscription:
             part = _Partition(hosted, feed)
             if progress is not None and progress.lineage == feed.lineage:
                 index = feed.index_after(progress.mark)
-                if index is not None:
+                # A replay longer than max_pending would disconnect it at once: start over.
+                if index is not None and feed.head - index <= self._max_pending:
                     part.index, part.after = index, progress.mark
                     return part
             self._snapshot(part, feed, chain)
@@ -312,6 +313,14 @@ class Subscription:
         return all(part.feed.wait(part.index, waker) for part in self._parts)
 
     # -- the iterator protocols ------------------------------------------------------------------
+
+    def poll(self) -> ChangeBatch | None:
+        """The next batch if one is ready now, else None (also once closed); never waits.
+        Raises what ended the subscription, as iterating does."""
+        try:
+            return self._step()
+        except StopIteration:
+            return None
 
     def __iter__(self) -> Subscription:
         return self

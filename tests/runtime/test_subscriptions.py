@@ -1,0 +1,262 @@
+"""Change subscriptions (SPEC 12) in embedded mode and on a replica following a changelog:
+back-pressure, resumes, the ways a subscription ends, and bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from iqstate import (
+    Application,
+    Assignment,
+    Change,
+    HostInfo,
+    InvalidCursorError,
+    InvalidStateStorePartitionError,
+    Position,
+    StaticAssignment,
+    SubscriptionEndedError,
+    SubscriptionLaggedError,
+    UnknownStateStoreError,
+)
+from iqstate.context import StateStoreContext
+from iqstate.plugins import default_registry
+from iqstate.position import TopicPartition
+from iqstate.runtime import ACTIVE
+from iqstate.runtime.committed import CommittedPartitions
+from iqstate.runtime.hosted import HostedPartition
+from iqstate.subscriptions.filters import KeyFilter
+from iqstate.subscriptions.subscription import Subscription
+
+MakeApp = Callable[..., Application]
+
+
+def counted(app: Application, batches: range, partitions: int = 1) -> None:
+    for number in batches:
+        with app.begin_batch({"src": {0: number}}, batch_id=number) as batch:
+            for partition in range(partitions):
+                batch.put("s", f"k{partition}", number)
+
+
+def test_a_stalled_subscriber_holds_back_neither_the_pipeline_nor_the_others(
+    make_app: MakeApp,
+) -> None:
+    app = make_app()
+    app.key_value_store("s", 1, value_serde="int64")
+    app.start()
+    stalled = app.subscribe("s", max_pending=8)
+    assert next(stalled).snapshot  # it reads its snapshot, then stops reading
+    readers = [app.subscribe("s") for _ in range(3)]
+    received: list[list[int]] = [[] for _ in readers]
+
+    def read(index: int) -> None:
+        for batch in readers[index]:
+            received[index] += [change.value for change in batch.changes]
+            if received[index][-1:] == [199]:
+                return
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(len(readers))]
+    for thread in threads:
+        thread.start()
+    counted(app, range(200))  # every batch commits although one subscriber reads nothing
+    for thread in threads:
+        thread.join(timeout=60)
+    assert all(not thread.is_alive() for thread in threads)
+    assert received == [list(range(200))] * 3  # the others got every batch, in order
+    with pytest.raises(SubscriptionLaggedError, match="fell behind") as lagged:
+        next(stalled)
+    assert lagged.value.cursor == stalled.cursor
+    with pytest.raises(SubscriptionLaggedError):  # it stays ended
+        stalled.poll()
+    resumed = app.subscribe("s", from_cursor=lagged.value.cursor, max_pending=8)
+    batch = next(resumed)  # 200 batches on: more than its max_pending to replay
+    assert batch.snapshot and batch.changes == [Change("k0", 199)]
+
+
+def test_a_subscriber_that_resumes_in_time_replays_what_it_missed(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 1, value_serde="int64")
+    app.start()
+    subscription = app.subscribe("s", max_pending=4)
+    first = next(subscription)
+    counted(app, range(10))
+    with pytest.raises(SubscriptionLaggedError, match="max_pending=4") as lagged:
+        next(subscription)
+    assert lagged.value.cursor == first.cursor
+    resumed = app.subscribe("s", from_cursor=lagged.value.cursor)
+    replayed = [resumed.poll() for _ in range(10)]
+    assert [batch.snapshot for batch in replayed if batch] == [False] * 10
+    assert [batch.changes[0].value for batch in replayed if batch] == list(range(10))
+    assert resumed.poll() is None
+
+
+def test_one_pipeline_batch_is_one_change_batch_per_partition_in_commit_order(
+    make_app: MakeApp,
+) -> None:
+    app = make_app()
+    app.key_value_store("s", 4, value_serde="int64")
+    app.start()
+    subscription = app.subscribe("s")
+    assert [next(subscription).snapshot for _ in range(4)] == [True] * 4
+    with app.begin_batch({"src": {0: 7}}, batch_id=1) as batch:
+        for number in range(40):
+            batch.put("s", f"k{number}", number)
+    got = [subscription.poll() for _ in range(4)]
+    assert subscription.poll() is None
+    assert sorted(batch.partition for batch in got if batch) == [0, 1, 2, 3]
+    assert sorted(c.value for batch in got if batch for c in batch.changes) == list(range(40))
+    assert all(batch.position == Position.from_map({"src": {0: 7}}) for batch in got if batch)
+
+
+def test_async_iteration_and_a_key_filter(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 2, value_serde="int64")
+    app.start()
+
+    async def follow() -> list[tuple[bool, list[Change]]]:
+        seen = []
+        async with asyncio.timeout(30):
+            with app.subscribe("s", key="k1") as subscription:
+                async for batch in subscription:
+                    seen.append((batch.snapshot, batch.changes))
+                    if len(seen) == 1:
+                        await asyncio.to_thread(counted, app, range(3), 2)
+                    if len(seen) == 4:
+                        break
+        return seen
+
+    assert asyncio.run(follow()) == [
+        (True, []),
+        (False, [Change("k1", 0)]),
+        (False, [Change("k1", 1)]),
+        (False, [Change("k1", 2)]),
+    ]
+
+
+def test_close_ends_an_iteration_that_waits(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 1)
+    app.start()
+    subscription = app.subscribe("s")
+    next(subscription)
+    seen: list[object] = []
+    reader = threading.Thread(target=lambda: seen.extend(subscription))
+    reader.start()
+    subscription.close()
+    reader.join(timeout=30)
+    assert not reader.is_alive() and seen == []
+    assert subscription.closed and subscription.poll() is None
+    with pytest.raises(StopIteration):
+        next(subscription)
+    subscription.close()  # idempotent
+
+
+def test_a_partition_that_moves_away_ends_its_subscriptions(make_app: MakeApp) -> None:
+    host = HostInfo("localhost", 7070)
+    assignment = StaticAssignment({host: Assignment({"s": {0: ACTIVE, 1: ACTIVE}})})
+    app = make_app(assignment=assignment)
+    app.key_value_store("s", 2, value_serde="int64")
+    app.start()
+    subscription = app.subscribe("s")
+    assert [next(subscription).snapshot for _ in range(2)] == [True, True]
+    assignment.rebalance({host: Assignment({"s": {0: ACTIVE}})})
+    with pytest.raises(SubscriptionEndedError, match="partition 1 is no longer hosted") as ended:
+        next(subscription)
+    assert ended.value.cursor == subscription.cursor
+    with pytest.raises(InvalidStateStorePartitionError, match=r"\[1\] are not hosted here"):
+        app.subscribe("s", partitions=[1])
+    assert app.subscribe("s").partitions == [0]
+
+
+def test_closing_the_application_ends_subscriptions(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 1)
+    app.start()
+    subscription = app.subscribe("s")
+    next(subscription)
+    app.close()
+    with pytest.raises(SubscriptionEndedError, match="the application closed"):
+        next(subscription)
+
+
+def test_bad_input_is_refused_naming_what_is_wrong(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 2, value_serde="int64")
+    app.key_value_store("other", 2, value_serde="int64")
+    app.start()
+    good = next(app.subscribe("s")).cursor
+    with pytest.raises(UnknownStateStoreError, match="'nope'"):
+        app.subscribe("nope")
+    with pytest.raises(InvalidCursorError, match="not a subscription cursor"):
+        app.subscribe("s", from_cursor="42")
+    with pytest.raises(InvalidCursorError, match="checksum"):
+        app.subscribe("s", from_cursor=good[:-1] + ("0" if good[-1] != "0" else "1"))
+    with pytest.raises(InvalidCursorError, match="another store"):
+        app.subscribe("other", from_cursor=good)
+    with pytest.raises(InvalidCursorError, match="another filter"):
+        app.subscribe("s", prefix="k", from_cursor=good)
+    with pytest.raises(ValueError, match="key= follows one key"):
+        app.subscribe("s", key="a", lower="b")
+    with pytest.raises(ValueError, match=r"key serde \(string\)"):
+        app.subscribe("s", key=object())
+    with pytest.raises(ValueError, match="max_pending"):
+        app.subscribe("s", max_pending=0)
+    with pytest.raises(InvalidStateStorePartitionError, match="partitions 0..1, not 5"):
+        app.subscribe("s", partitions=[5])
+
+
+def test_a_replica_following_a_changelog_publishes_whole_batches(tmp_path: Path) -> None:
+    """The seam a distributed-mode follower drives (`apply_changelog`), with RocksDB: a
+    window store's changelog keys carry the window start, and a unit cut short is held
+    until its batch's marker."""
+    app = Application("app", tmp_path)
+    spec = app.window_store("w", 1, 10, 1000, engine="rocksdb", value_serde="int64")
+    directory = tmp_path / "app" / "w" / "0"
+    directory.mkdir(parents=True)
+    context = StateStoreContext(
+        application_id="app",
+        store_name="w",
+        partition=0,
+        directory=directory,
+        changelog_partition=TopicPartition("app-w-changelog", 0),
+        query_handlers=default_registry().query_handlers,
+    )
+    hosted = HostedPartition(
+        spec, 0, ACTIVE, context, CommittedPartitions(tmp_path / "app" / "w"), followed=True
+    )
+    hosted.open()
+    try:
+
+        def record(key: str, start: int, value: int | None) -> tuple[bytes, bytes | None]:
+            raw = spec.key_serde.serialize(key) + (start + (1 << 63)).to_bytes(8, "big")
+            return raw, None if value is None else spec.value_serde.serialize(value)
+
+        hosted.apply_changelog([record("a", 0, 1)], 1, Position.from_map({"t": {0: 1}}), 2)
+        subscription = Subscription(
+            "app", spec, {0: hosted}, keys=KeyFilter.build(spec, None, None, None, None)
+        )
+        snapshot = next(subscription)
+        assert snapshot.snapshot and snapshot.changes == [Change("a", 1, window=(0, 10))]
+        hosted.apply_changelog([record("b", 10, 2)], None, None, 3)  # cut short
+        assert subscription.poll() is None
+        hosted.apply_changelog([record("a", 0, None)], 2, Position.from_map({"t": {0: 2}}), 5)
+        batch = next(subscription)
+        assert batch.changes == [Change("b", 2, window=(10, 20)), Change("a", None, window=(0, 10))]
+        assert batch.position == Position.from_map({"t": {0: 2}})
+        # The cursor is the changelog offset: a replica of the same partition resumes it.
+        assert (
+            Subscription(
+                "app",
+                spec,
+                {0: hosted},
+                keys=KeyFilter.build(spec, None, None, None, None),
+                from_cursor=snapshot.cursor,
+            ).poll()
+            == batch
+        )
+    finally:
+        hosted.close()
