@@ -17,6 +17,7 @@ import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from iqstate.subscriptions.errors import InvalidCursorError
@@ -44,8 +45,9 @@ class Cursor:
     filter_id: str
     progress: Mapping[int, Progress] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def text(self) -> str:
+        """The opaque form (made once per cursor: subscribers in step share cursors)."""
         body = json.dumps(
             [
                 self.application_id,
@@ -119,6 +121,36 @@ class Cursor:
                 )
             progress[entry[0]] = Progress(entry[1], entry[2])
         return cls(fields[0], fields[1], fields[2], progress)
+
+
+def resumed_cursor(
+    text: str | None, application_id: str, store: str, filter_id: str, partitions: int
+) -> Cursor:
+    """The cursor a subscription of `store` (with `partitions` partitions) and the filter
+    `filter_id` resumes from (a fresh one for `text` None); `InvalidCursorError` naming the
+    mismatch when `text` belongs to another application, store or filter."""
+    fresh = Cursor(application_id, store, filter_id)
+    if text is None:
+        return fresh
+    cursor = Cursor.parse(text)
+    for what, got, want in (
+        ("application", cursor.application_id, application_id),
+        ("store", cursor.store, store),
+        ("filter", cursor.filter_id, filter_id),
+    ):
+        if got != want:
+            raise InvalidCursorError(
+                f"the cursor belongs to another {what} ({got!r}), not to this "
+                f"subscription's ({want!r}): resume with the cursor of a subscription "
+                "of the same store and keys"
+            )
+    for partition in cursor.progress:
+        if partition >= partitions:
+            raise InvalidCursorError(
+                f"the cursor names partition {partition} of store {store!r}, which "
+                f"has partitions 0..{partitions - 1}"
+            )
+    return cursor
 
 
 def _natural(value: object) -> bool:

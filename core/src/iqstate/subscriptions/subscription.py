@@ -26,7 +26,7 @@ from iqstate.layers.chain import StoreChain
 from iqstate.position import Position
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import StoreSpec
-from iqstate.subscriptions.changes import ChangeBatch
+from iqstate.subscriptions.changes import Change, ChangeBatch
 from iqstate.subscriptions.cursor import Cursor, Progress
 from iqstate.subscriptions.decoding import decoder_for, read_snapshot
 from iqstate.subscriptions.errors import (
@@ -36,6 +36,7 @@ from iqstate.subscriptions.errors import (
 )
 from iqstate.subscriptions.feed import (
     FELL_OUT,
+    SHARED_AT_MOST,
     ChangeBufferSettings,
     ChangeFeed,
     PublishedBatch,
@@ -262,20 +263,33 @@ class Subscription:
             except ClosedStoreError as closed:
                 self._end(part.feed.ended or str(closed))
             return None
+        part.after = item.mark
+        # Subscribers at this cursor (which names their filter) make the same of this
+        # batch: the first works it out, the others (a fan-out in step) take its result.
+        shared_as = self._cursor.text
+        shared = item.shared.get(shared_as)
+        if shared is None:
+            shared = (
+                self._cursor.advanced(part.number, Progress(part.feed.lineage, item.mark)),
+                self._matching(item),
+            )
+            if len(item.shared) < SHARED_AT_MOST:
+                item.shared[shared_as] = shared
+        self._cursor, changes = shared
+        if not changes:
+            return None
+        return ChangeBatch(part.number, item.position, self._cursor.text, False, list(changes))
+
+    def _matching(self, item: PublishedBatch) -> list[Change]:
+        """The changes of `item` this subscription's keys match, in write order."""
         decoded = item.decoded
         if decoded is None:
             decoded = item.decoded = [self._decode(entry) for entry in item.entries]
         keys = self._keys
         if keys.everything:
-            changes = [change for _, change in decoded]
-        else:
-            matches = keys.matches
-            changes = [change for key, change in decoded if matches(key)]
-        part.after = item.mark
-        self._cursor = self._cursor.advanced(part.number, Progress(part.feed.lineage, item.mark))
-        if not changes:
-            return None
-        return ChangeBatch(part.number, item.position, self._cursor.text, False, changes)
+            return [change for _, change in decoded]
+        matches = keys.matches
+        return [change for key, change in decoded if matches(key)]
 
     def _snapshot_batch(self, snapshot: _Snapshot) -> ChangeBatch:
         part = snapshot.part
