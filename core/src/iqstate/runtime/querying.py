@@ -161,7 +161,8 @@ def execute(
         # takes the general path, where each partition reports the serde's error.
         key = query.key  # type: ignore[attr-defined]
         key_bytes = key_bytes_of(spec, key)
-        if key_bytes is not None and request.partition_set is None:
+        named = request.partition_set
+        if key_bytes is not None and named is None:
             partition = spec.partition_of(key, key_bytes)
             owner = hosted.get(partition)
             if owner is None:
@@ -169,6 +170,14 @@ def execute(
             answer = query_partition(
                 spec, owner, partition, query, bound, require_active, config, key_bytes
             )
+            return StateQueryResult({partition: answer})
+        if key_bytes is not None and len(named) == 1:  # type: ignore[arg-type]
+            # Kafka's idiom, `withPartitions` naming the key's partition: as direct.
+            (partition,) = named  # type: ignore[misc]
+            answer = query_partition(
+                spec, hosted.get(partition), partition, query, bound, require_active, config,
+                key_bytes,
+            )  # fmt: skip
             return StateQueryResult({partition: answer})
     results = {}
     for number in partitions_to_ask(spec, request, hosted):
