@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, quote
 
+import httpx
+from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
@@ -39,6 +41,8 @@ from iqstate.runtime.querying import keyed
 from iqstate.runtime.spec import StoreSpec
 from iqstate_http import jsonin
 from iqstate_http.admission import Gate, RangeLimits
+from iqstate_http.change_request import change_request
+from iqstate_http.change_stream import ChangeStream, StreamSettings
 from iqstate_http.codecs import (
     BadRequest,
     Codecs,
@@ -323,9 +327,11 @@ class QueryService:
         range_limits: RangeLimits | None = None,
         forward_timeout: float = 10.0,
         peer_tls: ssl.SSLContext | None = None,
+        change_streams: StreamSettings | None = None,
     ) -> None:
         """`peer_tls`: the other instances serve TLS; forwarded requests verify them with
-        this context."""
+        this context. `change_streams`: how `/v1/stores/{store}/changes` waits for a
+        partition's new host and pings idle streams."""
         if token is not None and not token.strip():
             raise ValueError("the bearer token is empty: give a real token, or none")
         if max_rows < 1:
@@ -337,6 +343,11 @@ class QueryService:
         self.codecs = Codecs(app.plugins)
         self.replicas = ReplicaChoice(app)
         self.forwarder = Forwarder(timeout=forward_timeout, tls=peer_tls)
+        self.streams = change_streams or StreamSettings(
+            scheme="http" if peer_tls is None else "https"
+        )
+        self._peer_tls = peer_tls
+        self._peer_streams: httpx.AsyncClient | None = None
         self.metrics = ServiceMetrics(app, lambda: self.forwarder.sent)
         self.runner = QueryRunner(
             app, self.codecs, self.replicas, self.forwarder, self.metrics.query
@@ -620,6 +631,29 @@ class QueryService:
             json_bytes(replica.lag),
         )  # fmt: skip
 
+    async def changes(self, request: Request) -> Response:
+        """`GET /v1/stores/{store}/changes`: the store's committed changes as Server-Sent
+        Events, merged from every partition's host (`change_stream`)."""
+        self._check_token(request)
+        spec = self._spec(request.path_params["store"])
+        wanted = self._guard(
+            lambda: change_request(self.app.application_id, spec, request, self.replicas)
+        )
+        stream = ChangeStream(self.app, self.replicas, self._peers(), wanted, self.streams)
+        return EventSourceResponse(stream.events(), ping=self.streams.ping_interval)
+
+    def _peers(self) -> httpx.AsyncClient:
+        """The client that opens change streams on other instances (made on first use, in
+        the server's event loop): no read timeout beyond the pings' silence."""
+        if self._peer_streams is None:
+            silence = 3 * self.streams.ping_interval
+            self._peer_streams = httpx.AsyncClient(
+                timeout=httpx.Timeout(10.0, read=silence),
+                verify=self._peer_tls if self._peer_tls is not None else True,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=16),
+            )
+        return self._peer_streams
+
     async def stores(self, request: Request) -> Response:
         self._check_token(request)
         return JSONResponse({name: store_json(spec) for name, spec in self.app.stores.items()})
@@ -746,6 +780,7 @@ class QueryService:
             Route("/v1/health", self.health),
             Route("/v1/ready", self.ready),
             Route("/v1/stores", self.stores),
+            Route("/v1/stores/{store}/changes", self.changes),
             Route("/v1/metadata", self.metadata),
             Route("/v1/metadata/stores/{store}", self.store_metadata),
             Route("/v1/metadata/stores/{store}/keys/{key:text}", self.key_metadata),
@@ -763,3 +798,5 @@ class QueryService:
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         yield
         await self.forwarder.aclose()
+        if self._peer_streams is not None:
+            await self._peer_streams.aclose()

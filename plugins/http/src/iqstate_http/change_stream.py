@@ -1,0 +1,244 @@
+"""One subscription's Server-Sent Events, merged from the partitions' hosts (SPEC 8.1, 12).
+
+An instance follows the partitions it hosts as a replica that may answer (the running
+active; a standby within `acceptable_lag`, as `replica_choice` orders them) itself, and
+opens the same stream on the instance hosting each of the others (one hop). Every event
+goes out with the merged cursor as its `id`: each partition's progress as of the last
+event sent for it, so resuming from any event's id, on any instance, continues every
+partition from where it was.
+
+When an upstream ends (its host went away, a rebalance moved its partitions) its
+partitions are followed again elsewhere, from the merged cursor: replicas that follow a
+changelog share its offsets as marks, so the new host replays after them. A partition no
+replica takes within `resume_timeout` ends the stream with `unavailable`, and a subscriber
+more than `max_pending` events behind ends it with `lagged`: each final event names the
+reason and the cursor to resume from. Events at or before a partition's progress (a
+replica behind the one that served the partition before) are dropped: the stream never
+goes back in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+from sse_starlette import ServerSentEvent
+
+from iqstate import Application
+from iqstate.subscriptions.cursor import Cursor
+from iqstate_http.change_upstreams import (
+    END_EVENT,
+    LAGGED,
+    Ended,
+    Event,
+    Item,
+    Lagged,
+    follow_local,
+    follow_remote,
+)
+from iqstate_http.codecs import path_segment
+from iqstate_http.replica_choice import ReplicaChoice
+
+UNAVAILABLE = "unavailable"
+"""An end event's `reason` when a partition found no replica to follow it."""
+ENDED = "ended"
+"""An end event's `reason` on a forwarded stream whose partitions left this instance."""
+
+
+@dataclass(frozen=True)
+class ChangeRequest:
+    """A checked request of `/v1/stores/{store}/changes`.
+
+    `filters`: `app.subscribe`'s key arguments; `filter_query`: the same as the request
+    spelled them (forwarded unchanged); `forwarded`: follow this instance's replicas only."""
+
+    store: str
+    filters: Mapping[str, Any]
+    filter_query: Mapping[str, str]
+    cursor: Cursor
+    partitions: tuple[int, ...]
+    acceptable_lag: int | None
+    max_pending: int
+    forwarded: bool
+    authorization: str | None
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """`resume_timeout`: seconds a partition may go without a replica before the stream
+    ends; `retry_interval`: the wait between tries; `ping_interval`: seconds between the
+    keep-alive comments of an idle stream (proxies cut silent connections); `scheme`: the
+    instances' URLs'."""
+
+    resume_timeout: float = 30.0
+    retry_interval: float = 0.5
+    ping_interval: float = 15.0
+    scheme: str = "http"
+
+
+class ChangeStream:
+    """The events of one request (see the module doc); `events()` yields them once."""
+
+    def __init__(
+        self,
+        app: Application,
+        replicas: ReplicaChoice,
+        peers: httpx.AsyncClient,
+        request: ChangeRequest,
+        settings: StreamSettings,
+    ) -> None:
+        self._app, self._replicas, self._peers = app, replicas, peers
+        self._request, self._settings = request, settings
+        self._cursor = request.cursor
+        self._queue: asyncio.Queue[Item] = asyncio.Queue()
+        self._pending = 0
+        self._lagged: str | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._waiting_since: dict[int, float] = {}
+        """Partitions without an upstream, since when."""
+
+    @property
+    def cursor(self) -> str:
+        """The cursor after the last event sent."""
+        return self._cursor.text
+
+    async def events(self) -> AsyncIterator[ServerSentEvent]:
+        """Every batch of the subscription's partitions, then a final event when the stream
+        ends by itself (a subscriber that disconnects just stops it)."""
+        try:
+            self._follow(self._request.partitions)
+            while True:
+                if self._lagged is not None:
+                    yield self._final(LAGGED, self._lagged)
+                    return
+                item = await self._queue.get()
+                if isinstance(item, Event):
+                    self._pending -= 1
+                    if self._sent_already(item):
+                        continue
+                    self._waiting_since.pop(item.partition, None)
+                    self._cursor = self._cursor.advanced(item.partition, item.progress)
+                    yield ServerSentEvent(data=item.data, id=self._cursor.text)
+                elif isinstance(item, Lagged):
+                    self._lagged = item.reason
+                elif self._request.forwarded:  # one hop: the caller resumes elsewhere
+                    yield self._final(ENDED, item.reason)
+                    return
+                elif (gone := self._resume(item)) is not None:
+                    yield self._final(UNAVAILABLE, gone)
+                    return
+        finally:
+            for task in self._tasks:
+                task.cancel()
+
+    def _final(self, reason: str, message: str) -> ServerSentEvent:
+        cursor = self._cursor.text
+        body = {"reason": reason, "message": message, "cursor": cursor}
+        return ServerSentEvent(data=json.dumps(body), event=END_EVENT, id=cursor)
+
+    def _sent_already(self, event: Event) -> bool:
+        """Whether the partition's stream was past this event already: a replica that is
+        behind replaying what another sent (same lineage, an earlier mark; a snapshot of
+        an earlier mark too)."""
+        sent = self._cursor.progress.get(event.partition)
+        if sent is None or sent.lineage != event.progress.lineage:
+            return False
+        mark = event.progress.mark
+        return mark < sent.mark or (mark == sent.mark and not event.snapshot)
+
+    def _sink(self, item: Item) -> bool:
+        if self._lagged is not None:
+            return False
+        if isinstance(item, Event):
+            if self._pending >= self._request.max_pending:
+                self._lagged = (
+                    f"the subscriber fell behind: {self._pending} events unsent, more than "
+                    f"max_pending={self._request.max_pending}"
+                )
+                self._queue.put_nowait(Lagged(self._lagged))  # wakes a waiting merge
+                return False
+            self._pending += 1
+        self._queue.put_nowait(item)
+        return True
+
+    # -- upstreams ---------------------------------------------------------------------------
+
+    def _follow(self, partitions: tuple[int, ...]) -> None:
+        """Start upstreams for `partitions`: this instance's replicas that may answer, the
+        others' hosts; those without a replica now are tried again after a wait."""
+        request = self._request
+        local: list[int] = []
+        remote: dict[str, list[int]] = {}
+        missing: list[int] = []
+        for partition in partitions:
+            chosen = self._replicas.candidates(request.store, partition, request.acceptable_lag)
+            if request.forwarded:
+                chosen = [replica for replica in chosen if replica.local]
+            if not chosen:
+                missing.append(partition)
+            elif chosen[0].local:
+                local.append(partition)
+            else:
+                remote.setdefault(chosen[0].host, []).append(partition)
+        cursor = self._cursor.text
+        if local:
+            self._spawn(
+                follow_local(
+                    self._app, request.store, request.filters, tuple(local), cursor, self._sink
+                )
+            )
+        for host, numbers in remote.items():
+            self._spawn(
+                follow_remote(
+                    self._peers, self._url(host, numbers), self._headers(cursor),
+                    tuple(numbers), self._sink,
+                )
+            )  # fmt: skip
+        if missing:
+            self._sink(Ended(tuple(missing), "no replica may serve them now"))
+
+    def _resume(self, ended: Ended) -> str | None:
+        """Follow `ended`'s partitions again after a wait; the reason to end the stream
+        when one of them has waited longer than `resume_timeout`."""
+        now = time.monotonic()
+        for partition in ended.partitions:
+            since = self._waiting_since.setdefault(partition, now)
+            if now - since > self._settings.resume_timeout:
+                return (
+                    f"partition {partition} of store {self._request.store!r} found no replica "
+                    f"to follow it for {self._settings.resume_timeout:g} s: {ended.reason}"
+                )
+        self._replicas.invalidate()
+
+        async def later() -> None:
+            await asyncio.sleep(self._settings.retry_interval)
+            self._follow(ended.partitions)
+
+        self._spawn(later())
+        return None
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _url(self, host: str, partitions: list[int]) -> str:
+        request = self._request
+        query = {**request.filter_query, "partitions": ",".join(map(str, partitions))}
+        query["max_pending"] = str(request.max_pending)
+        if request.acceptable_lag is not None:
+            query["acceptable_lag"] = str(request.acceptable_lag)
+        path = f"/v1/stores/{path_segment(request.store)}/changes"
+        return f"{self._settings.scheme}://{host}{path}?{urlencode(query)}"
+
+    def _headers(self, cursor: str) -> dict[str, str]:
+        headers = {"last-event-id": cursor}
+        if self._request.authorization is not None:
+            headers["authorization"] = self._request.authorization
+        return headers
