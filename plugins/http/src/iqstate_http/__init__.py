@@ -13,10 +13,13 @@ if TYPE_CHECKING:
     from iqstate_http.client import (
         AsyncRemoteQueryClient,
         AsyncRemoteSession,
+        AsyncRemoteSubscription,
         RemoteQueryClient,
         RemoteSession,
+        RemoteSubscription,
     )
     from iqstate_http.client_plan import PageError, RemoteServiceError
+    from iqstate_http.client_subscribe import RefusedSubscription
     from iqstate_http.limits import ConnectionLimits
     from iqstate_http.server import BackgroundServer, serve, start_background
     from iqstate_http.service import QueryService
@@ -24,14 +27,17 @@ if TYPE_CHECKING:
 __all__ = [
     "AsyncRemoteQueryClient",
     "AsyncRemoteSession",
+    "AsyncRemoteSubscription",
     "BackgroundServer",
     "ConnectionLimits",
     "PageError",
     "QueryService",
     "RangeLimits",
+    "RefusedSubscription",
     "RemoteQueryClient",
     "RemoteServiceError",
     "RemoteSession",
+    "RemoteSubscription",
     "serve",
     "start_background",
 ]
@@ -42,9 +48,12 @@ __getattr__, __dir__ = lazy_exports(
         "iqstate_http.client": [
             "AsyncRemoteQueryClient",
             "AsyncRemoteSession",
+            "AsyncRemoteSubscription",
             "RemoteQueryClient",
             "RemoteSession",
+            "RemoteSubscription",
         ],
+        "iqstate_http.client_subscribe": ["RefusedSubscription"],
         "iqstate_http.admission": ["RangeLimits"],
         "iqstate_http.client_plan": ["PageError", "RemoteServiceError"],
         "iqstate_http.limits": ["ConnectionLimits"],

@@ -9,9 +9,11 @@ window and session stores add `"start"` and `"end"` (the window `[start, end)`, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from iqstate import Change, ChangeBatch
+from iqstate.subscriptions.cursor import Progress
 from iqstate_http.codecs import position_from_json, position_to_json, to_json
 
 
@@ -56,3 +58,15 @@ def batch_from_json(body: Any, cursor: str) -> ChangeBatch:
         )
     except (KeyError, TypeError) as error:
         raise ValueError(f"a change event that is not a change batch: {error!r}") from None
+
+
+def already_past(
+    progress: Mapping[int, Progress], partition: int, got: Progress, snapshot: bool
+) -> bool:
+    """Whether a stream at `progress` is past a batch of `partition` at `got` already: a
+    replica behind the one that served the partition before replays what was had (same
+    lineage, an earlier mark, or the same mark again; a snapshot of an earlier mark)."""
+    had = progress.get(partition)
+    if had is None or had.lineage != got.lineage:
+        return False
+    return got.mark < had.mark or (got.mark == had.mark and not snapshot)

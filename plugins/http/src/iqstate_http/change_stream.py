@@ -32,6 +32,7 @@ from sse_starlette import ServerSentEvent
 
 from iqstate import Application
 from iqstate.subscriptions.cursor import Cursor
+from iqstate_http.change_events import already_past
 from iqstate_http.change_upstreams import (
     END_EVENT,
     LAGGED,
@@ -74,7 +75,7 @@ class StreamSettings:
     """`resume_timeout`: seconds a partition may go without a replica before the stream
     ends; `retry_interval`: the wait between tries; `ping_interval`: seconds between the
     keep-alive comments of an idle stream (proxies cut silent connections); `scheme`: the
-    instances' URLs'."""
+    instances' URLs' (the service sets it: https when it serves TLS)."""
 
     resume_timeout: float = 30.0
     retry_interval: float = 0.5
@@ -120,7 +121,9 @@ class ChangeStream:
                 item = await self._queue.get()
                 if isinstance(item, Event):
                     self._pending -= 1
-                    if self._sent_already(item):
+                    if already_past(
+                        self._cursor.progress, item.partition, item.progress, item.snapshot
+                    ):
                         continue
                     self._waiting_since.pop(item.partition, None)
                     self._cursor = self._cursor.advanced(item.partition, item.progress)
@@ -141,16 +144,6 @@ class ChangeStream:
         cursor = self._cursor.text
         body = {"reason": reason, "message": message, "cursor": cursor}
         return ServerSentEvent(data=json.dumps(body), event=END_EVENT, id=cursor)
-
-    def _sent_already(self, event: Event) -> bool:
-        """Whether the partition's stream was past this event already: a replica that is
-        behind replaying what another sent (same lineage, an earlier mark; a snapshot of
-        an earlier mark too)."""
-        sent = self._cursor.progress.get(event.partition)
-        if sent is None or sent.lineage != event.progress.lineage:
-            return False
-        mark = event.progress.mark
-        return mark < sent.mark or (mark == sent.mark and not event.snapshot)
 
     def _sink(self, item: Item) -> bool:
         if self._lagged is not None:

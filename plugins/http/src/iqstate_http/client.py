@@ -20,14 +20,16 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack, ExitStack
 from types import TracebackType
 from typing import Any
 
 import httpx
+from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
 
-from iqstate import Position, StateQueryRequest, StateQueryResult
+from iqstate import ChangeBatch, Position, StateQueryRequest, StateQueryResult
 from iqstate_http.client_plan import (
     Call,
     ClientLogic,
@@ -38,14 +40,23 @@ from iqstate_http.client_plan import (
     query_json,
     run_plan,
 )
+from iqstate_http.client_subscribe import (
+    STREAM_SILENCE,
+    RemoteSubscriptionLogic,
+    StreamEnded,
+)
 
 __all__ = [
     "AsyncRemoteQueryClient",
     "AsyncRemoteSession",
+    "AsyncRemoteSubscription",
     "RemoteQueryClient",
     "RemoteSession",
+    "RemoteSubscription",
     "query_json",
 ]
+
+_STREAM_TIMEOUT = httpx.Timeout(10.0, read=STREAM_SILENCE)
 
 
 def _reply(response: httpx.Response) -> Reply:
@@ -172,6 +183,45 @@ class RemoteQueryClient:
         """A session: every query is bounded by the merged position of all earlier results."""
         return RemoteSession(self)
 
+    def subscribe(
+        self,
+        store: str,
+        *,
+        key: Any = None,
+        lower: Any = None,
+        upper: Any = None,
+        prefix: Any = None,
+        from_cursor: str | None = None,
+        partitions: Iterable[int] | None = None,
+        acceptable_lag: int | None = None,
+        max_pending: int | None = None,
+        reconnect_timeout: float = 60.0,
+    ) -> RemoteSubscription:
+        """Follow `store`'s committed changes through the cluster (`app.subscribe`'s
+        arguments; keys and values in their JSON forms): an iterator of `ChangeBatch`es
+        that reconnects to another instance with its last cursor when its instance goes
+        away (`iqstate_http.client_subscribe`)."""
+        return RemoteSubscription(
+            self,
+            RemoteSubscriptionLogic(
+                self._logic, store, {"key": key, "lower": lower, "upper": upper,
+                "prefix": prefix}, from_cursor, partitions, acceptable_lag, max_pending,
+                reconnect_timeout,
+            ),
+        )  # fmt: skip
+
+    def _open_stream(
+        self, stack: ExitStack, url: str, headers: dict[str, str]
+    ) -> httpx.Response | Iterator[ServerSentEvent]:
+        """The events at `url`, or the response that refused to stream them."""
+        source = stack.enter_context(
+            connect_sse(self._http, "GET", url, headers=headers, timeout=_STREAM_TIMEOUT)
+        )
+        if source.response.status_code != 200:
+            source.response.read()
+            return source.response
+        return source.iter_sse()
+
 
 class AsyncRemoteQueryClient:
     """`RemoteQueryClient` for asyncio: the same routing, with `await client.query(...)`."""
@@ -266,6 +316,42 @@ class AsyncRemoteQueryClient:
         """A session: every query is bounded by the merged position of all earlier results."""
         return AsyncRemoteSession(self)
 
+    def subscribe(
+        self,
+        store: str,
+        *,
+        key: Any = None,
+        lower: Any = None,
+        upper: Any = None,
+        prefix: Any = None,
+        from_cursor: str | None = None,
+        partitions: Iterable[int] | None = None,
+        acceptable_lag: int | None = None,
+        max_pending: int | None = None,
+        reconnect_timeout: float = 60.0,
+    ) -> AsyncRemoteSubscription:
+        """`RemoteQueryClient.subscribe` for asyncio: `async for batch in ...`."""
+        return AsyncRemoteSubscription(
+            self,
+            RemoteSubscriptionLogic(
+                self._logic, store, {"key": key, "lower": lower, "upper": upper,
+                "prefix": prefix}, from_cursor, partitions, acceptable_lag, max_pending,
+                reconnect_timeout,
+            ),
+        )  # fmt: skip
+
+    async def _open_stream(
+        self, stack: AsyncExitStack, url: str, headers: dict[str, str]
+    ) -> httpx.Response | AsyncIterator[ServerSentEvent]:
+        """The events at `url`, or the response that refused to stream them."""
+        source = await stack.enter_async_context(
+            aconnect_sse(self._http, "GET", url, headers=headers, timeout=_STREAM_TIMEOUT)
+        )
+        if source.response.status_code != 200:
+            await source.response.aread()
+            return source.response
+        return source.aiter_sse()
+
 
 class RemoteSession:
     """Monotonic reads across replicas: each query's bound is everything read before."""
@@ -295,3 +381,139 @@ class AsyncRemoteSession:
         result = await self._client.query(bounded(request, self.position), acceptable_lag)
         self.position = self.position.merge(result.position)
         return result
+
+
+class RemoteSubscription:
+    """`RemoteQueryClient.subscribe`'s iterator of `ChangeBatch`es; `cursor` resumes it
+    (`from_cursor=`), `close()` ends it (also as a context manager)."""
+
+    def __init__(self, client: RemoteQueryClient, logic: RemoteSubscriptionLogic) -> None:
+        self._client, self._logic = client, logic
+        self._stack = ExitStack()
+        self._events: Iterator[ServerSentEvent] | None = None
+        self._closed = False
+
+    @property
+    def cursor(self) -> str | None:
+        return self._logic.cursor
+
+    def __iter__(self) -> RemoteSubscription:
+        return self
+
+    def __next__(self) -> ChangeBatch:
+        while not self._closed:
+            try:
+                batch = self._step()
+            except BaseException:
+                self._disconnect()
+                raise
+            if isinstance(batch, ChangeBatch):
+                return batch
+            if batch:
+                self._disconnect()
+                time.sleep(batch)
+        raise StopIteration
+
+    def _step(self) -> ChangeBatch | float | None:
+        """A batch, None (read on), or the seconds to wait before reconnecting."""
+        if self._events is None:
+            url, headers = self._client._run(self._logic.connect())
+            try:
+                opened = self._client._open_stream(self._stack, url, headers)
+            except httpx.HTTPError as error:
+                return self._logic.broke(type(error).__name__)
+            if isinstance(opened, httpx.Response):
+                return self._logic.refused(opened.status_code, opened.content)
+            self._events = opened
+        try:
+            sse = next(self._events)
+            return self._logic.event(sse.event, sse.data, sse.id)
+        except StopIteration:
+            return self._logic.broke("the instance closed the stream")
+        except httpx.HTTPError as error:
+            return self._logic.broke(type(error).__name__)
+        except StreamEnded as ended:
+            return self._logic.broke(str(ended))
+
+    def _disconnect(self) -> None:
+        self._events = None
+        self._stack.close()
+
+    def close(self) -> None:
+        """Stop following (idempotent)."""
+        self._closed = True
+        self._disconnect()
+
+    def __enter__(self) -> RemoteSubscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncRemoteSubscription:
+    """`RemoteSubscription` for `AsyncRemoteQueryClient`: `async for batch in ...`,
+    `await aclose()`."""
+
+    def __init__(self, client: AsyncRemoteQueryClient, logic: RemoteSubscriptionLogic) -> None:
+        self._client, self._logic = client, logic
+        self._stack = AsyncExitStack()
+        self._events: AsyncIterator[ServerSentEvent] | None = None
+        self._closed = False
+
+    @property
+    def cursor(self) -> str | None:
+        return self._logic.cursor
+
+    def __aiter__(self) -> AsyncRemoteSubscription:
+        return self
+
+    async def __anext__(self) -> ChangeBatch:
+        while not self._closed:
+            try:
+                batch = await self._step()
+            except BaseException:
+                await self._disconnect()
+                raise
+            if isinstance(batch, ChangeBatch):
+                return batch
+            if batch:
+                await self._disconnect()
+                await asyncio.sleep(batch)
+        raise StopAsyncIteration
+
+    async def _step(self) -> ChangeBatch | float | None:
+        """A batch, None (read on), or the seconds to wait before reconnecting."""
+        if self._events is None:
+            url, headers = await self._client._run(self._logic.connect())
+            try:
+                opened = await self._client._open_stream(self._stack, url, headers)
+            except httpx.HTTPError as error:
+                return self._logic.broke(type(error).__name__)
+            if isinstance(opened, httpx.Response):
+                return self._logic.refused(opened.status_code, opened.content)
+            self._events = opened
+        try:
+            sse = await anext(self._events)
+            return self._logic.event(sse.event, sse.data, sse.id)
+        except StopAsyncIteration:
+            return self._logic.broke("the instance closed the stream")
+        except httpx.HTTPError as error:
+            return self._logic.broke(type(error).__name__)
+        except StreamEnded as ended:
+            return self._logic.broke(str(ended))
+
+    async def _disconnect(self) -> None:
+        self._events = None
+        await self._stack.aclose()
+
+    async def aclose(self) -> None:
+        """Stop following (idempotent)."""
+        self._closed = True
+        await self._disconnect()
+
+    async def __aenter__(self) -> AsyncRemoteSubscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -14,6 +14,7 @@ import uvicorn
 
 from iqstate import Application
 from iqstate_http.admission import RangeLimits
+from iqstate_http.change_stream import StreamSettings
 from iqstate_http.limits import DEFAULT_MAX_BODY, DEFAULT_MAX_ROWS, ConnectionLimits
 from iqstate_http.protocol import LimitedHttpToolsProtocol
 from iqstate_http.service import QueryService
@@ -96,6 +97,7 @@ def serve(
     ssl_certfile: str | None = None,
     ssl_keyfile: str | None = None,
     ssl_ca_certs: str | None = None,
+    change_streams: StreamSettings | None = None,
 ) -> None:
     """Serve `app` until interrupted (listens on localhost unless told otherwise).
 
@@ -103,11 +105,12 @@ def serve(
     range requests run and wait at once, `forward_timeout` how long a request forwarded to
     another instance may take (seconds). `ssl_certfile` and `ssl_keyfile` serve HTTPS; then
     the other instances of the cluster serve HTTPS too, verified with `ssl_ca_certs` (a CA
-    bundle; default: the system's)."""
+    bundle; default: the system's). `change_streams`: the change streams' keep-alive pings
+    and how long they wait for a partition's new host."""
     tls = Tls.of(ssl_certfile, ssl_keyfile, ssl_ca_certs)
     service = QueryService(
         app, token, max_body, max_rows, range_limits, forward_timeout,
-        None if tls is None else tls.peer_context(),
+        None if tls is None else tls.peer_context(), change_streams,
     )  # fmt: skip
     scheme = "http" if tls is None else "https"
     log.info("serving %s on %s://%s:%d", app.application_id, scheme, host, port)
@@ -144,12 +147,13 @@ def start_background(
     ssl_certfile: str | None = None,
     ssl_keyfile: str | None = None,
     ssl_ca_certs: str | None = None,
+    change_streams: StreamSettings | None = None,
 ) -> BackgroundServer:
     """Start the service in a daemon thread; `port=0` picks a free port (options as `serve`)."""
     tls = Tls.of(ssl_certfile, ssl_keyfile, ssl_ca_certs)
     service = QueryService(
         app, token, max_body, max_rows, range_limits, forward_timeout,
-        None if tls is None else tls.peer_context(),
+        None if tls is None else tls.peer_context(), change_streams,
     )  # fmt: skip
     server = uvicorn.Server(_config(app, host, port, token, limits, service, tls))
     thread = threading.Thread(target=server.run, name="iqstate-http", daemon=True)

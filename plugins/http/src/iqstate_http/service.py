@@ -13,6 +13,7 @@ scan never stalls the requests around it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hmac
 import re
@@ -343,8 +344,8 @@ class QueryService:
         self.codecs = Codecs(app.plugins)
         self.replicas = ReplicaChoice(app)
         self.forwarder = Forwarder(timeout=forward_timeout, tls=peer_tls)
-        self.streams = change_streams or StreamSettings(
-            scheme="http" if peer_tls is None else "https"
+        self.streams = dataclasses.replace(
+            change_streams or StreamSettings(), scheme="http" if peer_tls is None else "https"
         )
         self._peer_tls = peer_tls
         self._peer_streams: httpx.AsyncClient | None = None

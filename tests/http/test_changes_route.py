@@ -1,0 +1,336 @@
+"""`GET /v1/stores/{store}/changes` through the real service (uvicorn on a free port): Server-
+Sent Events with a cursor as each id, resume by `Last-Event-ID` or `cursor`, the token, bad
+input, keep-alive pings, a slow client disconnected with a reason, and
+`RemoteQueryClient.subscribe` (sync and async) giving what `app.subscribe` gives."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from httpx_sse import ServerSentEvent, connect_sse
+from iqstate_http import (
+    AsyncRemoteQueryClient,
+    RefusedSubscription,
+    RemoteQueryClient,
+    start_background,
+)
+from iqstate_http.change_stream import StreamSettings
+
+from iqstate import Application, ChangeBatch, SubscriptionLaggedError
+from iqstate.runtime import partition_for_bytes
+
+
+@contextmanager
+def served(app: Application, **options: Any) -> Iterator[str]:
+    server = start_background(app, **options)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@contextmanager
+def stream(
+    url: str, path: str, headers: dict[str, str] | None = None
+) -> Iterator[Iterator[ServerSentEvent]]:
+    with (
+        httpx.Client(base_url=url, timeout=httpx.Timeout(10, read=20)) as http,
+        connect_sse(http, "GET", path, headers=headers or {}) as source,
+    ):
+        assert source.response.status_code == 200, source.response.read()
+        yield source.iter_sse()
+
+
+def take(events: Iterator[ServerSentEvent], count: int) -> list[ServerSentEvent]:
+    return [next(events) for _ in range(count)]
+
+
+def write(app: Application, batch_id: int, rows: dict[str, int]) -> None:
+    """Batch `batch_id` (the fixture wrote 1, at offset 7) at offset `batch_id + 6`."""
+    with app.begin_batch(position={"words": {0: batch_id + 6}}, batch_id=batch_id) as batch:
+        batch.put_all("counts", list(rows.items()))
+
+
+def test_a_snapshot_per_partition_then_each_batch_with_a_cursor_that_resumes(
+    app: Application,
+) -> None:
+    with served(app) as url, stream(url, "/v1/stores/counts/changes") as events:
+        snapshots = take(events, 3)
+        bodies = [json.loads(event.data) for event in snapshots]
+        assert sorted(body["partition"] for body in bodies) == [0, 1, 2]
+        assert all(body["snapshot"] and body["position"] == {"words": {"0": 7}} for body in bodies)
+        held = {c["key"]: c["value"] for body in bodies for c in body["changes"]}
+        assert held == {"spark": 3, "kafka": 5, "flink": 1}
+        write(app, 2, {"spark": 4})
+        (change,) = take(events, 1)
+        body = json.loads(change.data)
+        assert body == {
+            "partition": partition_for_bytes(b"spark", 3),
+            "position": {"words": {"0": 8}},
+            "snapshot": False,
+            "changes": [{"key": "spark", "value": 4}],
+        }
+        assert change.event == "message" and change.id.startswith("iqc1.")
+        resume_at = change.id
+
+    write(app, 3, {"kafka": 6})
+    write(app, 4, {"flink": 2, "spark": 5})
+    expected = [
+        (partition_for_bytes(b"kafka", 3), [{"key": "kafka", "value": 6}]),
+        (partition_for_bytes(b"flink", 3), [{"key": "flink", "value": 2}]),
+        (partition_for_bytes(b"spark", 3), [{"key": "spark", "value": 5}]),
+    ]
+    with served(app) as url:
+        # On another server, by header and by query parameter: the batches after the
+        # cursor, no snapshot, in commit order (flink and spark may share a partition).
+        for how in ({"headers": {"Last-Event-ID": resume_at}}, {"query": resume_at}):
+            path = "/v1/stores/counts/changes"
+            if "query" in how:
+                path += f"?cursor={resume_at}"
+            with stream(url, path, how.get("headers")) as events:
+                got: list[tuple[int, list[dict[str, Any]]]] = []
+                while sum(len(changes) for _, changes in got) < 3:
+                    body = json.loads(next(events).data)
+                    assert not body["snapshot"]
+                    got.append((body["partition"], body["changes"]))
+                flat = [(p, c) for p, changes in got for c in changes]
+                assert flat == [(p, c) for p, changes in expected for c in changes]
+
+
+def test_keys_values_and_windows_in_each_stores_json_form(app: Application) -> None:
+    with served(app) as url:
+        with stream(url, "/v1/stores/raw/changes?key=" + "AP8%3D") as events:
+            (event,) = take(events, 1)
+            assert json.loads(event.data)["changes"] == [
+                {"key": base64.b64encode(b"\x00\xff").decode(), "value": "binary"}
+            ]
+        with stream(url, "/v1/stores/by-id/changes?key=42") as events:
+            (event,) = take(events, 1)
+            assert json.loads(event.data)["changes"] == [{"key": 42, "value": {"name": "answer"}}]
+        with stream(url, '/v1/stores/docs/changes?key={"id":[1,2]}') as events:
+            (event,) = take(events, 1)
+            changes = json.loads(event.data)["changes"]
+            assert changes == [{"key": {"id": [1, 2]}, "value": "a document"}]
+        with stream(url, "/v1/stores/per-minute/changes?key=spark") as events:
+            (event,) = take(events, 1)
+            assert json.loads(event.data)["changes"] == [
+                {"key": "spark", "value": 2, "start": 60_000, "end": 120_000}
+            ]
+        with stream(url, "/v1/stores/counts/changes?prefix=sp") as events:
+            snapshots = [json.loads(event.data) for event in take(events, 3)]
+            assert [c for s in snapshots for c in s["changes"]] == [{"key": "spark", "value": 3}]
+
+
+def test_every_store_type_as_app_subscribe_gives_it(tmp_path: Path) -> None:
+    app = Application("types", tmp_path)
+    app.timestamped_key_value_store("prices", 2, value_serde="int64")
+    app.versioned_key_value_store("profiles", 2, 3_600_000, value_serde="int64")
+    app.session_store("visits", 2, 3_600_000, value_serde="int64")
+    app.window_store("per-minute", 2, 60_000, 3_600_000, value_serde="int64")
+    app.key_value_store("counts", 2, value_serde="int64")
+    with app:
+        with app.begin_batch(position={"feed": {0: 1}}, batch_id=1) as batch:
+            batch.put("prices", "apple", 3, timestamp=1000)
+            batch.put("profiles", "ann", 1, timestamp=100)
+            batch.put("visits", "ann", 7, session=(10, 20))
+            batch.put("per-minute", "spark", 2, window_start=60_000)
+            batch.put("counts", "a", 1)
+        with served(app) as url, RemoteQueryClient(url) as client:
+            for batch_id, store in enumerate(STORES, start=2):
+                local = app.subscribe(store)
+                remote = client.subscribe(store)
+                try:
+                    snapshots = [next(local), next(local)]
+                    remote_snapshots = [next(remote), next(remote)]
+                    assert sorted(map(comparable, remote_snapshots)) == sorted(
+                        map(comparable, snapshots)
+                    ), store
+                    with app.begin_batch(
+                        position={"feed": {0: batch_id}}, batch_id=batch_id
+                    ) as batch:
+                        STORES[store](batch)
+                    assert comparable(next(remote)) == comparable(next(local)), store
+                finally:
+                    local.close()
+                    remote.close()
+
+
+STORES: dict[str, Any] = {
+    "prices": lambda batch: batch.put("prices", "apple", 4, timestamp=2000),
+    "profiles": lambda batch: (
+        batch.put("profiles", "ann", 2, timestamp=200),
+        batch.delete("profiles", "ann", timestamp=300),
+    ),
+    "visits": lambda batch: batch.put("visits", "bob", 8, session=(30, 40)),
+    "per-minute": lambda batch: batch.put("per-minute", "spark", 5, window_start=120_000),
+    "counts": lambda batch: batch.delete("counts", "a"),
+}
+"""What each store's second batch writes: a put, a versioned delete, a session, a window,
+a delete."""
+
+
+def comparable(batch: ChangeBatch) -> tuple[Any, ...]:
+    return (
+        batch.partition,
+        batch.position,
+        batch.snapshot,
+        [(c.key, c.value, c.window, c.timestamp) for c in batch.changes],
+    )
+
+
+def test_the_token_is_required(app: Application) -> None:
+    with served(app, token="s3cret") as url:
+        refused = httpx.get(url + "/v1/stores/counts/changes", timeout=10)
+        assert refused.status_code == 401
+        assert refused.json()["error"]["code"] == "unauthorized"
+        wrong = httpx.get(
+            url + "/v1/stores/counts/changes", headers={"Authorization": "Bearer no"}, timeout=10
+        )
+        assert wrong.status_code == 401
+        with stream(url, "/v1/stores/counts/changes", {"Authorization": "Bearer s3cret"}) as ev:
+            assert len(take(ev, 3)) == 3
+        with RemoteQueryClient(url, token="s3cret") as client:
+            assert next(client.subscribe("counts", key="spark")).changes[0].value == 3
+        with RemoteQueryClient(url) as client, pytest.raises(ConnectionError, match="401"):
+            next(client.subscribe("counts"))
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "code", "named"),
+    [
+        ("/v1/stores/nope/changes", 404, "unknown_store", "nope"),
+        ("/v1/stores/counts/changes?key=a&lower=b", 400, "bad_request", "key="),
+        ("/v1/stores/counts/changes?prefix=a&upper=b", 400, "bad_request", "prefix="),
+        ("/v1/stores/counts/changes?cursor=iqc1.bad.0", 400, "invalid_cursor", "cursor"),
+        ("/v1/stores/counts/changes?cursor=hello", 400, "invalid_cursor", "hello"),
+        ("/v1/stores/counts/changes?keys=a", 400, "bad_request", "keys"),
+        ("/v1/stores/counts/changes?key=a&key=b", 400, "bad_request", "more than once"),
+        ("/v1/stores/by-id/changes?key=abc", 400, "bad_request", "int"),
+        ("/v1/stores/counts/changes?partitions=7", 400, "bad_request", "partition 7"),
+        ("/v1/stores/counts/changes?max_pending=0", 400, "bad_request", "max_pending"),
+    ],
+)
+def test_bad_input_is_a_clear_error_before_any_event(
+    client: httpx.Client, path: str, status: int, code: str, named: str
+) -> None:
+    answer = client.get(path)
+    assert answer.status_code == status, answer.text
+    assert answer.json()["error"]["code"] == code
+    assert named in answer.json()["error"]["message"]
+
+
+def test_a_cursor_of_another_filter_or_store_is_refused(app: Application) -> None:
+    with served(app) as url:
+        with stream(url, "/v1/stores/counts/changes?key=spark") as events:
+            cursor = next(events).id
+        for path in ("/v1/stores/counts/changes", "/v1/stores/by-id/changes"):
+            answer = httpx.get(url + path, headers={"Last-Event-ID": cursor}, timeout=10)
+            assert answer.status_code == 400
+            assert answer.json()["error"]["code"] == "invalid_cursor"
+            assert "belongs to another" in answer.json()["error"]["message"]
+        with RemoteQueryClient(url) as client, pytest.raises(RefusedSubscription) as refusal:
+            next(client.subscribe("by-id", from_cursor=cursor))
+        assert refusal.value.status == 400 and "belongs to another store" in str(refusal.value)
+
+
+def test_idle_streams_get_keep_alive_comments(app: Application) -> None:
+    with (
+        served(app, change_streams=StreamSettings(ping_interval=0.2)) as url,
+        httpx.Client(base_url=url, timeout=10) as http,
+        http.stream("GET", "/v1/stores/counts/changes?key=spark") as response,
+    ):
+        lines = response.iter_lines()
+        comments = 0
+        for line in lines:
+            comments += line.startswith(":")
+            if comments == 3:
+                break
+        assert comments == 3
+
+
+RAW_KEY = "AP8%3D"
+"""b"\\x00\\xff" of the `raw` store, as a query parameter."""
+
+
+def write_big(app: Application, first: int, count: int) -> None:
+    """`count` batches of `raw`, each a 200 kB value: far more than the socket buffers
+    hold between a server and a client that reads nothing."""
+    for batch_id in range(first, first + count):
+        with app.begin_batch(position={"words": {0: batch_id}}, batch_id=batch_id) as batch:
+            batch.put("raw", b"\x00\xff", str(batch_id).ljust(200_000))
+
+
+def test_a_slow_client_is_disconnected_with_the_reason_and_resumes(app: Application) -> None:
+    with served(app) as url:
+        with stream(url, f"/v1/stores/raw/changes?key={RAW_KEY}&max_pending=4") as events:
+            received = take(events, 1)
+            write_big(app, 2, 200)
+            received.extend(events)
+        end = received[-1]
+        assert end.event == "end"
+        body = json.loads(end.data)
+        assert body["reason"] == "lagged" and "max_pending=4" in body["message"]
+        assert body["cursor"] == end.id == received[-2].id
+        values = [int(json.loads(e.data)["changes"][0]["value"]) for e in received[1:-1]]
+        assert values == list(range(2, 2 + len(values))) and len(values) < 200
+        with stream(url, f"/v1/stores/raw/changes?key={RAW_KEY}", {"Last-Event-ID": end.id}) as ev:
+            first = json.loads(next(ev).data)
+            resumed = int(first["changes"][0]["value"])
+            assert resumed == 201 if first["snapshot"] else resumed == 2 + len(values)
+
+
+def test_the_client_follows_a_key_and_resumes_from_its_cursor(app: Application) -> None:
+    with served(app) as url, RemoteQueryClient(url) as client:
+        subscription = client.subscribe("counts", key="kafka")
+        first = next(subscription)
+        assert first.snapshot and [(c.key, c.value) for c in first.changes] == [("kafka", 5)]
+        write(app, 2, {"kafka": 6, "spark": 9})
+        second = next(subscription)
+        assert not second.snapshot and [(c.key, c.value) for c in second.changes] == [("kafka", 6)]
+        assert subscription.cursor == second.cursor
+        subscription.close()
+        write(app, 3, {"kafka": 7})
+        with client.subscribe("counts", key="kafka", from_cursor=second.cursor) as resumed:
+            third = next(resumed)
+            assert not third.snapshot and third.changes[0].value == 7
+
+
+def test_the_async_client_follows_a_store(app: Application) -> None:
+    with served(app) as url:
+
+        async def follow() -> list[ChangeBatch]:
+            async with AsyncRemoteQueryClient(url) as client:
+                subscription = client.subscribe("by-id")
+                got = [await anext(subscription), await anext(subscription)]
+                await asyncio.to_thread(write_by_id)
+                got.append(await anext(subscription))
+                await subscription.aclose()
+                return got
+
+        def write_by_id() -> None:
+            with app.begin_batch(position={"words": {0: 2}}, batch_id=2) as batch:
+                batch.put("by-id", 42, {"name": "changed"})
+
+        snapshots, change = (lambda got: (got[:2], got[2]))(asyncio.run(follow()))
+        assert all(batch.snapshot for batch in snapshots)
+        assert [(c.key, c.value) for c in change.changes] == [(42, {"name": "changed"})]
+
+
+def test_a_lagged_client_raises_with_the_cursor(app: Application) -> None:
+    with served(app) as url, RemoteQueryClient(url) as client:
+        subscription = client.subscribe("raw", key=b"\x00\xff", max_pending=2)
+        first = next(subscription)
+        write_big(app, 2, 200)
+        with pytest.raises(SubscriptionLaggedError) as lagged:
+            for _ in subscription:
+                pass
+        assert "max_pending=2" in lagged.value.reason
+        assert lagged.value.cursor is not None and lagged.value.cursor != first.cursor
