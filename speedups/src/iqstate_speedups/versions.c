@@ -191,6 +191,29 @@ int64_of(PyObject *object, const char *what, int64_t *value)
     return 0;
 }
 
+/* `as_of` (None: the current version) and `boundary`, converted; -1 on an error. */
+static int
+times_of(PyObject *as_of_arg, PyObject *boundary_arg, int *has_as_of, int64_t *as_of,
+         int64_t *boundary)
+{
+    *has_as_of = as_of_arg != Py_None;
+    *as_of = 0;
+    if (*has_as_of && int64_of(as_of_arg, "as_of", as_of) < 0) {
+        return -1;
+    }
+    return int64_of(boundary_arg, "boundary", boundary);
+}
+
+static int
+check_count(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
+{
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, expected, nargs);
+        return -1;
+    }
+    return 0;
+}
+
 /* A scan's timelines lie wherever their engine put them (the memory engine's are spread
  * over the heap), so each row's first read of its timeline would wait for memory: the
  * head, the current value and the older versions' timestamps of a row a few ahead are
@@ -222,8 +245,7 @@ PyDoc_STRVAR(select_found_doc,
 static PyObject *
 select_found(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "select_found takes 5 arguments (%zd given)", nargs);
+    if (check_count("select_found", nargs, 5) < 0) {
         return NULL;
     }
     PyObject *rows = args[0], *found = args[4];
@@ -243,11 +265,10 @@ select_found(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-    int has_as_of = args[1] != Py_None;
-    int64_t as_of = 0, boundary = 0;
+    int has_as_of;
+    int64_t as_of, boundary;
     Py_ssize_t left = -1;
-    if ((has_as_of && int64_of(args[1], "as_of", &as_of) < 0) ||
-        int64_of(args[2], "boundary", &boundary) < 0) {
+    if (times_of(args[1], args[2], &has_as_of, &as_of, &boundary) < 0) {
         return NULL;
     }
     if (args[3] != Py_None) {
@@ -300,14 +321,10 @@ PyDoc_STRVAR(found_at_doc,
 static PyObject *
 found_at(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "found_at takes 3 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    int has_as_of = args[1] != Py_None;
-    int64_t as_of = 0, boundary = 0;
-    if ((has_as_of && int64_of(args[1], "as_of", &as_of) < 0) ||
-        int64_of(args[2], "boundary", &boundary) < 0) {
+    int has_as_of;
+    int64_t as_of, boundary;
+    if (check_count("found_at", nargs, 3) < 0 ||
+        times_of(args[1], args[2], &has_as_of, &as_of, &boundary) < 0) {
         return NULL;
     }
     Found found;
@@ -398,8 +415,7 @@ PyDoc_STRVAR(record_doc,
 static PyObject *
 record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "record takes 3 arguments (%zd given)", nargs);
+    if (check_count("record", nargs, 3) < 0) {
         return NULL;
     }
     return check_bound() < 0 ? NULL : new_record(args[0], args[1], args[2]);
@@ -412,8 +428,7 @@ PyDoc_STRVAR(rows_doc,
 static PyObject *
 rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "rows takes 4 arguments (%zd given)", nargs);
+    if (check_count("rows", nargs, 4) < 0) {
         return NULL;
     }
     if (check_bound() < 0) {
