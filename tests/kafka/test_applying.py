@@ -72,7 +72,7 @@ def changelogs(draw: st.DrawFn) -> list[ChangelogUnit]:
             position = Position.from_map({source: {0: draw(st.integers(0, 50))}})
             marker = BatchMarker(batch_id, position, offset, draw(st.booleans()))
             offset += 1
-        units.append(ChangelogUnit(TP, records, marker, offset, draw(st.booleans())))
+        units.append(ChangelogUnit.of(TP, records, marker, offset, draw(st.booleans())))
     return units
 
 
@@ -111,7 +111,7 @@ def unit(
     data = [DataRecord(key, key, bid, start + i) for i, (key, bid) in enumerate(records)]
     end = start + len(data)
     marker = BatchMarker(batch_id, Position.from_map({"src": {0: end}}), end, allows_gap)
-    return ChangelogUnit(TP, data, marker, end + 1, compacted)
+    return ChangelogUnit.of(TP, data, marker, end + 1, compacted)
 
 
 def test_a_marker_that_skips_ahead_is_refused_and_later_batches_still_apply() -> None:
@@ -151,8 +151,8 @@ def test_records_of_a_batch_without_a_marker_are_never_applied() -> None:
 
 def test_positions_of_batches_covering_different_sources_are_merged() -> None:
     units = [
-        ChangelogUnit(TP, [], BatchMarker(1, Position.from_map({"x": {0: 5}}), 0), 1),
-        ChangelogUnit(TP, [], BatchMarker(2, Position.from_map({"y": {3: 7}}), 1), 2),
+        ChangelogUnit.of(TP, [], BatchMarker(1, Position.from_map({"x": {0: 5}}), 0), 1),
+        ChangelogUnit.of(TP, [], BatchMarker(2, Position.from_map({"y": {3: 7}}), 1), 2),
     ]
     commit = fold(units, None)
     assert commit.position == Position.from_map({"x": {0: 5}, "y": {3: 7}})

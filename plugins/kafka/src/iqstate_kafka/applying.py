@@ -87,34 +87,43 @@ def fold(units: Sequence[ChangelogUnit], fence: int | None) -> StoreCommit:
         if marker is None:
             entries += unit.entries(fence)
             continue
-        records = unit.unfenced(fence)  # the others are replays of applied batches
         if unit.fenced(fence):  # a replayed batch: what its marker did not apply is stray
-            refused += [_stray(record, marker) for record in records]
+            refused += [_stray(record, marker) for record in unit.unfenced(fence)]
             continue
+        # What writers write, and all of a restore: the marker's batch and nothing else
+        # (after the fence, as the marker is), applied as it is.
+        whole = unit.all_of_batch(marker.batch_id)
         if _skips_ahead(marker, fence) and not unit.compacted:
-            refused.append(
-                Refusal(
-                    GAP,
-                    marker.offset,
-                    f"batch marker {marker.batch_id} skips ahead of the partition's last "
-                    f"batch {fence} (nothing compacted in between, and its writer did not "
-                    "allow gaps)",
-                )
-            )
-            refused += [
-                Refusal(GAP, record.offset, f"a record of refused batch {marker.batch_id}")
-                for record in records
-            ]
+            refused += _gap(marker, fence, unit.unfenced(fence))
             continue
-        for record in records:
-            if _belongs(record, marker, unit.compacted):
-                entries.append((record.key, record.value))
-            else:
-                refused.append(_stray(record, marker))
+        if whole:
+            entries += unit.pairs
+        else:
+            for record in unit.unfenced(fence):  # the others are replays of applied batches
+                if _belongs(record, marker, unit.compacted):
+                    entries.append((record.key, record.value))
+                else:
+                    refused.append(_stray(record, marker))
         position = marker.position if position is None else position.merge(marker.position)
         if marker.batch_id is not None:
             fence = batch_id = marker.batch_id
     return StoreCommit(entries, batch_id, position, units[-1].next_offset, tuple(refused))
+
+
+def _gap(marker: BatchMarker, fence: int | None, records: list[DataRecord]) -> list[Refusal]:
+    """The refusals of a marker that skips ahead of `fence`, and of its batch's `records`."""
+    return [
+        Refusal(
+            GAP,
+            marker.offset,
+            f"batch marker {marker.batch_id} skips ahead of the partition's last batch "
+            f"{fence} (nothing compacted in between, and its writer did not allow gaps)",
+        ),
+        *(
+            Refusal(GAP, record.offset, f"a record of refused batch {marker.batch_id}")
+            for record in records
+        ),
+    ]
 
 
 def _skips_ahead(marker: BatchMarker, fence: int | None) -> bool:

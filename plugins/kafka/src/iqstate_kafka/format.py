@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from enum import Enum
+from typing import Final, Literal, NamedTuple
 
 from iqstate.codec import decode_position, encode_position
 from iqstate.errors import CorruptStateError
@@ -119,10 +120,34 @@ def marker_value(batch_id: int | None, position: Position) -> bytes:
 Headers = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
 """Record headers as confluent-kafka gives them (a consumer's are a list)."""
 
-_UNKNOWN = -2  # never a decoded batch id
 _BATCH_IDS: dict[bytes, int | None] = {}
 """Decoded batch-id bytes: a changelog repeats a batch's header on every record."""
 _BATCH_IDS_KEPT = 4096
+
+
+class Unknown(Enum):
+    """`known_batch_id`'s answer for a record it cannot tell about (decode it)."""
+
+    UNKNOWN = "unknown"
+
+
+UNKNOWN: Final = Unknown.UNKNOWN
+
+
+def known_batch_id(key: bytes | None, headers: Headers) -> int | Literal[Unknown.UNKNOWN] | None:
+    """The batch id of a data record as every writer of this format writes it (a key that
+    is not the marker's, one `iqstate.batch` header) whose header bytes `decode` has met
+    before; `UNKNOWN` for anything else, which `decode` then decodes or refuses.
+
+    The restore's fast path: a changelog repeats a batch's header on every record, so all
+    but the first of a batch's records are known by one lookup.
+    """
+    if key is None or key == MARKER_KEY or type(headers) is not list or len(headers) != 1:
+        return UNKNOWN
+    name, found = headers[0]
+    if name != BATCH_HEADER or type(found) is not bytes:
+        return UNKNOWN
+    return _BATCH_IDS.get(found, UNKNOWN)
 
 
 def decode(
@@ -149,9 +174,8 @@ def decode(
             found = _batch_header(headers)
         if not isinstance(found, bytes):
             raise ValueError(f"no {BATCH_HEADER} header with a binary value")
-        batch_id = _BATCH_IDS.get(found, _UNKNOWN)
-        if batch_id == _UNKNOWN:
-            batch_id = _header_batch_id(found)
+        known = _BATCH_IDS.get(found, UNKNOWN)
+        batch_id = _header_batch_id(found) if known is UNKNOWN else known
         return DataRecord(key, value, batch_id, offset)
     except (ValueError, CorruptStateError) as exc:
         raise ChangelogFormatError(topic, partition, offset, str(exc)) from exc

@@ -46,6 +46,7 @@ Not thread-safe: one thread reads.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, NamedTuple
@@ -55,7 +56,14 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from iqstate.position import TopicPartition
 from iqstate_kafka.errors import BrokerUnavailableError, ChangelogFormatError, ClusterError
-from iqstate_kafka.format import BatchMarker, DataRecord, decode, is_fenced
+from iqstate_kafka.format import (
+    UNKNOWN,
+    BatchMarker,
+    DataRecord,
+    decode,
+    is_fenced,
+    known_batch_id,
+)
 from iqstate_kafka.settings import ClusterSettings
 
 logger = logging.getLogger("iqstate_kafka.reader")
@@ -84,12 +92,18 @@ class Watermarks(NamedTuple):
 class ChangelogUnit:
     """What a follower applies in one store commit, then commits `next_offset` with.
 
+    The data records are held column by column (`pairs`, `batch_ids`, `offsets`: the i-th
+    record's `(key, value)`, batch id and offset), not as one `DataRecord` each: a replica
+    restoring millions of records spends less per record, and a unit whose records all
+    belong to its marker's batch is applied as `pairs` as it is (`iqstate_kafka.applying`).
     `marker` is the batch marker that ends the unit, `None` for an incomplete unit (data
     held beyond `max_held_records`): apply its data, but not a position or fence.
     """
 
     partition: TopicPartition
-    records: list[DataRecord]
+    pairs: list[tuple[bytes, bytes | None]]
+    batch_ids: list[int | None]
+    offsets: list[int]
     marker: BatchMarker | None
     next_offset: int
     compacted: bool = False
@@ -97,18 +111,52 @@ class ChangelogUnit:
     started) and this unit's end: compaction removed records there, markers included, so
     batch ids may skip ahead legitimately (`iqstate_kafka.applying`)."""
 
+    @classmethod
+    def of(
+        cls,
+        partition: TopicPartition,
+        records: Sequence[DataRecord],
+        marker: BatchMarker | None,
+        next_offset: int,
+        compacted: bool = False,
+    ) -> ChangelogUnit:
+        """The unit of `records` (in order), ended by `marker`."""
+        return cls(
+            partition,
+            [(record.key, record.value) for record in records],
+            [record.batch_id for record in records],
+            [record.offset for record in records],
+            marker,
+            next_offset,
+            compacted,
+        )
+
+    @property
+    def records(self) -> list[DataRecord]:
+        """The data records, in order."""
+        return [
+            DataRecord(key, value, batch_id, offset)
+            for (key, value), batch_id, offset in zip(
+                self.pairs, self.batch_ids, self.offsets, strict=True
+            )
+        ]
+
+    def all_of_batch(self, batch_id: int | None) -> bool:
+        """True iff every data record belongs to batch `batch_id` (none: true)."""
+        return self.batch_ids.count(batch_id) == len(self.batch_ids)
+
     def fenced(self, fence: int | None) -> bool:
         """True iff the unit's batch was applied already where the fence is `fence`."""
         return self.marker is not None and is_fenced(self.marker.batch_id, fence)
 
     def unfenced(self, fence: int | None) -> list[DataRecord]:
         """The records of batches after `fence` (the others are replays), in order."""
-        if fence is None:
-            return self.records
         return [record for record in self.records if not is_fenced(record.batch_id, fence)]
 
     def entries(self, fence: int | None) -> list[tuple[bytes, bytes | None]]:
         """`(key, value)` of the records to apply: those of batches after `fence`, in order."""
+        if fence is None or not any(is_fenced(batch_id, fence) for batch_id in self.batch_ids):
+            return list(self.pairs)
         return [(record.key, record.value) for record in self.unfenced(fence)]
 
 
@@ -127,10 +175,26 @@ class OffsetOutOfRange:
 class _Partition:
     partition: TopicPartition
     next_offset: int
-    held: list[DataRecord] = field(default_factory=list)
+    pairs: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+    batch_ids: list[int | None] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
     skipped: int = 0
     holes: bool = False
     """An offset was missing since the last marker read (compaction)."""
+
+    def hand_out(self, marker: BatchMarker | None, next_offset: int) -> ChangelogUnit:
+        """The unit of the data held, ended by `marker`; nothing is held afterwards."""
+        unit = ChangelogUnit(
+            self.partition,
+            self.pairs,
+            self.batch_ids,
+            self.offsets,
+            marker,
+            next_offset,
+            self.holes,
+        )
+        self.pairs, self.batch_ids, self.offsets = [], [], []
+        return unit
 
 
 class ChangelogConsumer:
@@ -250,40 +314,47 @@ class ChangelogConsumer:
             return []
         messages = [first, *self._consumer.consume(self._max_records - 1, 0)]
         events: list[ChangelogUnit | OffsetOutOfRange] = []
+        max_held = self._max_held
+        partitions = self._partitions
+        # One pass, the cheapest per record: consecutive messages are mostly of one
+        # partition, and a data record whose only header is a batch id decoded before
+        # (`format.known_batch_id`) is held without the general `decode`.
+        topic, number, state = "", -1, None
         for message in messages:
             error = message.error()
             if error is not None:
                 self._failed(message, error, events)
+                topic, number, state = "", -1, None  # it may have unassigned a partition
                 continue
-            topic = message.topic() or ""
-            number = message.partition() or 0
-            state = self._partitions.get((topic, number))
+            if message.partition() != number or message.topic() != topic:
+                topic, number = message.topic() or "", message.partition() or 0
+                state = partitions.get((topic, number))
             if state is None:
                 continue  # fetched before its partition was unassigned
             offset = message.offset() or 0
-            state.holes |= offset != state.next_offset
+            if offset != state.next_offset:
+                state.holes = True
             state.next_offset = offset + 1
-            try:
-                record = decode(
-                    topic, number, offset, message.key(), message.value(), message.headers()
-                )
-            except ChangelogFormatError as exc:
-                state.skipped += 1
-                logger.error("%s; skipped (%d undecodable records so far)", exc, state.skipped)
-                continue
-            if isinstance(record, DataRecord):
-                state.held.append(record)
-                if self._max_held is not None and len(state.held) >= self._max_held:
-                    events.append(
-                        ChangelogUnit(state.partition, state.held, None, offset + 1, state.holes)
-                    )
-                    state.held = []
-            else:
-                events.append(
-                    ChangelogUnit(state.partition, state.held, record, offset + 1, state.holes)
-                )
-                state.held = []
-                state.holes = False
+            key, value, headers = message.key(), message.value(), message.headers()
+            batch_id = known_batch_id(key, headers)
+            if batch_id is UNKNOWN:
+                try:
+                    record = decode(topic, number, offset, key, value, headers)
+                except ChangelogFormatError as exc:
+                    state.skipped += 1
+                    logger.error("%s; skipped (%d undecodable records so far)", exc, state.skipped)
+                    continue
+                if isinstance(record, BatchMarker):
+                    events.append(state.hand_out(record, offset + 1))
+                    state.holes = False
+                    continue
+                batch_id = record.batch_id
+            assert key is not None  # a data record (decode refuses one without a key)
+            state.pairs.append((key, value))
+            state.batch_ids.append(batch_id)
+            state.offsets.append(offset)
+            if max_held is not None and len(state.pairs) >= max_held:
+                events.append(state.hand_out(None, offset + 1))
         return events
 
     def _failed(
