@@ -118,6 +118,8 @@ async def follow_remote(
                 sink(Ended(partitions, f"instance {host} refused: {_message(body)}"))
                 return
             async for sse in source.aiter_sse():
+                if not sse.data:  # a keep-alive comment (the decoder repeats the last id)
+                    continue
                 if sse.event == END_EVENT:
                     end = json.loads(sse.data)
                     if end.get("reason") == LAGGED:

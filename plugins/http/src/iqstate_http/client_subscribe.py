@@ -132,6 +132,8 @@ class RemoteSubscriptionLogic:
         """What an event brings: a batch to yield, or None (a batch had already);
         `StreamEnded` for an end that calls for another instance, `SubscriptionLaggedError`
         for a subscriber that fell behind."""
+        if not data:  # a keep-alive comment (the decoder repeats the last id)
+            return None
         if name == END_EVENT:
             end = json.loads(data)
             if end.get("reason") == LAGGED:
