@@ -16,21 +16,32 @@ follower, against a raw floor measured in the same run.
   rocksdict `WriteBatch` per partition, one database per partition, through the WAL without
   fsync (as the stores commit). No decoding, no positions, no offsets kept.
 
-Rounds alternate floor and follower; the best round of each counts. Besides the rates, the
-CPU time this process spent per record (Python and librdkafka's threads; the broker runs
-apart) shows what each costs when the broker is not the bottleneck. Starts a broker
-(`LocalBroker`) unless given one.
+* baseline (`--baseline REV`): the follower of git revision `REV` of this repository
+  (its `core` and `plugins` sources, extracted with `git archive`), restoring the same topic
+  in the same rounds. Then both followers run in a child process each round, so neither
+  inherits the other's state.
+
+Rounds alternate floor and follower (and baseline); the best round of each counts. Besides
+the rates, the CPU time the restoring process spent per record (Python and librdkafka's
+threads; the broker runs apart) shows what each costs when the broker is not the
+bottleneck. Starts a broker (`LocalBroker`) unless given one.
 
     python bench/kafka_restore.py [--records 1000000] [--batch 50000] [--partitions 4]
-        [--rounds 3] [--max-records N] [--bootstrap HOST:PORT]
+        [--rounds 3] [--max-records N] [--bootstrap HOST:PORT] [--baseline REV]
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
+import os
 import random
 import resource
 import shutil
+import subprocess
+import sys
+import tarfile
 import tempfile
 import time
 import uuid
@@ -189,37 +200,103 @@ def measured(restore: Callable[[], float]) -> Round:
     return Round(seconds, cpu)
 
 
+def extract_revision(revision: str) -> tuple[Path, str]:
+    """`revision`'s core and plugin sources in a new directory, and their `PYTHONPATH`."""
+    root = Path(__file__).resolve().parent.parent
+    directory = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", revision, "core", "plugins"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(directory, filter="data")
+    sources = [directory / "core" / "src", *sorted((directory / "plugins").glob("*/src"))]
+    return directory, os.pathsep.join(str(source) for source in sources)
+
+
+def in_child(args: argparse.Namespace, application_id: str, pythonpath: str | None) -> Round:
+    """One follower round in a new Python process (with `pythonpath` first, if given)."""
+    environment = dict(os.environ)
+    if pythonpath is not None:
+        environment["PYTHONPATH"] = os.pathsep.join(
+            [pythonpath, *filter(None, [environment.get("PYTHONPATH")])]
+        )
+    command = [sys.executable, __file__, "--follower-round", application_id]
+    command += ["--bootstrap", args.bootstrap, "--records", str(args.records)]
+    command += ["--partitions", str(args.partitions)]
+    if args.max_records is not None:
+        command += ["--max-records", str(args.max_records)]
+    output = subprocess.run(
+        command, env=environment, check=True, capture_output=True, text=True
+    ).stdout
+    seconds, cpu_seconds = json.loads(output.strip().splitlines()[-1])
+    return Round(seconds, cpu_seconds)
+
+
+def follower_round(cluster: KafkaCluster, args: argparse.Namespace) -> None:
+    """`--follower-round`: restore once, print `[seconds, cpu seconds]` as JSON."""
+    options = {} if args.max_records is None else {"max_records": args.max_records}
+    result = measured(
+        lambda: restore_follower(
+            cluster, args.follower_round, args.partitions, args.records, options
+        )
+    )
+    print(json.dumps([result.seconds, result.cpu_seconds]))
+
+
 def report(cluster: KafkaCluster, args: argparse.Namespace) -> None:
     application_id, total = write_changelog(cluster, args.records, args.batch, args.partitions)
     options = {} if args.max_records is None else {"max_records": args.max_records}
-    floors, followers = [], []
-    for _ in range(args.rounds):
-        floors.append(
-            measured(lambda: restore_floor(cluster, application_id, args.partitions, total))
-        )
-        followers.append(
-            measured(
-                lambda: restore_follower(
-                    cluster, application_id, args.partitions, args.records, options
-                )
+    baseline: tuple[Path, str] | None = None
+    if args.baseline:
+        baseline = extract_revision(args.baseline)
+        args.bootstrap = cluster.bootstrap_servers
+    floors: list[Round] = []
+    sides: dict[str, list[Round]] = {"follower": []}
+    if baseline is not None:
+        sides[f"baseline {args.baseline}"] = []
+    try:
+        for _ in range(args.rounds):
+            floors.append(
+                measured(lambda: restore_floor(cluster, application_id, args.partitions, total))
             )
-        )
-    floor, follower = min(floors), min(followers)
+            if baseline is None:
+                sides["follower"].append(
+                    measured(
+                        lambda: restore_follower(
+                            cluster, application_id, args.partitions, args.records, options
+                        )
+                    )
+                )
+                continue
+            sides["follower"].append(in_child(args, application_id, None))
+            sides[f"baseline {args.baseline}"].append(in_child(args, application_id, baseline[1]))
+    finally:
+        if baseline is not None:
+            shutil.rmtree(baseline[0])
+    floor = min(floors)
     print(calibration_line())
     print(
         f"restore of {args.records:,} records (16 B shuffled keys, 100 B values) in batches of "
         f"{args.batch:,} over {args.partitions} partitions (+{total - args.records:,} markers) "
         f"into RocksDB; best of {args.rounds} rounds"
     )
-    for name, best in (("floor (consume + WriteBatch)", floor), ("follower", follower)):
+    rounds = {"floor (consume + WriteBatch)": floors, **sides}
+    for name, measured_rounds in rounds.items():
+        best = min(measured_rounds)
         print(
             f"  {name:30s} {args.records / best.seconds:>10,.0f} records/s  "
             f"{floor.seconds / best.seconds:.2f}x floor  "
             f"CPU {best.cpu_seconds / args.records * 1e6:.1f} us/record"
         )
     print(
-        f"  seconds per round: floor {[round(r.seconds, 2) for r in floors]}, "
-        f"follower {[round(r.seconds, 2) for r in followers]}"
+        "  seconds per round: "
+        + ", ".join(
+            f"{name.split(' (')[0]} {[round(r.seconds, 2) for r in measured_rounds]}"
+            for name, measured_rounds in rounds.items()
+        )
     )
 
 
@@ -231,7 +308,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-records", type=int, help="the follower's max_records")
     parser.add_argument("--bootstrap", help="an existing broker (default: start one)")
+    parser.add_argument("--baseline", help="a git revision whose follower restores too")
+    parser.add_argument("--follower-round", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.follower_round:
+        follower_round(KafkaCluster(args.bootstrap, timeout=30.0), args)
+        return
     if args.bootstrap:
         report(KafkaCluster(args.bootstrap, timeout=30.0), args)
         return
