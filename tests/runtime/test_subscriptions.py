@@ -260,3 +260,62 @@ def test_a_replica_following_a_changelog_publishes_whole_batches(tmp_path: Path)
         )
     finally:
         hosted.close()
+
+
+def test_a_cursor_resumed_on_a_replica_that_is_behind_goes_on_without_going_back(
+    tmp_path: Path,
+) -> None:
+    """Replicas of a partition mark batches with the same changelog offsets: a subscriber
+    that moves to a replica not yet where it was waits for that replica to catch up, and
+    gets neither a snapshot older than what it holds nor a batch it has seen."""
+    app = Application("app", tmp_path)
+    spec = app.key_value_store("s", 1, value_serde="int64")
+
+    def replica(name: str) -> HostedPartition:
+        directory = tmp_path / name / "s" / "0"
+        directory.mkdir(parents=True)
+        context = StateStoreContext(
+            application_id="app",
+            store_name="s",
+            partition=0,
+            directory=directory,
+            changelog_partition=TopicPartition("app-s-changelog", 0),
+            query_handlers=default_registry().query_handlers,
+        )
+        hosted = HostedPartition(
+            spec, 0, ACTIVE, context, CommittedPartitions(tmp_path / name / "s"), followed=True
+        )
+        hosted.open()
+        return hosted
+
+    def apply(hosted: HostedPartition, batch: int) -> None:
+        """Batch `batch` of the changelog: one record at offset 2 * batch, its marker after."""
+        record = (spec.key_serde.serialize(f"k{batch}"), spec.value_serde.serialize(batch))
+        position = Position.from_map({"t": {0: batch}})
+        hosted.apply_changelog([record], batch, position, 2 * batch + 2)
+
+    everything = KeyFilter.build(spec, None, None, None, None)
+    ahead, behind = replica("ahead"), replica("behind")
+    try:
+        for batch in (1, 2, 3):
+            apply(ahead, batch)
+        apply(behind, 1)
+        seen = Subscription("app", spec, {0: ahead}, keys=everything)
+        assert next(seen).snapshot
+        for batch in (4, 5):
+            apply(ahead, batch)
+        assert [change.key for change in next(seen).changes] == ["k4"]
+        cursor = next(seen).cursor  # after batch 5
+
+        moved = Subscription("app", spec, {0: behind}, keys=everything, from_cursor=cursor)
+        assert moved.poll() is None  # no snapshot of batch 1's state
+        for batch in (2, 3, 4, 5):
+            apply(behind, batch)
+            assert moved.poll() is None  # seen on the other replica already
+        apply(behind, 6)
+        resumed = moved.poll()
+        assert resumed is not None and not resumed.snapshot
+        assert [change.key for change in resumed.changes] == ["k6"]
+    finally:
+        ahead.close()
+        behind.close()

@@ -269,8 +269,13 @@ class ChangeFeed:
 
     def index_after(self, mark: int) -> int | None:
         """Where a reader that got to `mark` goes on reading, or None when the buffer cannot
-        replay from there (call under the partition's lock: nothing is published meanwhile)."""
-        if mark == self.last_mark:
+        replay from there (call under the partition's lock: nothing is published meanwhile).
+
+        A replica following a changelog that is behind a mark another replica of the
+        partition reached (marks there are changelog offsets, the same on every replica)
+        goes on from its head: the reader passes over what it has seen already rather than
+        start again from a snapshot older than what it holds."""
+        if mark == self.last_mark or (self.lineage == CHANGELOG_LINEAGE and mark > self.last_mark):
             return self.head
         with self._lock:
             for item in self._items:

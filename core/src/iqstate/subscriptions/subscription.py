@@ -27,10 +27,9 @@ from iqstate.position import Position
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import StoreSpec
 from iqstate.subscriptions.changes import Change, ChangeBatch
-from iqstate.subscriptions.cursor import Cursor, Progress
+from iqstate.subscriptions.cursor import Cursor, Progress, resumed_cursor
 from iqstate.subscriptions.decoding import decoder_for, read_snapshot
 from iqstate.subscriptions.errors import (
-    InvalidCursorError,
     SubscriptionEndedError,
     SubscriptionLaggedError,
 )
@@ -118,28 +117,9 @@ class Subscription:
     # -- starting ------------------------------------------------------------------------------
 
     def _resumed(self, application_id: str, text: str | None) -> Cursor:
-        fresh = Cursor(application_id, self.store, self._keys.identity)
-        if text is None:
-            return fresh
-        cursor = Cursor.parse(text)
-        for what, got, want in (
-            ("application", cursor.application_id, application_id),
-            ("store", cursor.store, self.store),
-            ("filter", cursor.filter_id, fresh.filter_id),
-        ):
-            if got != want:
-                raise InvalidCursorError(
-                    f"the cursor belongs to another {what} ({got!r}), not to this "
-                    f"subscription's ({want!r}): resume with the cursor of a subscription "
-                    "of the same store and keys"
-                )
-        for partition in cursor.progress:
-            if partition >= self._spec.partitions:
-                raise InvalidCursorError(
-                    f"the cursor names partition {partition} of store {self.store!r}, which "
-                    f"has partitions 0..{self._spec.partitions - 1}"
-                )
-        return cursor
+        return resumed_cursor(
+            text, application_id, self.store, self._keys.identity, self._spec.partitions
+        )
 
     def _chosen(
         self, hosted: Mapping[int, HostedPartition], partitions: Iterable[int] | None
