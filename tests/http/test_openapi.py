@@ -1,5 +1,7 @@
 """The OpenAPI document describes the service exactly: schemathesis, with every check,
-finds no request the service answers differently from what the document says."""
+finds no request the service answers differently from what the document says (a change
+stream's first event included: tests/http/schemathesis.toml bounds how much of each stream
+it reads)."""
 
 from __future__ import annotations
 
@@ -59,6 +61,32 @@ def test_document_lists_every_route_and_the_stores(client: httpx.Client) -> None
         "scheme": "bearer",
     }
     assert "security" not in paths["/v1/query"]["post"]  # no token: nothing is required
+
+
+def test_document_describes_each_stores_change_stream(client: httpx.Client) -> None:
+    document = client.get("/openapi.json").json()
+    paths = document["paths"]
+    for store in ("by-id", "counts", "docs", "per-minute", "raw"):
+        assert f"/v1/stores/{store}/changes" in paths
+    operation = paths["/v1/stores/by-id/changes"]["get"]
+    parameters = {p["name"]: p for p in operation["parameters"]}
+    assert set(parameters) == {
+        "key", "lower", "upper", "prefix", "partitions", "acceptable_lag", "max_pending",
+        "cursor", "Last-Event-ID",
+    }  # fmt: skip
+    assert parameters["key"]["schema"]["type"] == "integer"  # by-id's keys are int64
+    assert parameters["Last-Event-ID"]["in"] == "header"
+    assert {"400", "404", "503"} <= set(operation["responses"])
+    batch, end = operation["responses"]["200"]["content"]["text/event-stream"]["schema"]["oneOf"]
+    data = batch["properties"]["data"]["contentSchema"]
+    assert data["required"] == ["partition", "position", "snapshot", "changes"]
+    assert end["properties"]["event"] == {"const": "end"}
+    reasons = document["components"]["schemas"]["ChangeStreamEnd"]["properties"]["reason"]
+    assert reasons["enum"] == ["lagged", "unavailable", "ended"]
+    windows = paths["/v1/stores/per-minute/changes"]["get"]["responses"]["200"]["content"]
+    (window_batch, _) = windows["text/event-stream"]["schema"]["oneOf"]
+    change = window_batch["properties"]["data"]["contentSchema"]["properties"]["changes"]["items"]
+    assert change["required"] == ["key", "value", "start", "end"]
 
 
 def test_document_requires_the_token_the_service_requires(app: Application) -> None:

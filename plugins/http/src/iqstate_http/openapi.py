@@ -3,9 +3,10 @@
 It is built from the application's stores, so it says exactly what the service accepts:
 each store's name, the routes that serve it, the JSON type of its keys and the query types
 it answers (each with its fields and the shape of its result, `components.schemas`), and
-the partitions a request may name. Clients and fuzzers generating requests from it reach
-the stores instead of guessing their names. The bearer scheme is declared,
-and required on the data routes when the service has a token.
+the partitions a request may name, and each store's change stream (its parameters and the
+events it sends). Clients and fuzzers generating requests from it reach the stores instead
+of guessing their names. The bearer scheme is declared, and required on the data routes
+when the service has a token.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from iqstate.runtime.spec import StoreSpec
+from iqstate.subscriptions.subscription import DEFAULT_MAX_PENDING
+from iqstate_http.change_request import MAX_PENDING_LIMIT
+from iqstate_http.change_upstreams import END_EVENT
 from iqstate_http.codecs import (
     BASE64,
     BUILTIN_CODECS,
@@ -518,6 +522,127 @@ def _path_key(spec: StoreSpec) -> dict[str, Any] | None:
     }
 
 
+_END = {
+    "type": "object",
+    "required": ["reason", "message", "cursor"],
+    "description": "why a change stream ended by itself; resume from cursor (Last-Event-ID)",
+    "properties": {
+        "reason": {
+            "enum": ["lagged", "unavailable", "ended"],
+            "description": "lagged: the subscriber fell more than max_pending events behind; "
+            "unavailable: a partition found no replica to follow it; ended: a forwarded "
+            "stream whose partitions left this instance",
+        },
+        "message": {"type": "string"},
+        "cursor": {"type": "string"},
+    },
+}
+_WINDOWED = frozenset({"window", "session"})
+_STAMPED_TYPES = frozenset({"timestamped_key_value", "versioned_key_value"})
+
+
+def _key_text(spec: StoreSpec) -> dict[str, Any]:
+    """A key in a query parameter, as the key route takes it in its path."""
+    name = _serde(spec.key_serde)
+    if name == "json":
+        return {"type": "string", "contentMediaType": "application/json"}
+    schema = _BODY_KEY_SCHEMAS.get(name, {"type": "string"})
+    return {k: v for k, v in schema.items() if k != "contentEncoding"}
+
+
+def _change_batch(spec: StoreSpec) -> dict[str, Any]:
+    """The `data` of a store's change event: one committed batch of one partition."""
+    fields: dict[str, Any] = {
+        "key": {**_body_key(spec), "description": "the key as JSON"},
+        "value": {"description": "the value as JSON; null: the key was deleted"},
+    }
+    required = ["key", "value"]
+    if spec.store_type in _WINDOWED:
+        fields["start"] = {**_INT64, "description": "the window's or session's start (ms)"}
+        fields["end"] = {**_INT64, "description": "its end (ms, exclusive)"}
+        required += ["start", "end"]
+    if spec.store_type in _STAMPED_TYPES:
+        fields["timestamp"] = {**_INT64, "description": "the timestamp of the put (ms)"}
+    return {
+        "type": "object",
+        "required": ["partition", "position", "snapshot", "changes"],
+        "properties": {
+            "partition": {"type": "integer", "minimum": 0, "maximum": spec.partitions - 1},
+            "position": _NULLABLE_POSITION,
+            "snapshot": {
+                "type": "boolean",
+                "description": "true: every matching key of the partition at position (the "
+                "first event of each partition, or where the replica could not replay): "
+                "replace what you hold of the partition",
+            },
+            "changes": {
+                "type": "array",
+                "items": {"type": "object", "required": required, "properties": fields},
+            },
+        },
+    }
+
+
+def _change_parameters(spec: StoreSpec) -> list[dict[str, Any]]:
+    """The query parameters and header of a store's change stream."""
+    key = _key_text(spec)
+    numbers = "|".join(str(number) for number in range(spec.partitions))
+
+    def query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+        return {"name": name, "in": "query", "required": False, "description": description,
+                "schema": schema}  # fmt: skip
+
+    return [
+        query("key", "follow this key only (alone: no lower, upper or prefix)", key),
+        query("lower", "follow the keys from lower (inclusive, in the store's byte order)", key),
+        query("upper", "follow the keys up to upper (inclusive)", key),
+        query("prefix", "follow the keys whose serialized form starts with prefix's", key),
+        query(
+            "partitions",
+            "comma-separated partitions to follow (default: all; a key's partition only)",
+            {"type": "string", "pattern": f"^({numbers})(,({numbers}))*$"},
+        ),
+        {**_ACCEPTABLE_LAG, "description": "offsets a standby may lag and still be followed "
+         "(default: the running actives)"},
+        query(
+            "max_pending",
+            "events this subscriber may leave unread before the stream ends with lagged",
+            {"type": "integer", "minimum": 1, "maximum": MAX_PENDING_LIMIT,
+             "default": DEFAULT_MAX_PENDING},
+        ),
+        query("cursor", "resume after the event with this id (Last-Event-ID wins over it)",
+              {"type": "string"}),
+        {"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"},
+         "description": "resume after the event with this id (EventSource sends it when it "
+         "reconnects)"},
+    ]  # fmt: skip
+
+
+def _change_events(spec: StoreSpec) -> dict[str, Any]:
+    """One event of a store's change stream: a batch (unnamed), or the final `end`."""
+
+    def event(name: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "required": ["data", "id"],
+            "properties": {
+                "event": name,
+                "id": {"type": "string", "description": "the merged cursor after this event"},
+                "data": {
+                    "type": "string",
+                    "contentMediaType": "application/json",
+                    "contentSchema": data,
+                },
+            },
+        }
+
+    batch = event({"const": "message", "description": "unnamed"}, _change_batch(spec))
+    end = event({"const": END_EVENT}, {"$ref": "#/components/schemas/ChangeStreamEnd"})
+    end["required"] = ["event", "data", "id"]
+    return {"oneOf": [batch, end], "description": "a Server-Sent Event; an idle stream gets a "
+            "keep-alive comment every 15 s (by default)"}  # fmt: skip
+
+
 class _Operations:
     """Operations sharing the service's error responses and security requirement."""
 
@@ -649,6 +774,22 @@ def openapi_document(
                 "get": ops.operation(f"look a key of {spec.name!r} up", answer,
                                      parameters=[key, _ACCEPTABLE_LAG])
             }  # fmt: skip
+    for spec in specs:
+        paths[f"/v1/stores/{spec.name}/changes"] = {
+            "get": {
+                **ops.operation(
+                    f"follow {spec.name!r}: its committed changes as Server-Sent Events",
+                    _change_events(spec),
+                    parameters=_change_parameters(spec),
+                    media="text/event-stream",
+                ),
+                "description": "A snapshot of the matching keys per partition, then each "
+                "committed batch that changed one, in commit order, merged from every "
+                "partition's host. The stream does not end while the pipeline runs; when it "
+                "ends by itself, its last event is `end` (components.schemas.ChangeStreamEnd). "
+                "Bad input is a 400 before any event.",
+            }
+        }
     key_place = [
         {
             "type": "object",
@@ -669,6 +810,7 @@ def openapi_document(
                     [body for spec in specs for body in _query_requests(spec, max_rows)]
                 ),
                 "KeyPlaceRequest": _one_of(key_place),
+                "ChangeStreamEnd": _END,
                 **{_result_name(name): schema for name, schema in _RESULTS.items()},
             },
         },
