@@ -8,9 +8,16 @@ and what subscribers cost the pipeline.
     following the whole store): events delivered per second, CPU seconds and RSS;
 (c) the pipeline's commit rate (batches/s, unpaced) without subscribers, with 1,000 that
     read (their decoding shares the process and its GIL), and with 1,000 that are stalled
-    (the cost of publishing alone); the ratios against no subscribers.
+    (the cost of publishing alone); the ratios against no subscribers. Unpaced, 1,000
+    readers in the committer's process take the interpreter from it (the GIL): (c) shows
+    that limit, not a pipeline's life;
+(d) a paced pipeline (`--paced-rate` batches/s of `--paced-entries` entries, as a
+    micro-batch stream commits) for `--paced-seconds`, without subscribers and with 1,000
+    reading in-process that keep up: the time each batch takes the pipeline (building and
+    committing it), mean and p99, and their ratio: what following the store costs it.
 
     python bench/subscriptions.py [--engine memory] [--batches 300] [--entries 100]
+        [--paced-rate 20] [--paced-entries 1000] [--paced-seconds 10]
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import resource
+import statistics
 import tempfile
 import threading
 import time
@@ -155,18 +163,71 @@ def many_subscribers(root: Path, engine: str, subscribers: int, batches: int, en
     app.close()
 
 
+def paced_batches(
+    app: Application, first: int, count: int, rate: float, entries: int
+) -> list[float]:
+    """Commit `count` batches at `rate` a second; the seconds each took the pipeline."""
+    took = []
+    due = time.perf_counter()
+    for number in range(first, first + count):
+        due += 1 / rate
+        begun = time.perf_counter()
+        commit(app, number, entries)
+        took.append(time.perf_counter() - begun)
+        time.sleep(max(0.0, due - time.perf_counter()))
+    return took
+
+
+def paced(
+    root: Path, engine: str, subscribers: int, rate: float, entries: int, seconds: float
+) -> None:
+    app = application(root / "paced", engine)
+    count = int(rate * seconds)
+    alone = paced_batches(app, 0, count, rate, entries)
+    readers = [app.subscribe("s", max_pending=1 << 20) for _ in range(subscribers)]
+    for subscription in readers:
+        while subscription.poll() is not None:
+            pass
+    loop = asyncio.new_event_loop()
+    result: list[int] = []
+    consumer = threading.Thread(
+        target=lambda: result.append(loop.run_until_complete(drain(readers, count * PARTITIONS)))
+    )
+    consumer.start()
+    followed = paced_batches(app, count, count, rate, entries)
+    consumer.join(timeout=600)
+    loop.close()
+    app.close()
+    events = result[0] if result else 0
+    mean_alone, mean_followed = statistics.fmean(alone), statistics.fmean(followed)
+    print(
+        f"(d) paced pipeline, {rate:g} batches/s of {entries} entries for {seconds:g} s: a batch "
+        f"takes it {mean_alone * 1e3:.2f} ms (p99 {percentile(alone, 0.99) * 1e3:.2f}) alone, "
+        f"{mean_followed * 1e3:.2f} ms (p99 {percentile(followed, 0.99) * 1e3:.2f}) with "
+        f"{subscribers} subscribers reading in-process: {mean_followed / mean_alone - 1:+.0%}; "
+        f"they received {events:,} events of {count * PARTITIONS * subscribers:,}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", default="memory")
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--entries", type=int, default=100)
     parser.add_argument("--subscribers", type=int, default=1000)
+    parser.add_argument("--paced-rate", type=float, default=20)
+    parser.add_argument("--paced-entries", type=int, default=1000)
+    parser.add_argument("--paced-seconds", type=float, default=10)
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="iqstate-bench-subscriptions-") as root:
         freshness(Path(root), options.engine, options.batches, options.entries)
         many_subscribers(
             Path(root), options.engine, options.subscribers, options.batches, options.entries
         )
+        paced(
+            Path(root), options.engine, options.subscribers, options.paced_rate,
+            options.paced_entries, options.paced_seconds,
+        )  # fmt: skip
 
 
 if __name__ == "__main__":
