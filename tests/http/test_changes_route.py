@@ -334,3 +334,19 @@ def test_a_lagged_client_raises_with_the_cursor(app: Application) -> None:
                 pass
         assert "max_pending=2" in lagged.value.reason
         assert lagged.value.cursor is not None and lagged.value.cursor != first.cursor
+
+
+def test_a_stream_whose_application_stops_ends_with_its_reason(app: Application) -> None:
+    """The application closing under a served stream ends the subscription; the stream
+    then ends with `unavailable` and the cursor, never hanging on keep-alive pings."""
+    settings = StreamSettings(resume_timeout=0.5, retry_interval=0.1, ping_interval=0.2)
+    with (
+        served(app, change_streams=settings) as url,
+        stream(url, "/v1/stores/counts/changes?key=spark") as events,
+    ):
+        (snapshot,) = take(events, 1)
+        app.close()
+        final = next(event for event in events if event.event == "end")
+        body = json.loads(final.data)
+        assert body["reason"] == "unavailable"
+        assert body["cursor"] == final.id == snapshot.id

@@ -31,6 +31,7 @@ import httpx
 from sse_starlette import ServerSentEvent
 
 from iqstate import Application
+from iqstate.errors import IqstateError
 from iqstate.subscriptions.cursor import Cursor
 from iqstate_http.change_events import already_past
 from iqstate_http.change_upstreams import (
@@ -170,7 +171,11 @@ class ChangeStream:
         remote: dict[str, list[int]] = {}
         missing: list[int] = []
         for partition in partitions:
-            chosen = self._replicas.candidates(request.store, partition, request.acceptable_lag)
+            try:
+                chosen = self._replicas.candidates(request.store, partition, request.acceptable_lag)
+            except IqstateError as error:  # the application stopped: no replica here now
+                self._sink(Ended(partitions, f"{type(error).__name__}: {error}"))
+                return
             if request.forwarded:
                 chosen = [replica for replica in chosen if replica.local]
             if not chosen:
