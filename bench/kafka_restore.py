@@ -22,12 +22,14 @@ follower, against a raw floor measured in the same run.
   inherits the other's state.
 
 Rounds alternate floor and follower (and baseline); the best round of each counts. Besides
-the rates, the CPU time the restoring process spent per record (Python and librdkafka's
-threads; the broker runs apart) shows what each costs when the broker is not the
-bottleneck. Starts a broker (`LocalBroker`) unless given one.
+the rates, the CPU time the restoring process (and its reader workers, with
+`--reader-processes N`) spent per record (Python, librdkafka's and RocksDB's threads; the
+broker runs apart) shows what each costs when the broker is not the bottleneck. Starts a
+broker (`LocalBroker`) unless given one.
 
     python bench/kafka_restore.py [--records 1000000] [--batch 50000] [--partitions 4]
-        [--rounds 3] [--max-records N] [--bootstrap HOST:PORT] [--baseline REV]
+        [--rounds 3] [--max-records N] [--reader-processes N] [--bootstrap HOST:PORT]
+        [--baseline REV]
 """
 
 from __future__ import annotations
@@ -192,12 +194,17 @@ class Round(NamedTuple):
 
 
 def measured(restore: Callable[[], float]) -> Round:
-    """The restore's wall time, and the CPU time this process spent meanwhile."""
-    before = resource.getrusage(resource.RUSAGE_SELF)
+    """The restore's wall time, and the CPU time this process and the child processes it
+    ended meanwhile (the follower's reader workers) spent."""
+
+    def cpu() -> float:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+    before = cpu()
     seconds = restore()
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return Round(seconds, cpu)
+    return Round(seconds, cpu() - before)
 
 
 def extract_revision(revision: str) -> tuple[Path, str]:
@@ -228,6 +235,8 @@ def in_child(args: argparse.Namespace, application_id: str, pythonpath: str | No
     command += ["--partitions", str(args.partitions)]
     if args.max_records is not None:
         command += ["--max-records", str(args.max_records)]
+    if pythonpath is None:
+        command += ["--reader-processes", str(args.reader_processes)]
     output = subprocess.run(
         command, env=environment, check=True, capture_output=True, text=True
     ).stdout
@@ -235,9 +244,16 @@ def in_child(args: argparse.Namespace, application_id: str, pythonpath: str | No
     return Round(seconds, cpu_seconds)
 
 
+def follower_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {"reader_processes": args.reader_processes}
+    if args.max_records is not None:
+        options["max_records"] = args.max_records
+    return options
+
+
 def follower_round(cluster: KafkaCluster, args: argparse.Namespace) -> None:
     """`--follower-round`: restore once, print `[seconds, cpu seconds]` as JSON."""
-    options = {} if args.max_records is None else {"max_records": args.max_records}
+    options = follower_options(args)
     result = measured(
         lambda: restore_follower(
             cluster, args.follower_round, args.partitions, args.records, options
@@ -248,7 +264,7 @@ def follower_round(cluster: KafkaCluster, args: argparse.Namespace) -> None:
 
 def report(cluster: KafkaCluster, args: argparse.Namespace) -> None:
     application_id, total = write_changelog(cluster, args.records, args.batch, args.partitions)
-    options = {} if args.max_records is None else {"max_records": args.max_records}
+    options = follower_options(args)
     baseline: tuple[Path, str] | None = None
     if args.baseline:
         baseline = extract_revision(args.baseline)
@@ -307,6 +323,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-records", type=int, help="the follower's max_records")
+    parser.add_argument(
+        "--reader-processes", type=int, default=0, help="the follower's reader_processes"
+    )
     parser.add_argument("--bootstrap", help="an existing broker (default: start one)")
     parser.add_argument("--baseline", help="a git revision whose follower restores too")
     parser.add_argument("--follower-round", help=argparse.SUPPRESS)

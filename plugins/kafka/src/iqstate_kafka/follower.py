@@ -1,6 +1,7 @@
 """`Follower`: applies the changelogs to the store partitions hosted here (SPEC 9).
 
-One background thread and one `ChangelogConsumer` follow exactly the changelog partitions of
+One background thread and one `ChangelogConsumer` (or its worker processes:
+`reader_processes`) follow exactly the changelog partitions of
 the store partitions this instance hosts, actives and standbys alike. Each loop:
 
 1. **sync**: compare the hosted partitions (`FollowedPartitions`, re-read every loop, so an
@@ -47,7 +48,14 @@ from iqstate.runtime.cluster import ChangelogCounts
 from iqstate.runtime.following import FollowedPartition, FollowedPartitions
 from iqstate_kafka.applying import Refusal, StoreCommit, fold
 from iqstate_kafka.progress import CaughtUpListener
-from iqstate_kafka.reader import ChangelogConsumer, ChangelogUnit, OffsetOutOfRange, Watermarks
+from iqstate_kafka.reader import (
+    ChangelogConsumer,
+    ChangelogReading,
+    ChangelogUnit,
+    OffsetOutOfRange,
+    Watermarks,
+)
+from iqstate_kafka.reader_processes import ProcessChangelogConsumer
 from iqstate_kafka.replicas import ReplicaOffsets
 from iqstate_kafka.settings import ClusterSettings
 from iqstate_kafka.watermarks import WatermarkAsker
@@ -99,7 +107,9 @@ class Follower:
     `max_records`: records read (and applied, per partition in one store commit) per loop.
     `poll_timeout`: how long a loop waits for records before it looks at the hosted
     partitions again. `refresh_interval`: how often end offsets are asked of the broker.
-    `max_backoff`: the longest pause after a failure.
+    `max_backoff`: the longest pause after a failure. `reader_processes`: read in that many
+    worker processes (`iqstate_kafka.reader_processes`; 0: in this one), so that restoring
+    several partitions uses several cores.
     """
 
     def __init__(
@@ -110,7 +120,10 @@ class Follower:
         poll_timeout: float = 0.1,
         refresh_interval: float = 1.0,
         max_backoff: float = 10.0,
+        reader_processes: int = 0,
     ) -> None:
+        if reader_processes < 0:
+            raise ValueError(f"reader_processes must be >= 0, got {reader_processes!r}")
         for name, seconds in (
             ("poll_timeout", poll_timeout),
             ("refresh_interval", refresh_interval),
@@ -123,6 +136,7 @@ class Follower:
         self._poll_timeout = poll_timeout
         self._refresh_interval = refresh_interval
         self._max_backoff = max_backoff
+        self._reader_processes = reader_processes
         self._followed: dict[StorePartition, _Followed] = {}
         self._by_changelog: dict[TopicPartition, StorePartition] = {}
         self._watermarks: WatermarkAsker | None = None
@@ -228,12 +242,16 @@ class Follower:
 
     # -- the thread --------------------------------------------------------------------------
 
-    def _new_reader(self) -> ChangelogConsumer:
+    def _new_reader(self) -> ChangelogReading:
         settings = {**CONSUMER_DEFAULTS, **self._cluster.client_config}
         consuming = dataclasses.replace(self._cluster, client_config=settings)
+        if self._reader_processes:
+            return ProcessChangelogConsumer(
+                consuming, processes=self._reader_processes, max_records=self._max_records
+            )
         return ChangelogConsumer(consuming, max_records=self._max_records)
 
-    def _run(self, partitions: FollowedPartitions, reader: ChangelogConsumer | None) -> None:
+    def _run(self, partitions: FollowedPartitions, reader: ChangelogReading | None) -> None:
         failures = _Backoff(self._poll_timeout, self._max_backoff)
         try:
             while not self._stopping.is_set():
@@ -258,7 +276,7 @@ class Follower:
                 self._running = False
                 self._lifecycle.notify_all()
 
-    def _discard(self, reader: ChangelogConsumer | None) -> None:
+    def _discard(self, reader: ChangelogReading | None) -> None:
         """Close `reader` (what it had assigned is assigned again to its successor)."""
         for key, followed in self._followed.items():
             if followed.assigned and reader is not None:
@@ -272,7 +290,7 @@ class Follower:
             except Exception:
                 logger.exception("closing the changelog reader failed")
 
-    def _loop(self, partitions: FollowedPartitions, reader: ChangelogConsumer) -> None:
+    def _loop(self, partitions: FollowedPartitions, reader: ChangelogReading) -> None:
         self._sync(partitions, reader)
         self._ask_offsets(reader)
         events = reader.read(self._poll_timeout)
@@ -283,7 +301,7 @@ class Follower:
 
     # -- 1. the hosted partitions ------------------------------------------------------------
 
-    def _sync(self, partitions: FollowedPartitions, reader: ChangelogConsumer) -> None:
+    def _sync(self, partitions: FollowedPartitions, reader: ChangelogReading) -> None:
         hosted: dict[StorePartition, FollowedPartition] = {}
         for store in partitions.store_names():
             for number, replica in partitions.of_store(store).items():
@@ -308,7 +326,7 @@ class Follower:
         with self._lock:
             self._offsets[key] = ReplicaOffsets()
 
-    def _drop(self, reader: ChangelogConsumer, key: StorePartition, followed: _Followed) -> None:
+    def _drop(self, reader: ChangelogReading, key: StorePartition, followed: _Followed) -> None:
         if followed.assigned:
             self._unassign(reader, key, followed)
         del self._followed[key]
@@ -316,9 +334,7 @@ class Follower:
         with self._lock:
             del self._offsets[key]
 
-    def _unassign(
-        self, reader: ChangelogConsumer, key: StorePartition, followed: _Followed
-    ) -> None:
+    def _unassign(self, reader: ChangelogReading, key: StorePartition, followed: _Followed) -> None:
         self._skipped_before[key] = self._skipped_before.get(key, 0) + reader.skipped(
             followed.changelog
         )
@@ -327,7 +343,7 @@ class Follower:
 
     # -- 2. offsets from the broker ------------------------------------------------------------
 
-    def _ask_offsets(self, reader: ChangelogConsumer) -> None:
+    def _ask_offsets(self, reader: ChangelogReading) -> None:
         """Take the watermarks that arrived, then ask for those now due."""
         assert self._watermarks is not None
         answers = self._watermarks.answers()
@@ -374,7 +390,7 @@ class Follower:
 
     def _assign(
         self,
-        reader: ChangelogConsumer,
+        reader: ChangelogReading,
         key: StorePartition,
         followed: _Followed,
         watermarks: Watermarks,
@@ -407,7 +423,7 @@ class Follower:
     # -- 3. applying -----------------------------------------------------------------------------
 
     def _apply(
-        self, reader: ChangelogConsumer, events: list[ChangelogUnit | OffsetOutOfRange]
+        self, reader: ChangelogReading, events: list[ChangelogUnit | OffsetOutOfRange]
     ) -> None:
         units: dict[TopicPartition, list[ChangelogUnit]] = {}
         lost: list[OffsetOutOfRange] = []
@@ -427,7 +443,7 @@ class Follower:
 
     def _commit(
         self,
-        reader: ChangelogConsumer,
+        reader: ChangelogReading,
         key: StorePartition,
         followed: _Followed,
         units: list[ChangelogUnit],
@@ -532,7 +548,7 @@ class Follower:
         with self._lock:
             self._offsets[key].rebuilt()
 
-    def _count_skipped(self, reader: ChangelogConsumer) -> None:
+    def _count_skipped(self, reader: ChangelogReading) -> None:
         counts = dict(self._skipped_before)
         for key, followed in self._followed.items():
             if followed.assigned:
@@ -540,7 +556,7 @@ class Follower:
         with self._lock:
             self._skipped = counts
 
-    def _note_positions(self, reader: ChangelogConsumer) -> None:
+    def _note_positions(self, reader: ChangelogReading) -> None:
         positions = {
             key: reader.position(followed.changelog) if followed.assigned else None
             for key, followed in self._followed.items()

@@ -49,7 +49,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
@@ -195,6 +195,26 @@ class _Partition:
         )
         self.pairs, self.batch_ids, self.offsets = [], [], []
         return unit
+
+
+class ChangelogReading(Protocol):
+    """What a follower reads changelogs with: a `ChangelogConsumer`, or one whose reading
+    happens in worker processes (`iqstate_kafka.reader_processes`)."""
+
+    @property
+    def assignment(self) -> frozenset[TopicPartition]: ...
+
+    def assign(self, partition: TopicPartition, offset: int) -> None: ...
+
+    def unassign(self, partition: TopicPartition) -> None: ...
+
+    def skipped(self, partition: TopicPartition) -> int: ...
+
+    def position(self, partition: TopicPartition) -> int | None: ...
+
+    def read(self, timeout: float) -> list[ChangelogUnit | OffsetOutOfRange]: ...
+
+    def close(self) -> None: ...
 
 
 class ChangelogConsumer:
