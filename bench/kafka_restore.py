@@ -16,6 +16,9 @@ follower, against a raw floor measured in the same run.
   rocksdict `WriteBatch` per partition, one database per partition, through the WAL without
   fsync (as the stores commit). No decoding, no positions, no offsets kept.
 
+* `--reader-processes N [N ...]`: the follower reading in N worker processes
+  (`Follower(reader_processes=N)`; 0, the default: in its own); several values measure a
+  follower for each, in the same alternating rounds.
 * baseline (`--baseline REV`): the follower of git revision `REV` of this repository
   (its `core` and `plugins` sources, extracted with `git archive`), restoring the same topic
   in the same rounds. Then both followers run in a child process each round, so neither
@@ -28,13 +31,14 @@ broker runs apart) shows what each costs when the broker is not the bottleneck. 
 broker (`LocalBroker`) unless given one.
 
     python bench/kafka_restore.py [--records 1000000] [--batch 50000] [--partitions 4]
-        [--rounds 3] [--max-records N] [--reader-processes N] [--bootstrap HOST:PORT]
-        [--baseline REV]
+        [--rounds 3] [--max-records N] [--reader-processes N [N ...]]
+        [--bootstrap HOST:PORT] [--baseline REV]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
@@ -223,8 +227,11 @@ def extract_revision(revision: str) -> tuple[Path, str]:
     return directory, os.pathsep.join(str(source) for source in sources)
 
 
-def in_child(args: argparse.Namespace, application_id: str, pythonpath: str | None) -> Round:
-    """One follower round in a new Python process (with `pythonpath` first, if given)."""
+def in_child(
+    args: argparse.Namespace, application_id: str, pythonpath: str | None, processes: int
+) -> Round:
+    """One follower round in a new Python process (with `pythonpath` first, if given; a
+    baseline's follower reads in its own process, `processes` is for this one's)."""
     environment = dict(os.environ)
     if pythonpath is not None:
         environment["PYTHONPATH"] = os.pathsep.join(
@@ -236,7 +243,7 @@ def in_child(args: argparse.Namespace, application_id: str, pythonpath: str | No
     if args.max_records is not None:
         command += ["--max-records", str(args.max_records)]
     if pythonpath is None:
-        command += ["--reader-processes", str(args.reader_processes)]
+        command += ["--reader-processes", str(processes)]
     output = subprocess.run(
         command, env=environment, check=True, capture_output=True, text=True
     ).stdout
@@ -244,8 +251,8 @@ def in_child(args: argparse.Namespace, application_id: str, pythonpath: str | No
     return Round(seconds, cpu_seconds)
 
 
-def follower_options(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {"reader_processes": args.reader_processes}
+def follower_options(args: argparse.Namespace, processes: int) -> dict[str, Any]:
+    options: dict[str, Any] = {"reader_processes": processes} if processes else {}
     if args.max_records is not None:
         options["max_records"] = args.max_records
     return options
@@ -253,7 +260,7 @@ def follower_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def follower_round(cluster: KafkaCluster, args: argparse.Namespace) -> None:
     """`--follower-round`: restore once, print `[seconds, cpu seconds]` as JSON."""
-    options = follower_options(args)
+    options = follower_options(args, args.reader_processes[0])
     result = measured(
         lambda: restore_follower(
             cluster, args.follower_round, args.partitions, args.records, options
@@ -262,33 +269,42 @@ def follower_round(cluster: KafkaCluster, args: argparse.Namespace) -> None:
     print(json.dumps([result.seconds, result.cpu_seconds]))
 
 
+def run_follower(
+    cluster: KafkaCluster, args: argparse.Namespace, application_id: str, processes: int
+) -> Round:
+    """A round of this revision's follower: in a child process when a baseline runs too
+    (so neither inherits the other's state), else in this one."""
+    if args.baseline:
+        return in_child(args, application_id, None, processes)
+    options = follower_options(args, processes)
+    return measured(
+        lambda: restore_follower(cluster, application_id, args.partitions, args.records, options)
+    )
+
+
 def report(cluster: KafkaCluster, args: argparse.Namespace) -> None:
     application_id, total = write_changelog(cluster, args.records, args.batch, args.partitions)
-    options = follower_options(args)
     baseline: tuple[Path, str] | None = None
     if args.baseline:
         baseline = extract_revision(args.baseline)
         args.bootstrap = cluster.bootstrap_servers
-    floors: list[Round] = []
-    sides: dict[str, list[Round]] = {"follower": []}
+    runs: dict[str, Callable[[], Round]] = {}
+    for processes in args.reader_processes:
+        name = f"follower, {processes} reader processes" if processes else "follower"
+        runs[name] = functools.partial(run_follower, cluster, args, application_id, processes)
     if baseline is not None:
-        sides[f"baseline {args.baseline}"] = []
+        runs[f"baseline {args.baseline}"] = functools.partial(
+            in_child, args, application_id, baseline[1], 0
+        )
+    floors: list[Round] = []
+    sides: dict[str, list[Round]] = {name: [] for name in runs}
     try:
         for _ in range(args.rounds):
             floors.append(
                 measured(lambda: restore_floor(cluster, application_id, args.partitions, total))
             )
-            if baseline is None:
-                sides["follower"].append(
-                    measured(
-                        lambda: restore_follower(
-                            cluster, application_id, args.partitions, args.records, options
-                        )
-                    )
-                )
-                continue
-            sides["follower"].append(in_child(args, application_id, None))
-            sides[f"baseline {args.baseline}"].append(in_child(args, application_id, baseline[1]))
+            for name, run in runs.items():
+                sides[name].append(run())
     finally:
         if baseline is not None:
             shutil.rmtree(baseline[0])
@@ -324,7 +340,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-records", type=int, help="the follower's max_records")
     parser.add_argument(
-        "--reader-processes", type=int, default=0, help="the follower's reader_processes"
+        "--reader-processes",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="the follower's reader_processes (several: one follower each, alternating)",
     )
     parser.add_argument("--bootstrap", help="an existing broker (default: start one)")
     parser.add_argument("--baseline", help="a git revision whose follower restores too")
