@@ -5,7 +5,11 @@
     position bound being answered by the standby of every partition (p50, p99);
 (b) failover: a third instance in its own process (`iqstate serve --cluster`) is SIGKILLed;
     the time until every partition is served by a RUNNING active again, with default
-    settings (`liveness_timeout` 3 s).
+    settings (`liveness_timeout` 3 s);
+(c) change subscriptions on replicas: a subscriber of instance B's standby partitions
+    (`app.subscribe`, fed by B's follower as it applies the changelog) while A writes
+    paced batches; the time from A's commit of a batch starting (its block ending) to each
+    partition's event of the batch arriving at B's subscriber (p50, p99).
 
     python bench/cluster_freshness.py [--batches 200] [--failovers 3]
 """
@@ -20,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -99,6 +104,41 @@ def freshness(a: Application, b: Application, batches: int) -> list[float]:
     return delays
 
 
+def subscription_freshness(a: Application, b: Application, first: int, batches: int) -> list[float]:
+    """(c): seconds from each batch's commit on `a` to its events at `b`'s subscriber."""
+    mine = sorted(p for p, app in standbys_of([a, b]).items() if app is b)
+    subscription = b.subscribe("counts", partitions=mine)
+    expected = set(mine)  # each batch writes keys in every partition
+    while subscription.poll() is not None:  # the snapshots
+        pass
+    written: dict[int, float] = {}
+    arrived: list[tuple[int, float]] = []
+
+    def follow() -> None:
+        last = first + batches - 1
+        seen_last: set[int] = set()
+        for batch in subscription:
+            newest = max(change.value for change in batch.changes)
+            arrived.append((newest, time.perf_counter()))
+            if newest == last:
+                seen_last.add(batch.partition)
+                if seen_last == expected:
+                    return
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    for batch_id in range(first, first + batches):
+        with a.begin_batch(position={"events": {0: batch_id}}, batch_id=batch_id) as batch:
+            batch.put_all("counts", [(f"k{i}", batch_id) for i in range(32)])
+            # before the block's end commits it: a replica may apply the batch from the
+            # changelog before the commit returns on A
+            written[batch_id] = time.perf_counter()
+        time.sleep(0.02)
+    reader.join(timeout=60)
+    subscription.close()
+    return [at - written[batch_id] for batch_id, at in arrived if batch_id in written]
+
+
 def failover(bootstrap: str, app_id: str, root: Path, apps: list[Application]) -> float:
     port = free_port()
     child = subprocess.Popen(
@@ -147,6 +187,13 @@ def main() -> None:
             p50 = statistics.median(delays) * 1000
             p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))] * 1000
             print(f"(a) freshness over {len(delays)} batches: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+            events = sorted(subscription_freshness(a, b, args.batches + 1, args.batches))
+            p50 = statistics.median(events) * 1000
+            p99 = events[min(len(events) - 1, int(len(events) * 0.99))] * 1000
+            print(
+                f"(c) subscription freshness on a replica over {len(events)} events: "
+                f"p50 {p50:.1f} ms, p99 {p99:.1f} ms"
+            )
             times = [failover(broker.bootstrap_servers, app_id, root, [a, b])
                      for _ in range(args.failovers)]  # fmt: skip
             print("(b) failover after SIGKILL: " + ", ".join(f"{t:.2f} s" for t in times)
