@@ -24,6 +24,9 @@ read from the offset it last assigned.
 
 A worker that fails or dies makes `read` raise `ClusterError`; the follower then replaces
 the reader and starts again from the offsets committed in the stores, as for any failure.
+Records a worker skips because they do not decode are counted as the follower counts its
+own reader's, but logged by the worker, whose logging is Python's default (warnings and
+errors to the stderr it shares with the follower's process).
 """
 
 from __future__ import annotations
@@ -319,8 +322,11 @@ def _serve(arguments: dict[str, Any], commands: IO[bytes], answers: IO[bytes]) -
             if encoded or progress != told:
                 _write_frame(answers, ("read", encoded, progress))
                 told = progress
+    except BrokenPipeError:
+        return  # the follower closed its end (or died): nobody to answer
     except Exception as exc:  # told to the follower, which replaces the reader
-        _write_frame(answers, ("error", f"{type(exc).__name__}: {exc}"))
+        with contextlib.suppress(OSError):
+            _write_frame(answers, ("error", f"{type(exc).__name__}: {exc}"))
     finally:
         reader.close()
 
