@@ -70,6 +70,8 @@ def test_bad_bootstrap_servers(servers: object, message: str) -> None:
         ({"client_config": [("acks", "1")]}, "client_config must be a mapping"),
         ({"topic_config": {"cleanup.policy": "delete"}}, "sets cleanup.policy"),
         ({"topic_config": {"min.insync.replicas": 2}}, r"topic_config\['min.insync.replicas'\]"),
+        ({"reader_processes": -1}, "reader_processes must be an int >= 0, got -1"),
+        ({"reader_processes": 1.5}, "reader_processes must be an int >= 0"),
     ],
 )
 def test_bad_options(options: dict[str, object], message: str) -> None:

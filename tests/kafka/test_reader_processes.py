@@ -212,3 +212,38 @@ def _running(pid: int) -> bool:
         return False
     state = next(line for line in status.splitlines() if line.startswith("State:"))
     return "Z" not in state.split()[1]
+
+
+def test_a_cluster_setting_makes_an_applications_follower_read_in_workers(
+    cluster: KafkaCluster, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """`KafkaCluster(reader_processes=N)` is how an application (membership and all) turns
+    the worker processes on; it restores every key through them."""
+    application_id = unique_name("app")
+    ensure_changelog_topics(cluster, application_id, {STORE: PARTITIONS})
+    truth = write_batches(cluster, application_id, batches=4, keys=2_000)
+    app = Application(
+        application_id,
+        tmp_path,
+        application_server="127.0.0.1:1",
+        cluster=KafkaCluster(cluster.bootstrap_servers, timeout=10.0, reader_processes=2),
+    )
+    app.key_value_store(STORE, PARTITIONS, engine="rocksdb", key_serde="bytes", value_serde="bytes")
+    every_key = expected(truth)
+
+    def restored() -> bool:
+        result = app.query(
+            StateQueryRequest.in_store(STORE).with_query(RangeQuery.with_no_bounds())
+        )
+        found: dict[bytes, bytes] = {}
+        for answer in result.partition_results.values():
+            if not answer.is_success:  # not active here yet
+                return False
+            with answer.result as pairs:
+                found.update(pairs)
+        return found == every_key
+
+    with app:
+        eventually(lambda: len(worker_pids()) == 2, "two reader workers")
+        eventually(restored, "every key restored", within=120.0)
+    assert worker_pids() == set()

@@ -31,6 +31,9 @@ class KafkaCluster(ClusterSettings):
     and its partitions move (at least three heartbeat intervals).
     `acceptable_recovery_lag`: offsets a replica may lag behind its changelog and still count
     as caught up, so it can become active without restoring first (Kafka Streams' default).
+    `reader_processes`: read the changelogs in that many worker processes (0: in the
+    application's own), so a restore uses more than one core (about 1.3x the records a
+    second on 2 cores, for more CPU in all).
 
     A frozen value; settings iqstate's guarantees depend on are refused in `client_config`
     and `topic_config` (`ValueError`), never silently overridden.
@@ -61,6 +64,6 @@ class KafkaCluster(ClusterSettings):
             liveness_timeout=self.liveness_timeout,
             acceptable_recovery_lag=self.acceptable_recovery_lag,
         )
-        follower = Follower(self)
+        follower = Follower(self, reader_processes=self.reader_processes)
         assignment.attach_progress(follower)
         return KafkaConnection(self, member, assignment, follower)

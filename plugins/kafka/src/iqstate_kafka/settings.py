@@ -58,6 +58,7 @@ class ClusterSettings:
     heartbeat_interval: float = 0.5
     liveness_timeout: float = 3.0
     acceptable_recovery_lag: int = 10_000
+    reader_processes: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bootstrap_servers", _servers(self.bootstrap_servers))
@@ -75,6 +76,9 @@ class ClusterSettings:
         lag = self.acceptable_recovery_lag
         if isinstance(lag, bool) or not isinstance(lag, int) or lag < 0:
             raise ValueError(f"acceptable_recovery_lag must be an int >= 0 offsets, got {lag!r}")
+        readers = self.reader_processes
+        if isinstance(readers, bool) or not isinstance(readers, int) or readers < 0:
+            raise ValueError(f"reader_processes must be an int >= 0, got {readers!r}")
         object.__setattr__(
             self, "client_config", _settings("client_config", self.client_config, OWNED_SETTINGS)
         )
