@@ -99,6 +99,8 @@ def iqstate_round(args: argparse.Namespace, app_id: str, root: Path) -> dict[str
     ]  # fmt: skip
     if args.iqstate_compression:
         command += ["--compression", args.iqstate_compression]
+    if args.iqstate_reader_processes:
+        command += ["--reader-processes", str(args.iqstate_reader_processes)]
     return run_json(command, root / "iqstate.log")
 
 
@@ -251,6 +253,12 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--heap", default="1g", help="the JVM's -Xmx and -Xms")
     parser.add_argument(
         "--iqstate-compression", help="iqstate's RocksDB compression (default: its own, lz4)"
+    )
+    parser.add_argument(
+        "--iqstate-reader-processes",
+        type=int,
+        default=0,
+        help="iqstate's follower reads in this many worker processes (default 0: in its own)",
     )
     parser.add_argument("--bootstrap", help="an existing broker (default: start one)")
     parser.add_argument("--keep-logs", help="copy the sides' logs to this directory")

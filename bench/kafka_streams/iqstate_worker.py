@@ -118,7 +118,9 @@ def restored(app: Application, standalone: _Standalone, last: dict[int, tuple[st
 def run(args: argparse.Namespace) -> dict[str, object]:
     lookups, ranges, last = read_workload(Path(args.workload))
     state = Path(tempfile.mkdtemp(prefix="iqstate-vs-streams-"))
-    standalone = _Standalone(KafkaCluster(args.bootstrap, timeout=30.0), {})
+    standalone = _Standalone(
+        KafkaCluster(args.bootstrap, timeout=30.0), {"reader_processes": args.reader_processes}
+    )
     app = Application(args.app_id, state, cluster=standalone)
     config = {} if args.compression is None else {"compression": args.compression}
     app.key_value_store(
@@ -161,6 +163,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, required=True)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compression", help="RocksDB compression (default: iqstate's)")
+    parser.add_argument("--reader-processes", type=int, default=0)
     print(json.dumps(run(parser.parse_args())), flush=True)
 
 
