@@ -17,12 +17,22 @@ from iqstate_kafka.applying import GAP, STRAY, fold
 from iqstate_kafka.format import BatchMarker, DataRecord
 from iqstate_kafka.reader import ChangelogUnit
 
-from iqstate import Application, Position, PositionBound, QueryConfig, RangeQuery, TopicPartition
+from iqstate import (
+    Application,
+    ChangeBatch,
+    Position,
+    PositionBound,
+    QueryConfig,
+    RangeQuery,
+    TopicPartition,
+)
 from iqstate.context import StateStoreContext
 from iqstate.plugins import default_registry
 from iqstate.runtime import ACTIVE
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import StoreSpec
+from iqstate.subscriptions.filters import KeyFilter
+from iqstate.subscriptions.subscription import Subscription
 
 TP = TopicPartition("app-s-changelog", 0)
 SPEC: StoreSpec = Application("app", Path("unused")).key_value_store(
@@ -97,6 +107,58 @@ def test_a_fold_commits_what_applying_each_unit_would(
         start += len(chunk)
     assert state(folded) == state(one_by_one)
     assert refused_folded == refused_one_by_one
+
+
+@given(changelogs(), st.lists(st.integers(1, 4), min_size=1, max_size=8))
+def test_subscribers_see_each_batch_of_a_fold_as_applying_each_unit_would(
+    units: list[ChangelogUnit], sizes: list[int]
+) -> None:
+    """A replica catching up commits several batches at once, and its subscribers still
+    get each batch on its own, at its own position and cursor, as unit by unit."""
+    one_by_one, folded = replica(), replica()
+    everything = KeyFilter.build(SPEC, None, None, None, None)
+    watching = [
+        Subscription("app", SPEC, {0: hosted}, keys=everything) for hosted in (one_by_one, folded)
+    ]
+    for unit_ in units:
+        commit = fold([unit_], one_by_one.fence)
+        one_by_one.apply_changelog(
+            commit.entries, commit.batch_id, commit.position, commit.next_offset
+        )
+    start = 0
+    while start < len(units):
+        chunk = units[start : start + sizes[start % len(sizes)]]
+        commit = fold(chunk, folded.fence)
+        folded.apply_changelog(
+            commit.entries,
+            commit.batch_id,
+            commit.position,
+            commit.next_offset,
+            [(batch.end, batch.position, batch.next_offset) for batch in commit.batches],
+        )
+        start += len(chunk)
+
+    def seen(subscription: Subscription) -> list[ChangeBatch]:
+        batches = []
+        while (batch := subscription.poll()) is not None:
+            batches.append(batch)
+        return batches
+
+    assert seen(watching[1]) == seen(watching[0])
+
+
+def test_entries_kept_by_a_filter_keep_their_batches() -> None:
+    first = unit([(b"a", 1), (b"bad", 1)], 1, 0)
+    second = unit([(b"bad", 2), (b"c", 2)], 2, 3)
+    commit = fold([first, second], 0)
+    assert [(b.end, b.next_offset) for b in commit.batches] == [(2, 3), (4, 6)]
+    kept = commit.keeping(lambda key, value: key != b"bad")
+    assert kept.entries == [(b"a", b"a"), (b"c", b"c")]
+    assert [(b.end, b.position, b.next_offset) for b in kept.batches] == [
+        (1, first.marker.position, 3),  # type: ignore[union-attr]
+        (2, second.marker.position, 6),  # type: ignore[union-attr]
+    ]
+    assert (kept.batch_id, kept.position, kept.next_offset) == (2, commit.position, 6)
 
 
 def unit(

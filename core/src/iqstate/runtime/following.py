@@ -8,7 +8,7 @@ runtime's (`HostedPartition`), so these protocols are all a follower gets.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from iqstate.position import Position, TopicPartition
@@ -55,8 +55,10 @@ class FollowedPartition(Protocol):
         batch_id: int | None,
         position: Position | None,
         next_offset: int,
+        batches: Sequence[tuple[int, Position, int]] | None = None,
     ) -> None:
-        """Apply and commit one unit read from the changelog (see `HostedPartition`)."""
+        """Apply and commit units read from the changelog, `batches` saying where each
+        applied batch ends (see `HostedPartition`)."""
         ...
 
     def rebuild(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from iqstate.changelog import ChangelogReader, ChangelogWriter
@@ -170,30 +170,54 @@ class HostedPartition:
         batch_id: int | None,
         position: Position | None,
         next_offset: int,
+        batches: Sequence[tuple[int, Position, int]] | None = None,
     ) -> None:
         """Apply records read from this partition's changelog and commit them, with the
         offset to read next and, at a batch marker, the batch's position and fence, in one
         atomic store commit: a reader sees the partition before or after the unit.
 
         The follower passes only the records of batches after the fence; a marker of a
-        batch at or below the fence moves the offset alone."""
+        batch at or below the fence moves the offset alone. `batches`, when several batches
+        are committed at once: where each ends in `entries`, its marker's position and the
+        offset after its marker, so that subscriptions announce each batch on its own (by
+        default the entries are one batch when `position` is given, else part of one)."""
         tp = self.changelog_partition
         assert tp is not None  # a followed partition has a changelog partition
         with self.lock:
             if self.closed:
                 return
+            before = self.chain.position
             if entries:
                 self.chain.restore(entries)
             fenced = self.skips(batch_id)
             if position is not None and not fenced:
                 self.chain.restore_position(position)
             self._commit(None if fenced else batch_id, {tp: next_offset})
-            feed = self.changes
-            if feed.live:
-                if position is not None and not fenced:
-                    feed.publish(entries, self.chain.position, next_offset)
-                elif entries:  # a unit cut short: its batch ends with a later marker
-                    feed.hold(entries)
+            if self.changes.live:
+                if batches is None:  # one batch at a marker, else part of a batch
+                    batches = (
+                        []
+                        if position is None or fenced
+                        else [(len(entries), position, next_offset)]
+                    )
+                self._publish_changelog(entries, before, batches)
+
+    def _publish_changelog(
+        self,
+        entries: list[tuple[bytes, bytes | None]],
+        before: Position,
+        batches: Sequence[tuple[int, Position, int]],
+    ) -> None:
+        """Announce each applied batch to the subscriptions, at the position the partition
+        had after it; entries after the last batch's end are part of a batch whose marker
+        is still to come (a unit cut short), held until then."""
+        feed, start, position = self.changes, 0, before
+        for end, marker_position, mark in batches:
+            position = position.merge(marker_position)
+            feed.publish(entries[start:end], position, mark)
+            start = end
+        if start < len(entries):
+            feed.hold(entries[start:])
 
     def rebuild(self) -> None:
         """Start over from an empty store (the changelog no longer holds what this replica

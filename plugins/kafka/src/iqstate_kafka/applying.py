@@ -38,7 +38,7 @@ batches after the fence and its offset, and no position or fence, wherever it is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from iqstate.position import Position
@@ -71,6 +71,34 @@ class StoreCommit:
     """The merged position of the applied markers (`None`: unchanged)."""
     next_offset: int
     refused: tuple[Refusal, ...] = ()
+    batches: tuple[AppliedBatch, ...] = ()
+    """Each applied batch, in order: change subscriptions announce each on its own, though
+    they are committed together."""
+
+    def keeping(self, keep: Callable[[bytes, bytes | None], bool]) -> StoreCommit:
+        """This commit with only the entries `keep` accepts (each batch's end moved)."""
+        kept: list[tuple[bytes, bytes | None]] = []
+        batches: list[AppliedBatch] = []
+        start = 0
+        for batch in (*self.batches, None):
+            end = len(self.entries) if batch is None else batch.end
+            kept += [entry for entry in self.entries[start:end] if keep(*entry)]
+            if batch is not None:
+                batches.append(AppliedBatch(len(kept), batch.position, batch.next_offset))
+            start = end
+        return StoreCommit(
+            kept, self.batch_id, self.position, self.next_offset, self.refused, tuple(batches)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedBatch:
+    """One batch of a fold: its entries end at `end` of the commit's (after the previous
+    batch's end), its marker's position, the changelog offset after its marker."""
+
+    end: int
+    position: Position
+    next_offset: int
 
 
 def fold(units: Sequence[ChangelogUnit], fence: int | None) -> StoreCommit:
@@ -80,6 +108,7 @@ def fold(units: Sequence[ChangelogUnit], fence: int | None) -> StoreCommit:
         raise ValueError("fold needs at least one unit")
     entries: list[tuple[bytes, bytes | None]] = []
     refused: list[Refusal] = []
+    batches: list[AppliedBatch] = []
     batch_id: int | None = None
     position: Position | None = None
     for unit in units:
@@ -107,7 +136,10 @@ def fold(units: Sequence[ChangelogUnit], fence: int | None) -> StoreCommit:
         position = marker.position if position is None else position.merge(marker.position)
         if marker.batch_id is not None:
             fence = batch_id = marker.batch_id
-    return StoreCommit(entries, batch_id, position, units[-1].next_offset, tuple(refused))
+        batches.append(AppliedBatch(len(entries), marker.position, unit.next_offset))
+    return StoreCommit(
+        entries, batch_id, position, units[-1].next_offset, tuple(refused), tuple(batches)
+    )
 
 
 def _gap(marker: BatchMarker, fence: int | None, records: list[DataRecord]) -> list[Refusal]:

@@ -450,13 +450,16 @@ class Follower:
     ) -> None:
         hosted = followed.hosted
         commit = fold(units, hosted.fence)
-        entries = (
-            commit.entries
-            if followed.record_problem is None
-            else self._decodable(key, followed, followed.record_problem, units, commit)
-        )
+        if followed.record_problem is not None:
+            commit = self._decodable(key, followed, followed.record_problem, units, commit)
         try:
-            hosted.apply_changelog(entries, commit.batch_id, commit.position, commit.next_offset)
+            hosted.apply_changelog(
+                commit.entries,
+                commit.batch_id,
+                commit.position,
+                commit.next_offset,
+                [(batch.end, batch.position, batch.next_offset) for batch in commit.batches],
+            )
         except Exception:
             backoff = followed.failures or _Backoff(self._poll_timeout, self._max_backoff)
             followed.failures = backoff
@@ -477,7 +480,7 @@ class Follower:
             self._refuse(key, followed, commit.refused)
         with self._lock:
             self._offsets[key].committed_to(commit.next_offset)
-            self._applied[key] = self._applied.get(key, 0) + len(entries)
+            self._applied[key] = self._applied.get(key, 0) + len(commit.entries)
 
     def _refuse(
         self, key: StorePartition, followed: _Followed, refused: tuple[Refusal, ...]
@@ -510,9 +513,9 @@ class Follower:
         problem: Callable[[bytes, bytes | None], str | None],
         units: list[ChangelogUnit],
         commit: StoreCommit,
-    ) -> list[tuple[bytes, bytes | None]]:
-        """The entries of a store whose records can fail to decode (a time or flag in the key
-        or value), without those that do not decode, each logged and counted."""
+    ) -> StoreCommit:
+        """The commit of a store whose records can fail to decode (a time or flag in the key
+        or value), without the entries that do not decode, each logged and counted."""
         bad = [
             (record, why)
             for unit in units
@@ -520,7 +523,7 @@ class Follower:
             if (why := problem(record.key, record.value)) is not None
         ]
         if not bad:
-            return commit.entries
+            return commit
         for record, why in bad:
             logger.error(
                 "changelog record at %s partition %d offset %d does not decode: %s; skipped",
@@ -530,7 +533,7 @@ class Follower:
                 why,
             )
         self._skipped_before[key] = self._skipped_before.get(key, 0) + len(bad)
-        return [entry for entry in commit.entries if problem(entry[0], entry[1]) is None]
+        return commit.keeping(lambda key, value: problem(key, value) is None)
 
     def _rebuild_after(
         self, key: StorePartition, followed: _Followed, event: OffsetOutOfRange
