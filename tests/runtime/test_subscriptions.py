@@ -137,6 +137,36 @@ def test_async_iteration_and_a_key_filter(make_app: MakeApp) -> None:
     ]
 
 
+def test_async_subscribers_with_batches_waiting_take_turns_on_the_loop(
+    make_app: MakeApp,
+) -> None:
+    """Subscribers on one event loop share it: one with a backlog gives the loop back now
+    and then, so another (or a server's connections) is not held until it caught up."""
+    app = make_app()
+    app.key_value_store("s", 1, value_serde="int64")
+    app.start()
+    subscriptions = [app.subscribe("s", max_pending=1_000) for _ in range(2)]
+    for subscription in subscriptions:
+        assert subscription.poll() is not None  # the snapshots
+    counted(app, range(200), 1)  # a backlog of 200 batches for each
+    order: list[int] = []
+
+    async def follow(number: int) -> None:
+        received = 0
+        async for _ in subscriptions[number]:
+            order.append(number)
+            received += 1
+            if received == 200:
+                return
+
+    async def both() -> None:
+        await asyncio.gather(follow(0), follow(1))
+
+    asyncio.run(both())
+    assert sorted(order) == [0] * 200 + [1] * 200
+    assert 1 in order[:100], "the second subscriber waited for the first to drain its backlog"
+
+
 def test_close_ends_an_iteration_that_waits(make_app: MakeApp) -> None:
     app = make_app()
     app.key_value_store("s", 1)

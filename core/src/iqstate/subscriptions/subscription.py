@@ -73,6 +73,11 @@ class _Snapshot:
     position: Position
 
 
+_YIELD_EVERY = 16
+"""Batches an async iteration returns in a row, without waiting, before it lets the event
+loop run its other tasks once."""
+
+
 class Subscription:
     """A closeable iterator (sync and async) of `ChangeBatch`es; see `Application.subscribe`.
 
@@ -109,6 +114,7 @@ class Subscription:
         self._event = threading.Event()
         self._waker = Waker(event=self._event)
         self._async_waker: Waker | None = None
+        self._ready_in_a_row = 0
         self._reading = threading.Lock()
         self._parts: list[_Partition] = []
         for number in self._chosen(hosted, partitions):
@@ -339,7 +345,15 @@ class Subscription:
             except StopIteration:
                 raise StopAsyncIteration from None
             if batch is not None:
+                self._ready_in_a_row += 1
+                if self._ready_in_a_row >= _YIELD_EVERY:
+                    # A subscriber with batches waiting would otherwise never give the loop
+                    # back: every other task on it (other subscribers, a server's
+                    # connections) would wait until it caught up.
+                    self._ready_in_a_row = 0
+                    await asyncio.sleep(0)
                 return batch
+            self._ready_in_a_row = 0
             future: asyncio.Future[None] = loop.create_future()
             waker = self._async_waker = Waker(loop=loop, future=future)
             if self._register(waker) and not self._closed:
