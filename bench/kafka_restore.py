@@ -105,7 +105,9 @@ def write_changelog(
 
 
 class _Standalone:
-    """A cluster whose connections host every partition here (no membership)."""
+    """A cluster whose connections host every partition here (no membership). The bench
+    keeps its own rather than `iqstate_kafka.standalone`'s: `--baseline` runs it against
+    older revisions, which lack that module."""
 
     def __init__(self, cluster: KafkaCluster, follower_options: dict[str, Any]) -> None:
         self.cluster = cluster

@@ -30,36 +30,25 @@ from pathlib import Path
 
 from iqstate_kafka import (
     BatchWriter,
-    Follower,
     KafkaCluster,
-    KafkaConnection,
     LocalBroker,
     ensure_changelog_topics,
 )
+from iqstate_kafka.standalone import StandaloneReplicas
 
 from iqstate import Application, Position, Subscription, SubscriptionLaggedError
-from iqstate.runtime import StandaloneAssignment
-from iqstate.runtime.cluster import ClusterMember
 from iqstate.runtime.partitioner import partition_for_bytes
 
 STORE, PARTITIONS = "s", 4
-
-
-class _Standalone:
-    """A cluster hosting every partition here as a replica of the changelog."""
-
-    def __init__(self, cluster: KafkaCluster) -> None:
-        self.cluster = cluster
-
-    def connect(self, member: ClusterMember) -> KafkaConnection:
-        return KafkaConnection(self.cluster, member, StandaloneAssignment(), Follower(self.cluster))
 
 
 def serve(bootstrap: str, application_id: str, state_dir: str, subscribers: int) -> None:
     """The serving instance (a child process): follow the changelog; on `read` from stdin,
     start `subscribers` subscriptions reading every batch; on `stop`, print the events they
     received."""
-    app = Application(application_id, Path(state_dir), cluster=_Standalone(KafkaCluster(bootstrap)))
+    app = Application(
+        application_id, Path(state_dir), cluster=StandaloneReplicas(KafkaCluster(bootstrap))
+    )
     app.key_value_store(STORE, PARTITIONS, engine="rocksdb", key_serde="bytes", value_serde="bytes")
     received = [0, 0]  # events, resumes after falling behind
     newest: list[int] = []

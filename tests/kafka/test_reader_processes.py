@@ -16,43 +16,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from iqstate_kafka import (
-    BatchWriter,
-    Follower,
-    KafkaCluster,
-    KafkaConnection,
-    ensure_changelog_topics,
-)
+from iqstate_kafka import BatchWriter, KafkaCluster, ensure_changelog_topics
+from iqstate_kafka.standalone import StandaloneReplicas
 from replica_support import eventually
 
 from iqstate import Application, Position, RangeQuery, StateQueryRequest
-from iqstate.runtime import StandaloneAssignment
-from iqstate.runtime.cluster import ClusterMember
 from iqstate.runtime.partitioner import partition_for_bytes
 
 STORE = "s"
 PARTITIONS = 4
 WORKER_MODULE = "iqstate_kafka.reader_processes"
-
-
-class Standalone:
-    """A cluster hosting every partition here (no membership), whose follower reads in
-    worker processes."""
-
-    def __init__(self, cluster: KafkaCluster, **follower_options: int) -> None:
-        self.cluster = cluster
-        self.follower_options = follower_options
-        self.connection: KafkaConnection | None = None
-
-    def connect(self, member: ClusterMember) -> KafkaConnection:
-        follower = Follower(self.cluster, **self.follower_options)
-        self.connection = KafkaConnection(self.cluster, member, StandaloneAssignment(), follower)
-        return self.connection
-
-    @property
-    def follower(self) -> Follower:
-        assert self.connection is not None
-        return self.connection.follower
 
 
 def write_batches(
@@ -109,15 +82,15 @@ def worker_pids() -> set[int]:
 @contextmanager
 def restoring(
     cluster: KafkaCluster, application_id: str, state_dir: Path, processes: int
-) -> Iterator[tuple[Application, Standalone]]:
-    standalone = Standalone(cluster, reader_processes=processes, max_records=2_000)
+) -> Iterator[tuple[Application, StandaloneReplicas]]:
+    standalone = StandaloneReplicas(cluster, reader_processes=processes, max_records=2_000)
     app = Application(application_id, state_dir, cluster=standalone)
     app.key_value_store(STORE, PARTITIONS, engine="rocksdb", key_serde="bytes", value_serde="bytes")
     with app:
         yield app, standalone
 
 
-def caught_up(standalone: Standalone) -> Callable[[], bool]:
+def caught_up(standalone: StandaloneReplicas) -> Callable[[], bool]:
     def check() -> bool:
         lags = standalone.follower.lags()
         return len(lags) == PARTITIONS and not any(lags.values())

@@ -17,18 +17,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from iqstate_kafka import (
-    BatchWriter,
-    Follower,
-    KafkaCluster,
-    KafkaConnection,
-    ensure_changelog_topics,
-)
+from iqstate_kafka import BatchWriter, KafkaCluster, ensure_changelog_topics
+from iqstate_kafka.standalone import StandaloneReplicas
 from replica_support import eventually
 
 from iqstate import Application, Position, RangeQuery, StateQueryRequest
-from iqstate.runtime import StandaloneAssignment
-from iqstate.runtime.cluster import ClusterMember
 from iqstate.runtime.partitioner import partition_for_bytes
 
 STORE = "s"
@@ -40,23 +33,11 @@ def kills() -> int:
     return int(os.environ.get("IQSTATE_CRASH_ITERATIONS", "3"))
 
 
-class _Standalone:
-    """A cluster hosting every partition here, as a replica that restores (no membership)."""
-
-    def __init__(self, cluster: KafkaCluster) -> None:
-        self.cluster = cluster
-        self.follower: Follower | None = None
-
-    def connect(self, member: ClusterMember) -> KafkaConnection:
-        self.follower = Follower(self.cluster, max_records=2_000)
-        return KafkaConnection(self.cluster, member, StandaloneAssignment(), self.follower)
-
-
 @contextmanager
 def replica(
     bootstrap: str, application_id: str, state_dir: Path
-) -> Iterator[tuple[Application, _Standalone]]:
-    standalone = _Standalone(KafkaCluster(bootstrap, timeout=10.0))
+) -> Iterator[tuple[Application, StandaloneReplicas]]:
+    standalone = StandaloneReplicas(KafkaCluster(bootstrap, timeout=10.0), max_records=2_000)
     app = Application(application_id, state_dir, cluster=standalone)
     app.key_value_store(STORE, PARTITIONS, engine="rocksdb", key_serde="bytes", value_serde="bytes")
     with app:
@@ -112,9 +93,8 @@ def contents(app: Application) -> dict[bytes, bytes]:
     return found
 
 
-def caught_up(standalone: _Standalone) -> Callable[[], bool]:
+def caught_up(standalone: StandaloneReplicas) -> Callable[[], bool]:
     def check() -> bool:
-        assert standalone.follower is not None
         lags = standalone.follower.lags()
         return len(lags) == PARTITIONS and not any(lags.values())
 
