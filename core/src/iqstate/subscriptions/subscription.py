@@ -53,7 +53,7 @@ memory instead of starting over from a snapshot."""
 class _Partition:
     """One followed partition: where the subscription reads its feed."""
 
-    __slots__ = ("after", "feed", "hosted", "index", "number")
+    __slots__ = ("after", "feed", "hosted", "index", "number", "peeked")
 
     def __init__(self, hosted: HostedPartition, feed: ChangeFeed) -> None:
         self.number = hosted.partition
@@ -61,6 +61,9 @@ class _Partition:
         self.feed = feed
         self.index = 0
         """The feed index of the next batch to read."""
+        self.peeked: PublishedBatch | None = None
+        """The batch at `index`, once read and until taken: finding the earliest batch of
+        the partitions reads only those whose next one is not known yet."""
         self.after = 0
         """The mark of the last batch accounted for (yielded, or matched nothing)."""
 
@@ -180,7 +183,7 @@ class Subscription:
     def _snapshot(self, part: _Partition, feed: ChangeFeed, chain: StoreChain[Any]) -> None:
         """Queue a snapshot of the partition (under its lock) and read on after it."""
         rows = read_snapshot(self._spec, chain, self._keys)
-        part.index, part.after = feed.head, feed.last_mark
+        part.index, part.after, part.peeked = feed.head, feed.last_mark, None
         self._ready.append(_Snapshot(part, rows, feed.last_mark, chain.position))
 
     # -- reading -------------------------------------------------------------------------------
@@ -216,6 +219,7 @@ class Subscription:
                     return None
                 part, item = found
                 part.index += 1
+                part.peeked = None
                 batch = self._batch(part, item)
                 if batch is not None:
                     return batch
@@ -223,6 +227,10 @@ class Subscription:
     def _earliest(self) -> tuple[_Partition, PublishedBatch] | None:
         best: tuple[_Partition, PublishedBatch] | None = None
         for part in self._parts:
+            if (known := part.peeked) is not None:
+                if best is None or known.order < best[1].order:
+                    best = (part, known)
+                continue
             item, unread = part.feed.read(part.index)
             if item is FELL_OUT:
                 self._fail(
@@ -234,8 +242,10 @@ class Subscription:
                     f"the subscriber fell behind store {self.store!r} partition {part.number}: "
                     f"{unread} batches unread, more than max_pending={self._max_pending}"
                 )
-            if isinstance(item, PublishedBatch) and (best is None or item.order < best[1].order):
-                best = (part, item)
+            if isinstance(item, PublishedBatch):
+                part.peeked = item
+                if best is None or item.order < best[1].order:
+                    best = (part, item)
         return best
 
     def _batch(self, part: _Partition, item: PublishedBatch) -> ChangeBatch | None:
