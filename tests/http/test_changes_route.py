@@ -329,7 +329,7 @@ def test_the_async_client_follows_a_store(app: Application) -> None:
 def test_a_lagged_client_raises_with_the_cursor(app: Application) -> None:
     with served(app) as url, RemoteQueryClient(url) as client:
         subscription = client.subscribe("raw", key=b"\x00\xff", max_pending=2)
-        first = next(subscription)
+        assert next(subscription).snapshot  # the partition as it is, before the writes
         write_big(app, 2, 200)
         with pytest.raises(SubscriptionLaggedError) as lagged:
             for _ in subscription:
