@@ -141,6 +141,32 @@ def in_process_instance(
         app.close()
 
 
+@contextmanager
+def three_instances(
+    bootstrap: str, app_id: str, root: Path, partitions: int, *, until_stable: bool = False
+) -> Iterator[tuple[Application, list[str], list[Instance]]]:
+    """Instance A in this process (`in_process_instance`: it writes the batches) and B and C
+    as `iqstate serve` processes, one RUNNING active and one standby per partition (and a
+    layout that stopped changing, with `until_stable`): A's application, the three URLs
+    (A's first) and B and C; all stopped afterwards."""
+    store = f"counts:key_value:{partitions},engine=rocksdb,value_serde=int64"
+    with in_process_instance(bootstrap, app_id, root / "a", partitions) as (app, url_a):
+        others = [Instance(bootstrap, app_id, root / name, store) for name in ("b", "c")]
+        urls = [url_a, *(other.url for other in others)]
+        try:
+            for other in others:
+                other.start()
+            wait_for("one RUNNING active and one standby per partition",
+                     lambda: settled(urls, partitions), timeout=120)  # fmt: skip
+            if until_stable:
+                wait_for("the layout to stop changing",
+                         lambda: stable(urls, partitions), timeout=120)  # fmt: skip
+            yield app, urls, others
+        finally:
+            for other in others:
+                other.stop()
+
+
 def running_everywhere(url: str, partitions: int) -> bool:
     """The instance at `url` is the running active of every partition."""
     return {entry["partition"]: entry["role"] for entry in roles(url)} == dict.fromkeys(

@@ -19,9 +19,7 @@ from iqstate_http import RemoteQueryClient
 from serving_support import (
     Instance,
     every_partition_served,
-    in_process_instance,
-    settled,
-    stable,
+    three_instances,
     wait_for,
 )
 
@@ -29,7 +27,6 @@ from iqstate import Application, KeyQuery, StateQueryRequest
 from iqstate.runtime import partition_for_bytes
 
 PARTITIONS = 6
-STORE = f"counts:key_value:{PARTITIONS},engine=rocksdb,value_serde=int64"
 KEYS = [f"word-{i:03d}" for i in range(120)]
 FAILOVER_TIMEOUT = 60.0  # generous for a loaded 2-core machine; the bench measures the time
 
@@ -84,22 +81,11 @@ def post(url: str, body: dict[str, Any]) -> httpx.Response:
 def cluster_of_three(
     kafka_broker: Any, unique_name: Callable[[str], str], tmp_path: Path
 ) -> Iterator[tuple[Application, list[str], list[Instance]]]:
-    app_id = unique_name("forwarding")
-    bootstrap = kafka_broker.bootstrap_servers
-    with in_process_instance(bootstrap, app_id, tmp_path / "a", PARTITIONS) as (app, url_a):
-        others = [Instance(bootstrap, app_id, tmp_path / name, STORE) for name in ("b", "c")]
-        urls = [url_a, *(other.url for other in others)]
-        try:
-            for other in others:
-                other.start()
-            wait_for("one RUNNING active and one standby per partition",
-                     lambda: settled(urls, PARTITIONS), timeout=120)  # fmt: skip
-            wait_for("the layout to stop changing",
-                     lambda: stable(urls, PARTITIONS), timeout=120)  # fmt: skip
-            yield app, urls, others
-        finally:
-            for other in others:
-                other.stop()
+    with three_instances(
+        kafka_broker.bootstrap_servers, unique_name("forwarding"), tmp_path, PARTITIONS,
+        until_stable=True,
+    ) as three:  # fmt: skip
+        yield three
 
 
 @pytest.mark.iqstate_slow

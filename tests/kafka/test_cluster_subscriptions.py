@@ -23,8 +23,7 @@ from iqstate_http import RemoteQueryClient
 from serving_support import (
     Instance,
     every_partition_served,
-    in_process_instance,
-    settled,
+    three_instances,
     wait_for,
 )
 
@@ -32,7 +31,6 @@ from iqstate import Application, ChangeBatch
 from iqstate.runtime import partition_for_bytes
 
 PARTITIONS = 6
-STORE = f"counts:key_value:{PARTITIONS},engine=rocksdb,value_serde=int64"
 KEYS = [f"word-{i:03d}" for i in range(60)]
 BY_PARTITION = {
     p: [k for k in KEYS if partition_for_bytes(k.encode(), PARTITIONS) == p]
@@ -120,20 +118,10 @@ class Follower:
 def three(
     kafka_broker: Any, unique_name: Callable[[str], str], tmp_path: Path
 ) -> Iterator[tuple[Application, list[str], list[Instance]]]:
-    app_id = unique_name("subscriptions")
-    bootstrap = kafka_broker.bootstrap_servers
-    with in_process_instance(bootstrap, app_id, tmp_path / "a", PARTITIONS) as (app, url_a):
-        others = [Instance(bootstrap, app_id, tmp_path / name, STORE) for name in ("b", "c")]
-        urls = [url_a, *(other.url for other in others)]
-        try:
-            for other in others:
-                other.start()
-            wait_for("one RUNNING active and one standby per partition",
-                     lambda: settled(urls, PARTITIONS), timeout=120)  # fmt: skip
-            yield app, urls, others
-        finally:
-            for other in others:
-                other.stop()
+    with three_instances(
+        kafka_broker.bootstrap_servers, unique_name("subscriptions"), tmp_path, PARTITIONS
+    ) as cluster:
+        yield cluster
 
 
 @pytest.mark.iqstate_slow
