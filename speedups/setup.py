@@ -18,14 +18,21 @@ setup(
         Extension(
             "iqstate_speedups.sealing",
             ["src/iqstate_speedups/sealing.c", "src/iqstate_speedups/crc32.c"],
-            depends=["src/iqstate_speedups/copied_items.h", "src/iqstate_speedups/crc32.h"],
+            depends=[
+                "src/iqstate_speedups/argument_count.h",
+                "src/iqstate_speedups/copied_items.h",
+                "src/iqstate_speedups/crc32.h",
+            ],
             libraries=["z"],
             optional=True,
         ),
         Extension(
             "iqstate_speedups.versions",
             ["src/iqstate_speedups/versions.c"],
-            depends=["src/iqstate_speedups/copied_items.h"],
+            depends=[
+                "src/iqstate_speedups/argument_count.h",
+                "src/iqstate_speedups/copied_items.h",
+            ],
             optional=True,
         ),
     ]

@@ -10,6 +10,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "argument_count.h"
 #include "copied_items.h"
 #include "crc32.h"
 
@@ -110,17 +111,6 @@ unsealed_copy(PyObject *pair)
     PyObject *entry = value == NULL ? NULL : PyTuple_Pack(2, key, value);
     Py_XDECREF(value);
     return entry;
-}
-
-static int
-check_count(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
-{
-    if (nargs != expected) {
-        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, expected,
-                     nargs);
-        return -1;
-    }
-    return 0;
 }
 
 /* `key`'s and `value`'s views: the value followed by their CRC-32, little-endian. */

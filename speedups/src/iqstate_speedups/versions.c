@@ -15,6 +15,7 @@
 
 #include <structmember.h>
 
+#include "argument_count.h"
 #include "copied_items.h"
 
 #define HEAD_SIZE 13
@@ -202,16 +203,6 @@ times_of(PyObject *as_of_arg, PyObject *boundary_arg, int *has_as_of, int64_t *a
         return -1;
     }
     return int64_of(boundary_arg, "boundary", boundary);
-}
-
-static int
-check_count(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
-{
-    if (nargs != expected) {
-        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, expected, nargs);
-        return -1;
-    }
-    return 0;
 }
 
 /* A scan's timelines lie wherever their engine put them (the memory engine's are spread
