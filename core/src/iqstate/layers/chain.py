@@ -171,18 +171,27 @@ class StoreChain(ABC, Generic[Top]):
     ) -> QueryResult[Any]:
         return self.typed.query(query, bound, config)
 
+    def _fused_position(self, bound: PositionBound, config: QueryConfig) -> Position | None:
+        """The engine's position when a fused read may answer (no execution info asked, the
+        bound reached); None when the layered path must."""
+        if config.collect_execution_info:
+            return None
+        engine: Any = self.engine
+        position: Position = engine.current_position
+        if bound is not _UNBOUNDED and not position.dominates(bound.position):
+            return None
+        return position
+
     def _fused_key_lookup(
         self, query: KeyQuery[Any, Any], key_bytes: bytes, bound: PositionBound, config: QueryConfig
     ) -> QueryResult[Any]:
         # The layers answer a KeyQuery with the engine's value at its position; so does this,
         # in one call. Anything unusual (execution info, a bound not reached, an exception)
         # takes the layered path, so every answer is the one the layers give.
-        if config.collect_execution_info:
+        position = self._fused_position(bound, config)
+        if position is None:
             return self.typed.query(query, bound, config)
         engine: Any = self.engine
-        position = engine.current_position
-        if bound is not _UNBOUNDED and not position.dominates(bound.position):
-            return self.typed.query(query, bound, config)
         try:
             value = engine.get(key_bytes)
             deserialize = self._deserialize_value
@@ -292,12 +301,10 @@ class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
     ) -> QueryResult[Any]:
         # What the layers answer, in one call to the engine; anything unusual (execution
         # info, a bound not reached, an exception) takes the layered path.
-        if config.collect_execution_info:
+        position = self._fused_position(bound, config)
+        if position is None:
             return self.typed.query(query, bound, config)
         engine: Any = self.engine
-        position = engine.current_position
-        if bound is not _UNBOUNDED and not position.dominates(bound.position):
-            return self.typed.query(query, bound, config)
         try:
             found = engine.version_at(key_bytes, getattr(query, "as_of_timestamp", None))
             if found is None:
@@ -324,12 +331,10 @@ class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
         # scan selects the versions, the serdes decode keys and values in one call each.
         # Anything unusual (execution info, a bound not reached, a key or value the serdes
         # reject) takes the layered path, which answers it as it would anyway.
-        if config.collect_execution_info:
+        position = self._fused_position(bound, config)
+        if position is None:
             return self.typed.query(query, bound, config)
         engine: Any = self.engine
-        position = engine.current_position
-        if bound is not _UNBOUNDED and not position.dominates(bound.position):
-            return self.typed.query(query, bound, config)
         typed = self.typed
         try:
             keys, values, stamps, valid_tos = engine.found_in_range(
