@@ -29,6 +29,7 @@ from iqstate.position import TopicPartition
 from iqstate.runtime import ACTIVE
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.hosted import HostedPartition
+from iqstate.runtime.spec import StoreSpec
 from iqstate.subscriptions.filters import KeyFilter
 from iqstate.subscriptions.subscription import Subscription
 
@@ -239,26 +240,33 @@ def test_bad_input_is_refused_naming_what_is_wrong(make_app: MakeApp) -> None:
         app.subscribe("s", partitions=[5])
 
 
+def followed_replica(spec: StoreSpec, root: Path) -> HostedPartition:
+    """Partition 0 of `spec` under `root`, open, as a replica following its changelog
+    (`app-<store>-changelog`), as distributed mode's follower drives it."""
+    directory = root / spec.name / "0"
+    directory.mkdir(parents=True)
+    context = StateStoreContext(
+        application_id="app",
+        store_name=spec.name,
+        partition=0,
+        directory=directory,
+        changelog_partition=TopicPartition(f"app-{spec.name}-changelog", 0),
+        query_handlers=default_registry().query_handlers,
+    )
+    hosted = HostedPartition(
+        spec, 0, ACTIVE, context, CommittedPartitions(root / spec.name), followed=True
+    )
+    hosted.open()
+    return hosted
+
+
 def test_a_replica_following_a_changelog_publishes_whole_batches(tmp_path: Path) -> None:
     """The seam a distributed-mode follower drives (`apply_changelog`), with RocksDB: a
     window store's changelog keys carry the window start, and a unit cut short is held
     until its batch's marker."""
     app = Application("app", tmp_path)
     spec = app.window_store("w", 1, 10, 1000, engine="rocksdb", value_serde="int64")
-    directory = tmp_path / "app" / "w" / "0"
-    directory.mkdir(parents=True)
-    context = StateStoreContext(
-        application_id="app",
-        store_name="w",
-        partition=0,
-        directory=directory,
-        changelog_partition=TopicPartition("app-w-changelog", 0),
-        query_handlers=default_registry().query_handlers,
-    )
-    hosted = HostedPartition(
-        spec, 0, ACTIVE, context, CommittedPartitions(tmp_path / "app" / "w"), followed=True
-    )
-    hosted.open()
+    hosted = followed_replica(spec, tmp_path / "app")
     try:
 
         def record(key: str, start: int, value: int | None) -> tuple[bytes, bytes | None]:
@@ -301,23 +309,6 @@ def test_a_cursor_resumed_on_a_replica_that_is_behind_goes_on_without_going_back
     app = Application("app", tmp_path)
     spec = app.key_value_store("s", 1, value_serde="int64")
 
-    def replica(name: str) -> HostedPartition:
-        directory = tmp_path / name / "s" / "0"
-        directory.mkdir(parents=True)
-        context = StateStoreContext(
-            application_id="app",
-            store_name="s",
-            partition=0,
-            directory=directory,
-            changelog_partition=TopicPartition("app-s-changelog", 0),
-            query_handlers=default_registry().query_handlers,
-        )
-        hosted = HostedPartition(
-            spec, 0, ACTIVE, context, CommittedPartitions(tmp_path / name / "s"), followed=True
-        )
-        hosted.open()
-        return hosted
-
     def apply(hosted: HostedPartition, batch: int) -> None:
         """Batch `batch` of the changelog: one record at offset 2 * batch, its marker after."""
         record = (spec.key_serde.serialize(f"k{batch}"), spec.value_serde.serialize(batch))
@@ -325,7 +316,8 @@ def test_a_cursor_resumed_on_a_replica_that_is_behind_goes_on_without_going_back
         hosted.apply_changelog([record], batch, position, 2 * batch + 2)
 
     everything = KeyFilter.build(spec, None, None, None, None)
-    ahead, behind = replica("ahead"), replica("behind")
+    ahead = followed_replica(spec, tmp_path / "ahead")
+    behind = followed_replica(spec, tmp_path / "behind")
     try:
         for batch in (1, 2, 3):
             apply(ahead, batch)
