@@ -70,21 +70,6 @@ _MIN_CHUNK = 100
 """Timelines read at a time by an as-of range with a smaller limit."""
 
 
-def encode_version(timestamp: int, value: bytes | None) -> bytes:
-    """A version as its changelog value: `timestamp + flag + value`."""
-    return _ts(timestamp) + (_TOMBSTONE if value is None else _VALUE + value)
-
-
-def decode_version(data: bytes) -> tuple[int, bytes | None]:
-    """The `(timestamp, value or None)` that `encode_version` encoded."""
-    flag = data[8:9]
-    if flag == _VALUE:
-        return _from_ts(data[:8]), data[9:]
-    if flag == _TOMBSTONE and len(data) == 9:
-        return _from_ts(data[:8]), None
-    raise ValueError(f"a version needs 8 timestamp bytes and a flag, got {data[:12]!r}")
-
-
 def encode_version_record(key: bytes, timestamp: int, value: bytes | None) -> tuple[bytes, bytes]:
     """A version as a changelog record: key `key + timestamp`, value `flag + value` (never
     null: a tombstone version is a record to keep, not a deletion for compaction)."""
@@ -189,10 +174,12 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             store.put(_STREAM_TIME, _ts(timestamp))
         stored = store.get(_TIMELINE + key)
         writes: list[tuple[bytes, bytes | None]] = []
+        becomes_current = True  # the put is the key's newest version
         if stored is None:
             timeline = pack_timeline((timestamp, value), b"")
         else:
             current = current_of(stored)
+            becomes_current = timestamp >= current[0]
             at = history_at(stored)
             if timestamp == current[0]:  # replaces the current version, history unchanged
                 timeline = pack_timeline((timestamp, value), stored[at:])
@@ -208,9 +195,9 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
                 self._reindex(key, (history, current[0]), after, writes)
                 newest = (timestamp, value) if timestamp > current[0] else current
                 timeline = pack_timeline(newest, pack_history(after[0]))
-            if timestamp >= current[0] and current[1] is None:
+            if becomes_current and current[1] is None:
                 writes.append((_TOMBSTONES + _ts(current[0]) + key, None))
-        if value is None and (stored is None or timestamp >= current_of(stored)[0]):
+        if becomes_current and value is None:
             writes.append((_TOMBSTONES + _ts(timestamp) + key, b""))
         writes.append((_TIMELINE + key, timeline))
         store.put_all(writes)
