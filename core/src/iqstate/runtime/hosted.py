@@ -186,14 +186,15 @@ class HostedPartition:
         with self.lock:
             if self.closed:
                 return
-            before = self.chain.position
+            # where subscriptions' positions start from, read only when some follow here
+            before = self.chain.position if self.changes.live else None
             if entries:
                 self.chain.restore(entries)
             fenced = self.skips(batch_id)
             if position is not None and not fenced:
                 self.chain.restore_position(position)
             self._commit(None if fenced else batch_id, {tp: next_offset})
-            if self.changes.live:
+            if before is not None:
                 if batches is None:  # one batch at a marker, else part of a batch
                     batches = (
                         []
