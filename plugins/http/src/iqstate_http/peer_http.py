@@ -102,24 +102,28 @@ class PeerConnections:
         TLS failure, the connection lost), `TimeoutError`: no answer."""
         request = _request_bytes(method, host, target, headers, body)
         async with self._slots, asyncio.timeout(self._timeout):
-            for attempt in range(2):
-                connection, reused = await self._connection(host)
-                try:
-                    response = await connection.send(request)
-                except PeerConnectionLost:
-                    connection.close()
-                    if reused and attempt == 0:
-                        continue  # a kept-alive connection the peer had closed: a new one
+            connection, reused = await self._connection(host)
+            try:
+                return await self._exchange(host, connection, request)
+            except PeerConnectionLost:
+                if not reused:
                     raise
-                except BaseException:  # a timeout or a cancel: the answer may still come
-                    connection.close()
-                    raise
-                if connection.reusable and not connection.closed:
-                    self._idle[host].append(connection)
-                else:
-                    connection.close()
-                return response
-        raise AssertionError("unreachable")  # pragma: no cover
+            # a kept-alive connection the peer had closed: once more, on another
+            connection, _ = await self._connection(host)
+            return await self._exchange(host, connection, request)
+
+    async def _exchange(self, host: str, connection: _Connection, request: bytes) -> PeerResponse:
+        """`request` on `connection`, which is kept for the next when the answer allows."""
+        try:
+            response = await connection.send(request)
+        except BaseException:  # lost, timed out or cancelled: the answer may still come
+            connection.close()
+            raise
+        if connection.reusable and not connection.closed:
+            self._idle[host].append(connection)
+        else:
+            connection.close()
+        return response
 
     async def _connection(self, host: str) -> tuple[_Connection, bool]:
         """A kept-alive connection to `host`, or a new one; and whether it was kept."""
