@@ -28,11 +28,13 @@ setup(
         ),
         Extension(
             "iqstate_speedups.versions",
-            ["src/iqstate_speedups/versions.c"],
+            ["src/iqstate_speedups/versions.c", "src/iqstate_speedups/crc32.c"],
             depends=[
                 "src/iqstate_speedups/argument_count.h",
                 "src/iqstate_speedups/copied_items.h",
+                "src/iqstate_speedups/crc32.h",
             ],
+            libraries=["z"],
             optional=True,
         ),
     ]

@@ -1,5 +1,7 @@
 """An as-of range's selection of versions: the compiled loop (iqstate-speedups) answers
-exactly as the Python one, and both refuse a damaged value rather than return part of it."""
+exactly as the Python one, and both refuse a damaged value rather than return part of it;
+the compiled selection over sealed timelines read in place answers as unsealing them and
+selecting, and refuses a record whose checksum fails."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from iqstate.errors import CorruptStateError
+from iqstate.sealing import seal
 from iqstate.testing import make_context
 from iqstate.version_history import found_at, pack_history, pack_timeline
 from iqstate.version_selection import FoundLists, select_found_in_python
@@ -96,6 +99,104 @@ def test_bad_arguments_name_what_is_wrong() -> None:
         compiled.select_found([], None, 0, None, ([], []))
     with pytest.raises(TypeError, match="as_of must be an int"):
         compiled.select_found([], "now", 0, None, ([], [], [], []))
+
+
+@st.composite
+def sealed_scans(draw: st.DrawFn) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
+    """Ascending `(0x05 + key, sealed timeline)` records and an upper bound: a key of
+    them, one between or past them, or None."""
+    timelines_drawn = draw(st.lists(timelines(), max_size=8))
+    records = [
+        (key, seal(key, timeline))
+        for key, timeline in ((b"\x05k%02d" % (2 * i), t) for i, t in enumerate(timelines_drawn))
+    ]
+    upper = draw(st.none() | st.integers(-1, 2 * len(records) + 1).map(lambda n: b"\x05k%02d" % n))
+    return records, upper
+
+
+def selected_by_unsealing(
+    records: list[tuple[bytes, bytes]],
+    upper: bytes | None,
+    limit: int,
+    as_of: int | None,
+    boundary: int,
+    wanted: int | None,
+) -> tuple[FoundLists, int, bytes | None]:
+    """What select_sealed must give: the records up to `upper`, at most `limit`, unsealed and
+    selected one at a time until `wanted` versions are found."""
+    found: FoundLists = ([], [], [], [])
+    read, last = 0, None
+    for key, stored in records[:limit]:
+        if (upper is not None and key > upper) or wanted == len(found[0]):
+            break
+        select_found_in_python([(key, stored[:-4])], as_of, boundary, None, found)
+        read, last = read + 1, key
+    return found, read, last
+
+
+@given(
+    sealed_scans(),
+    st.integers(1, 9),
+    st.none() | st.integers(-1100, 1100),
+    st.integers(-1100, 1100),
+    st.none() | st.integers(0, 9),
+    st.booleans(),
+)
+def test_the_sealed_selection_answers_as_unsealing_then_selecting(
+    scan: tuple[list[tuple[bytes, bytes]], bytes | None],
+    limit: int,
+    as_of: int | None,
+    boundary: int,
+    wanted: int | None,
+    as_views: bool,
+) -> None:
+    """Given bytes or memoryviews (as an LMDB cursor in buffers mode gives them)."""
+    records, upper = scan
+    given_records = [(memoryview(k), memoryview(v)) for k, v in records] if as_views else records
+    found: FoundLists = ([], [], [], [])
+    answer = compiled.select_sealed(
+        iter(given_records), upper, limit, as_of, boundary, wanted, found
+    )
+    expected, read, last = selected_by_unsealing(records, upper, limit, as_of, boundary, wanted)
+    assert answer == (read, last)
+    assert found == expected
+
+
+@given(sealed_scans(), st.data())
+def test_a_record_whose_checksum_fails_stops_the_sealed_selection(
+    scan: tuple[list[tuple[bytes, bytes]], bytes | None], data: st.DataObject
+) -> None:
+    """None, with what was selected before the damaged record: the caller reads again to
+    name it. A damaged key fails as a damaged value does."""
+    records, _ = scan
+    if not records:
+        return
+    damaged = data.draw(st.integers(0, len(records) - 1))
+    key, stored = records[damaged]
+    flip = data.draw(st.integers(0, len(key) + len(stored) - 1))
+    whole = bytearray(key + stored)
+    whole[flip] ^= 1 << data.draw(st.integers(0, 7))
+    records[damaged] = (bytes(whole[: len(key)]), bytes(whole[len(key) :]))
+    found: FoundLists = ([], [], [], [])
+    assert compiled.select_sealed(iter(records), None, 100, None, -2000, None, found) is None
+    expected, _, _ = selected_by_unsealing(records[:damaged], None, 100, None, -2000, None)
+    assert found == expected
+
+
+def test_the_sealed_selection_refuses_what_is_not_a_record() -> None:
+    found: FoundLists = ([], [], [], [])
+    with pytest.raises(TypeError, match="pairs of bytes-like"):
+        compiled.select_sealed([("k", b"")], None, 10, None, 0, None, found)
+    with pytest.raises(TypeError, match="pairs of bytes-like"):
+        compiled.select_sealed([(b"k",)], None, 10, None, 0, None, found)
+    released = memoryview(b"\x05k" + b"\x00" * 20)
+    released.release()
+    with pytest.raises(TypeError, match="pairs of bytes-like"):
+        compiled.select_sealed([(released, b"")], None, 10, None, 0, None, found)
+    with pytest.raises(TypeError, match="four lists"):
+        compiled.select_sealed([], None, 10, None, 0, None, ([], []))
+    with pytest.raises(ValueError, match="key-space prefix"):
+        compiled.select_sealed([(b"", seal(b"", b"x" * 13))], None, 10, None, 0, None, found)
 
 
 WITHOUT_SPEEDUPS = """

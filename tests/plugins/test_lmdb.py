@@ -1,4 +1,5 @@
-"""The LMDB engine: conformance, crashes, map growth, locking, damage, migration, fsync, options."""
+"""The LMDB engine: conformance, crashes, map growth, locking, damage, migration, fsync,
+options, and its versioned store's as-of ranges read in place."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import lmdb
 import pytest
 from iqstate_lmdb import LMDB_ENGINE, LMDBKeyValueStore
+from iqstate_lmdb.versioned import LMDBVersionedStore
 
 from iqstate import (
     Application,
@@ -25,6 +27,7 @@ from iqstate.codec import encode_offset, encode_position, offset_key
 from iqstate.runtime.offsets import CHECKPOINT_FILE, POSITION_FILE, write_offsets_file
 from iqstate.store import StateStore
 from iqstate.testing import StoreConformance, StoreFactory, make_context
+from iqstate.versioned_store import LayeredVersionedStore
 
 TP = TopicPartition("app-s-changelog", 0)
 
@@ -324,3 +327,86 @@ def test_a_lost_format_marker_is_refused_not_sealed_twice(tmp_path: Path) -> Non
     env.close()
     with pytest.raises(CorruptStateError, match="record format"):
         open_store(tmp_path)
+
+
+def open_versioned(root: Path, reader: type[LayeredVersionedStore]) -> LayeredVersionedStore:
+    store = (
+        LMDBVersionedStore("s", 10_000)
+        if reader is LMDBVersionedStore
+        else LayeredVersionedStore(LMDBKeyValueStore("s"), 10_000)
+    )
+    store.init(make_context(root, "s"))
+    return store
+
+
+def versioned_filled(root: Path, keys: int) -> None:
+    """Keys with versions at 10, 20 and 30; every third deleted at 25, every fifth only at 30."""
+    store = open_versioned(root, LMDBVersionedStore)
+    for i in range(keys):
+        key = b"key-%06d" % i
+        for stamp in (30,) if i % 5 == 0 else (10, 20, 30):
+            store.put(key, b"%d@%d" % (i, stamp), stamp)
+        if i % 3 == 0:
+            store.put(key, None, 25)
+    store.commit({TP: 1})
+    store.close()
+
+
+def as_of_rows(store: LayeredVersionedStore, as_of: int | None, limit: int | None) -> list[object]:
+    with store.range_as_of(None, None, as_of, limit) as rows:
+        return [(key, r.value, r.timestamp, r.valid_to) for key, r in rows]
+
+
+@pytest.mark.parametrize("limit", [None, 1, 99, 100, 101, 250])
+@pytest.mark.parametrize("as_of", [None, 15, 26, 5])
+def test_as_of_ranges_read_in_place_answer_as_the_layered_store(
+    tmp_path: Path, as_of: int | None, limit: int | None
+) -> None:
+    """LMDB's versioned store reads timelines in the map in place, chunk after chunk (of at
+    least 100, many holding no version at `as_of`): the same rows as the layered reading."""
+    versioned_filled(tmp_path, 1_500)
+    in_place = open_versioned(tmp_path, LMDBVersionedStore)
+    expected_rows = as_of_rows(in_place, as_of, limit)
+    in_place.close()
+    layered = open_versioned(tmp_path, LayeredVersionedStore)
+    try:
+        assert expected_rows == as_of_rows(layered, as_of, limit)
+    finally:
+        layered.close()
+    if as_of == 26 and limit is None:  # every third key deleted at 25, every fifth from 30
+        assert len(expected_rows) == 1_500 - 500 - 300 + 100
+
+
+def test_an_as_of_range_reads_a_batchs_writes_through_the_overlay(tmp_path: Path) -> None:
+    versioned_filled(tmp_path, 300)
+    store = open_versioned(tmp_path, LMDBVersionedStore)
+    try:
+        store.put(b"key-000001", b"new", 40)  # not committed: only the overlay has it
+        rows = as_of_rows(store, None, 3)
+        assert rows == [
+            (b"key-000000", b"0@30", 30, None),
+            (b"key-000001", b"new", 40, None),
+            (b"key-000002", b"2@30", 30, None),
+        ]
+    finally:
+        store.close()
+
+
+def test_a_damaged_timeline_is_refused_by_an_as_of_range(tmp_path: Path) -> None:
+    """A timeline whose bytes changed on disk fails the range that reads it, naming the
+    record; the ranges short of it are answered."""
+    versioned_filled(tmp_path, 400)
+    path = data_file(tmp_path)
+    content = path.read_bytes()
+    at = content.index(b"301@20")
+    with path.open("r+b") as handle:
+        handle.seek(at)
+        handle.write(b"9")  # key 301's version at 20 now reads 901@20
+    store = open_versioned(tmp_path, LMDBVersionedStore)
+    try:
+        with pytest.raises(CorruptStateError, match="damaged record"):
+            as_of_rows(store, 22, None)
+        with store.range_as_of(b"key-000290", b"key-000300", 22) as rows:
+            assert [key for key, _ in rows][-1] == b"key-000299"
+    finally:
+        store.close()

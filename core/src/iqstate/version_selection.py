@@ -8,7 +8,7 @@ third of an as-of range's time), and the same in Python otherwise: same answers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from iqstate.queries import VersionedRecord
@@ -50,28 +50,41 @@ def rows_in_python(
     return list(zip(keys, map(VersionedRecord, values, stamps, valid_tos), strict=True))
 
 
+SealedSelection = Callable[
+    [Iterable[tuple[Any, Any]], bytes | None, int, int | None, int, int | None, FoundLists],
+    tuple[int, bytes | None] | None,
+]
+"""`select_sealed(records, upper, limit, as_of, boundary, wanted, found)`: `select_found`
+over records as a sealing engine stores them (`iqstate.sealing`), read in place (bytes or
+memoryviews into its map): at most `limit`, up to `upper` inclusive, each checksum checked.
+It gives `(records read, the last one's key)`, or None when a checksum fails."""
+
+
 def _compiled() -> tuple[
     Callable[[Sequence[tuple[bytes, bytes]], int | None, int, int | None, FoundLists], None],
     Callable[[bytes, int | None, int], Found | None],
     Callable[[Any, int, int | None], VersionedRecord[Any]],
     Callable[[list[Any], list[Any], list[int], list[int | None]], list[Any]],
+    SealedSelection | None,
 ]:
     """The compiled loops, or the Python ones where the extension is missing or cannot make
-    `VersionedRecord`s (a class laid out otherwise than it expects)."""
+    `VersionedRecord`s (a class laid out otherwise than it expects). The selection over
+    sealed timelines is compiled only: without it an engine unseals its timelines first."""
     try:
         from iqstate_speedups import versions
 
         versions.bind_record_type(VersionedRecord)
     except (ImportError, TypeError):
-        return select_found_in_python, found_at_in_python, VersionedRecord, rows_in_python
+        return select_found_in_python, found_at_in_python, VersionedRecord, rows_in_python, None
     return (
         versions.select_found,
         versions.found_at,
         versions.record,  # type: ignore[return-value]
         versions.rows,
+        versions.select_sealed,
     )
 
 
-select_found, found_at, versioned_record, versioned_rows = _compiled()
+select_found, found_at, versioned_record, versioned_rows, select_sealed = _compiled()
 COMPILED = select_found is not select_found_in_python
 """Whether the compiled loops are in use."""

@@ -54,7 +54,13 @@ from iqstate.version_history import (
     pack_timeline,
     versions_of,
 )
-from iqstate.version_selection import found_at, select_found, versioned_record, versioned_rows
+from iqstate.version_selection import (
+    FoundLists,
+    found_at,
+    select_found,
+    versioned_record,
+    versioned_rows,
+)
 
 _STREAM_TIME, _BY_VALID_TO, _TOMBSTONES, _TIMELINE = b"\x02", b"\x03", b"\x04", b"\x05"
 _EARLIER_LAYOUT = (b"\x00", b"\x01")
@@ -300,18 +306,34 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         low = _TIMELINE + (lower or b"")
         high = _TIMELINE + upper if upper is not None else prefix_upper_bound(_TIMELINE)
         boundary = self._boundary()
-        found: tuple[list[bytes], list[bytes], list[int], list[int | None]] = ([], [], [], [])
+        found: FoundLists = ([], [], [], [])
         # A page reads about what it returns, at least a chunk's worth of timelines (a
         # page of 2 over many deleted keys would otherwise read 2 at a time).
         chunk = _RANGE_CHUNK if limit is None else max(limit, _MIN_CHUNK)
         while True:
-            with self.key_value_store.limited_range(low, high, chunk) as timelines:
-                rows = list(timelines)
             wanted = None if limit is None else limit - len(found[0])
-            select_found(rows, as_of, boundary, wanted, found)
-            if len(rows) < chunk or (limit is not None and len(found[0]) >= limit):
+            read, last = self.select_in_chunk(low, high, chunk, as_of, boundary, wanted, found)
+            if read < chunk or last is None or (limit is not None and len(found[0]) >= limit):
                 return found
-            low = rows[-1][0] + b"\x00"  # the least key after the chunk's last
+            low = last + b"\x00"  # the least key after the chunk's last
+
+    def select_in_chunk(
+        self,
+        low: bytes,
+        high: bytes | None,
+        chunk: int,
+        as_of: int | None,
+        boundary: int,
+        wanted: int | None,
+        found: FoundLists,
+    ) -> tuple[int, bytes | None]:
+        """Append to `found` the versions at `as_of` of the first `chunk` timelines from
+        `low` to `high` (at most `wanted`; `select_found`): how many were read, and the last
+        one's key. An engine's versioned store may read them more directly."""
+        with self.key_value_store.limited_range(low, high, chunk) as timelines:
+            rows = list(timelines)
+        select_found(rows, as_of, boundary, wanted, found)
+        return len(rows), rows[-1][0] if rows else None
 
     def range_as_of(
         self, lower: bytes | None, upper: bytes | None, as_of: int | None, limit: int | None = None

@@ -4,9 +4,12 @@
  * Instruction" (Intel, 2009): a 128-bit remainder is folded into the next 16 bytes by
  * multiplying its halves by x^(128+32) and x^(128-32) mod P, then reduced to 32 bits with
  * two more folds and a Barrett reduction. From 128 bytes, four such remainders 64 bytes
- * apart are folded side by side (by x^(512+32) and x^(512-32) mod P), then into one. The
- * constants are those powers of x, reflected, for zlib's polynomial. Lengths that are not a multiple of 16, short inputs and CPUs
- * without the instruction go to zlib's crc32, which continues from the folded value.
+ * apart are folded side by side (by x^(512+32) and x^(512-32) mod P), then into one; from
+ * 256 bytes, where the CPU multiplies 512 bits at once (VPCLMULQDQ), two 64-byte
+ * accumulators 128 bytes apart (by x^(1024+32) and x^(1024-32) mod P). The constants are
+ * those powers of x, reflected, for zlib's polynomial. A last block shorter than 16 bytes
+ * is folded with the remainder's bytes it displaces; inputs shorter than 16 bytes and CPUs
+ * without the instruction go to zlib's crc32.
  */
 #include <stdint.h>
 #include <zlib.h>
@@ -22,23 +25,97 @@
 
 static int use_clmul = 0;
 
-/* The CRC register (not inverted) after `size` bytes, `size` a multiple of 16, >= 16. */
-__attribute__((target("pclmul"))) static uint32_t
+static int use_wide = 0;
+
+/* x^(128+32) and x^(128-32) mod P (low, high): one 16-byte block into the next. */
+#define BY_128_LOW 0x1751997d0
+#define BY_128_HIGH 0x0ccaa009e
+/* the same 64 bytes ahead (x^(512+32), x^(512-32)) and 128 bytes ahead */
+#define BY_512_LOW 0x154442bd4
+#define BY_512_HIGH 0x1c6e41596
+#define BY_1024_LOW 0x1e88ef372
+#define BY_1024_HIGH 0x14a7fe880
+
+/* With 512-bit carry-less multiply (VPCLMULQDQ): two accumulators of four 16-byte lanes,
+ * 128 bytes folded a round in four multiplies where the 128-bit path takes sixteen, then
+ * the accumulators and lanes into one remainder. `size` >= 256; the bytes folded (a
+ * multiple of 64) in `*folded`. */
+__attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul"))) static __m128i
+fold_wide(uint32_t state, const unsigned char *data, size_t size, size_t *folded)
+{
+    const __m512i by_1024 = _mm512_broadcast_i32x4(_mm_set_epi64x(BY_1024_HIGH, BY_1024_LOW));
+    const __m512i by_512 = _mm512_broadcast_i32x4(_mm_set_epi64x(BY_512_HIGH, BY_512_LOW));
+    const __m128i by_128 = _mm_set_epi64x(BY_128_HIGH, BY_128_LOW);
+    __m512i first = _mm512_xor_si512(_mm512_loadu_si512((const void *)data),
+                                     _mm512_castsi128_si512(_mm_cvtsi32_si128((int)state)));
+    __m512i second = _mm512_loadu_si512((const void *)(data + 64));
+    size_t at = 128;
+    for (; at + 128 <= size; at += 128) {
+        first = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(first, by_1024, 0x00),
+                                          _mm512_clmulepi64_epi128(first, by_1024, 0x11),
+                                          _mm512_loadu_si512((const void *)(data + at)), 0x96);
+        second = _mm512_ternarylogic_epi64(
+            _mm512_clmulepi64_epi128(second, by_1024, 0x00),
+            _mm512_clmulepi64_epi128(second, by_1024, 0x11),
+            _mm512_loadu_si512((const void *)(data + at + 64)), 0x96);
+    }
+    /* the first accumulator 64 bytes on, into the second */
+    first = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(first, by_512, 0x00),
+                                      _mm512_clmulepi64_epi128(first, by_512, 0x11), second,
+                                      0x96);
+    if (at + 64 <= size) {
+        first = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(first, by_512, 0x00),
+                                          _mm512_clmulepi64_epi128(first, by_512, 0x11),
+                                          _mm512_loadu_si512((const void *)(data + at)), 0x96);
+        at += 64;
+    }
+    /* its four lanes into one, 128 bits at a time */
+    __m128i x = _mm512_extracti32x4_epi32(first, 0);
+    __m128i lanes[3] = {_mm512_extracti32x4_epi32(first, 1), _mm512_extracti32x4_epi32(first, 2),
+                        _mm512_extracti32x4_epi32(first, 3)};
+    for (int lane = 0; lane < 3; lane++) {
+        x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, by_128, 0x00),
+                                        _mm_clmulepi64_si128(x, by_128, 0x11)),
+                          lanes[lane]);
+    }
+    *folded = at;
+    return x;
+}
+
+/* Shuffles moving a register's bytes `n` places up (`to_end + n`) or down (`to_start + n`),
+ * zeros shifted in, and the mask of its last `n` bytes (`last_bytes + n`), 0 < n < 16. */
+static const unsigned char to_end[32] = {
+    0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+    0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f};
+static const unsigned char to_start[32] = {
+    0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+    0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80};
+static const unsigned char last_bytes[32] = {
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+
+/* The CRC register (not inverted) after `size` bytes, `size` >= 16. */
+__attribute__((target("pclmul,ssse3"))) static uint32_t
 fold(uint32_t state, const unsigned char *data, size_t size)
 {
     /* x^(128+32) and x^(128-32) mod P (low, high), x^64 mod P, then P and floor(x^64 / P). */
-    const __m128i by_128 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);
+    const __m128i by_128 = _mm_set_epi64x(BY_128_HIGH, BY_128_LOW);
     const __m128i by_32 = _mm_set_epi64x(0, 0x163cd6124);
     const __m128i barrett = _mm_set_epi64x(0x1f7011641, 0x1db710641);
     const __m128i low_32 = _mm_set_epi32(0, 0, 0, -1);
 
-    __m128i x = _mm_xor_si128(_mm_loadu_si128((const __m128i *)data),
-                              _mm_cvtsi32_si128((int)state));
+    __m128i x;
     size_t at = 16;
-    if (size >= 128) {
+    if (use_wide && size >= 256) {
+        x = fold_wide(state, data, size, &at);
+    }
+    else {
+        x = _mm_xor_si128(_mm_loadu_si128((const __m128i *)data), _mm_cvtsi32_si128((int)state));
+    }
+    if (at == 16 && size >= 128) {
         /* Four lanes 64 bytes apart, each folded by x^(4*128+32) and x^(4*128-32) mod P:
          * four independent multiplies in flight instead of one waiting on the last. */
-        const __m128i by_512 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);
+        const __m128i by_512 = _mm_set_epi64x(BY_512_HIGH, BY_512_LOW);
         __m128i lanes[4] = {x, _mm_loadu_si128((const __m128i *)(data + 16)),
                             _mm_loadu_si128((const __m128i *)(data + 32)),
                             _mm_loadu_si128((const __m128i *)(data + 48))};
@@ -59,11 +136,24 @@ fold(uint32_t state, const unsigned char *data, size_t size)
             x = _mm_xor_si128(_mm_xor_si128(low, high), lanes[lane]);
         }
     }
-    for (; at < size; at += 16) {
+    for (; at + 16 <= size; at += 16) {
         __m128i low = _mm_clmulepi64_si128(x, by_128, 0x00);
         __m128i high = _mm_clmulepi64_si128(x, by_128, 0x11);
         x = _mm_xor_si128(_mm_xor_si128(low, high),
                           _mm_loadu_si128((const __m128i *)(data + at)));
+    }
+    size_t rest = size - at;
+    if (rest) {
+        /* The last `rest` bytes: the remainder's first `rest` bytes now lie before the
+         * final 16 and are folded on; its others and the tail make the final 16 (byte
+         * shifts by table-driven shuffles, the tail from the input's last 16 bytes). */
+        __m128i before = _mm_shuffle_epi8(x, _mm_loadu_si128((const __m128i *)(to_end + rest)));
+        __m128i kept = _mm_shuffle_epi8(x, _mm_loadu_si128((const __m128i *)(to_start + rest)));
+        __m128i tail = _mm_and_si128(_mm_loadu_si128((const __m128i *)(data + size - 16)),
+                                     _mm_loadu_si128((const __m128i *)(last_bytes + rest)));
+        x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(before, by_128, 0x00),
+                                        _mm_clmulepi64_si128(before, by_128, 0x11)),
+                          _mm_or_si128(kept, tail));
     }
     /* 128 bits to 96, then to 64 */
     x = _mm_xor_si128(_mm_srli_si128(x, 8), _mm_clmulepi64_si128(x, by_128, 0x10));
@@ -82,7 +172,9 @@ crc32_choose(void)
 {
 #ifdef CLMUL_PATH
     __builtin_cpu_init();
-    use_clmul = __builtin_cpu_supports("pclmul");
+    use_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("ssse3");
+    use_wide = use_clmul && __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("vpclmulqdq");
 #endif
 }
 
@@ -90,6 +182,9 @@ const char *
 crc32_implementation(void)
 {
 #ifdef CLMUL_PATH
+    if (use_wide) {
+        return "vpclmul";
+    }
     if (use_clmul) {
         return "pclmul";
     }
@@ -102,10 +197,7 @@ crc32_update(unsigned long crc, const unsigned char *data, size_t size)
 {
 #ifdef CLMUL_PATH
     if (use_clmul && size >= CLMUL_MIN) {
-        size_t folded = size & ~(size_t)15;
-        crc = fold((uint32_t)crc ^ 0xffffffffU, data, folded) ^ 0xffffffffU;
-        data += folded;
-        size -= folded;
+        return fold((uint32_t)crc ^ 0xffffffffU, data, size) ^ 0xffffffffU;
     }
 #endif
     return crc32_z(crc, data, (z_size_t)size);

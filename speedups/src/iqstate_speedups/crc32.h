@@ -22,7 +22,7 @@ CRC32_INTERNAL void crc32_choose(void);
 CRC32_INTERNAL unsigned long crc32_update(unsigned long crc, const unsigned char *data,
                                           size_t size);
 
-/* Which implementation crc32_choose chose: "pclmul" or "zlib". */
+/* Which implementation crc32_choose chose: "vpclmul", "pclmul" or "zlib". */
 CRC32_INTERNAL const char *crc32_implementation(void);
 
 #endif

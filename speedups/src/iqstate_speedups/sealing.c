@@ -392,7 +392,7 @@ unseal_at_least(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 PyDoc_STRVAR(crc32_doc,
 "crc32(data, value=0, /)\n--\n\n"
 "zlib.crc32(data, value), computed as the seals compute it (with the CPU's carry-less\n"
-"multiply where `IMPLEMENTATION` is \"pclmul\").");
+"multiply where `IMPLEMENTATION` is \"pclmul\" or \"vpclmul\").");
 
 static PyObject *
 crc32_of_data(PyObject *module, PyObject *const *args, Py_ssize_t nargs)

@@ -17,8 +17,13 @@
 
 #include "argument_count.h"
 #include "copied_items.h"
+#include "crc32.h"
 
 #define HEAD_SIZE 13
+/* iqstate.sealing's seal: each stored value followed by the little-endian CRC-32 of its
+ * key and value, so the CRC-32 of key, value and seal together is SEAL_RESIDUE. */
+#define SEAL_TAG 4
+#define SEAL_RESIDUE 0x2144DF1CUL
 
 static uint64_t
 u64_at(const unsigned char *p)
@@ -43,16 +48,20 @@ i64_at(const unsigned char *p)
 }
 
 static int
-corrupt(PyObject *key)
+corrupt(const unsigned char *key, Py_ssize_t key_size)
 {
     if (key == NULL) {
         PyErr_SetString(PyExc_ValueError,
                         "a damaged versioned value: its lengths do not fit in it");
     }
     else {
-        PyErr_Format(PyExc_ValueError,
-                     "the versions of key %R are damaged: their lengths do not fit in the "
-                     "stored value", key);
+        PyObject *named = PyBytes_FromStringAndSize((const char *)key, key_size);
+        if (named != NULL) {
+            PyErr_Format(PyExc_ValueError,
+                         "the versions of key %R are damaged: their lengths do not fit in "
+                         "the stored value", named);
+            Py_DECREF(named);
+        }
     }
     return -1;
 }
@@ -68,22 +77,16 @@ typedef struct {
 } Found;
 
 static int
-find(PyObject *key, PyObject *timeline, int has_as_of, int64_t as_of, int64_t boundary,
-     Found *found)
+find_in(const unsigned char *key, Py_ssize_t key_size, const unsigned char *data,
+        Py_ssize_t size, int has_as_of, int64_t as_of, int64_t boundary, Found *found)
 {
-    if (!PyBytes_Check(timeline)) {
-        PyErr_SetString(PyExc_TypeError, "a timeline must be bytes");
-        return -1;
-    }
-    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(timeline);
-    Py_ssize_t size = PyBytes_GET_SIZE(timeline);
     if (size < HEAD_SIZE) {
-        return corrupt(key);
+        return corrupt(key, key_size);
     }
     int64_t timestamp = i64_at(data);
     Py_ssize_t length = (Py_ssize_t)u32_at(data + 9);
     if (length > size - HEAD_SIZE) {
-        return corrupt(key);
+        return corrupt(key, key_size);
     }
     if (!has_as_of || as_of >= timestamp) {
         if (!data[8]) {
@@ -97,12 +100,12 @@ find(PyObject *key, PyObject *timeline, int has_as_of, int64_t as_of, int64_t bo
         return 0;
     }
     if (size - at < 4) {
-        return corrupt(key);
+        return corrupt(key, key_size);
     }
     Py_ssize_t count = (Py_ssize_t)u32_at(data + at);
     Py_ssize_t stamps_at = at + 4;
     if (count > (size - stamps_at) / 13) {
-        return corrupt(key);
+        return corrupt(key, key_size);
     }
     Py_ssize_t ends_at = stamps_at + 8 * count;
     Py_ssize_t flags_at = ends_at + 4 * count;
@@ -125,7 +128,7 @@ find(PyObject *key, PyObject *timeline, int has_as_of, int64_t as_of, int64_t bo
     Py_ssize_t start = index ? (Py_ssize_t)u32_at(data + ends_at + 4 * (index - 1)) : 0;
     Py_ssize_t end = (Py_ssize_t)u32_at(data + ends_at + 4 * index);
     if (start > end || end > size - values_at) {
-        return corrupt(key);
+        return corrupt(key, key_size);
     }
     int64_t valid_to = index + 1 < count ? i64_at(data + stamps_at + 8 * (index + 1)) : timestamp;
     *found = (Found){data + values_at + start, end - start, i64_at(data + stamps_at + 8 * index),
@@ -133,17 +136,67 @@ find(PyObject *key, PyObject *timeline, int has_as_of, int64_t as_of, int64_t bo
     return 1;
 }
 
-/* Append the key and the version found to the four lists; -1 on an error. */
+/* find_in over the bytes `timeline` of `key` (bytes, or NULL: no key to name). */
 static int
-append_found(PyObject **lists, PyObject *key, const unsigned char *value, Py_ssize_t size,
-             int64_t timestamp, int has_valid_to, int64_t valid_to)
+find(PyObject *key, PyObject *timeline, int has_as_of, int64_t as_of, int64_t boundary,
+     Found *found)
+{
+    if (!PyBytes_Check(timeline)) {
+        PyErr_SetString(PyExc_TypeError, "a timeline must be bytes");
+        return -1;
+    }
+    const unsigned char *key_data = NULL;
+    Py_ssize_t key_size = 0;
+    if (key != NULL) {
+        key_data = (const unsigned char *)PyBytes_AS_STRING(key);
+        key_size = PyBytes_GET_SIZE(key);
+    }
+    return find_in(key_data, key_size, (const unsigned char *)PyBytes_AS_STRING(timeline),
+                   PyBytes_GET_SIZE(timeline), has_as_of, as_of, boundary, found);
+}
+
+/* The int objects of a scan's timestamps and ends of validity: the versions a range
+ * selects often share their times (written by one batch), so the last one made for each
+ * is given again when it recurs instead of a new int each row. Cleared by clear_times. */
+typedef struct {
+    PyObject *object;
+    int64_t value;
+} TimeCache;
+
+static PyObject *
+time_object(TimeCache *cache, int64_t value)
+{
+    if (cache->object == NULL || cache->value != value) {
+        PyObject *made = PyLong_FromLongLong(value);
+        if (made == NULL) {
+            return NULL;
+        }
+        Py_XSETREF(cache->object, made);
+        cache->value = value;
+    }
+    return Py_NewRef(cache->object);
+}
+
+static void
+clear_times(TimeCache *times)
+{
+    Py_CLEAR(times[0].object);
+    Py_CLEAR(times[1].object);
+}
+
+/* Append the key and the version found to the four lists (`times`: the two caches of
+ * time_object); -1 on an error. */
+static int
+append_found(PyObject **lists, TimeCache *times, const unsigned char *key, Py_ssize_t key_size,
+             const unsigned char *value, Py_ssize_t size, int64_t timestamp, int has_valid_to,
+             int64_t valid_to)
 {
     PyObject *items[4] = {NULL, NULL, NULL, NULL};
     int status = -1;
-    items[0] = PyBytes_FromStringAndSize(PyBytes_AS_STRING(key) + 1, PyBytes_GET_SIZE(key) - 1);
+    items[0] = PyBytes_FromStringAndSize((const char *)key + 1, key_size - 1);
     items[1] = PyBytes_FromStringAndSize((const char *)value, size);
-    items[2] = PyLong_FromLongLong(timestamp);
-    items[3] = has_valid_to ? PyLong_FromLongLong(valid_to) : Py_NewRef(Py_None);
+    items[2] = time_object(&times[0], timestamp);
+    items[3] = has_valid_to ? time_object(&times[1], valid_to) : Py_NewRef(Py_None);
     if (items[0] && items[1] && items[2] && items[3]) {
         status = 0;
         for (int i = 0; i < 4 && status == 0; i++) {
@@ -160,7 +213,7 @@ append_found(PyObject **lists, PyObject *key, const unsigned char *value, Py_ssi
  * none): 1 when one was, 0 when not, -1 on an error. */
 static int
 select_one(PyObject *key, PyObject *timeline, int has_as_of, int64_t as_of, int64_t boundary,
-           PyObject **lists)
+           PyObject **lists, TimeCache *times)
 {
     if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) < 1 || !PyBytes_Check(timeline)) {
         PyErr_SetString(PyExc_TypeError, "rows must be (key, timeline) pairs of bytes");
@@ -171,7 +224,8 @@ select_one(PyObject *key, PyObject *timeline, int has_as_of, int64_t as_of, int6
     if (status <= 0) {
         return status;
     }
-    return append_found(lists, key, found.value, found.size, found.timestamp,
+    return append_found(lists, times, (const unsigned char *)PyBytes_AS_STRING(key),
+                        PyBytes_GET_SIZE(key), found.value, found.size, found.timestamp,
                         found.has_valid_to, found.valid_to) < 0
                ? -1
                : 1;
@@ -203,6 +257,43 @@ times_of(PyObject *as_of_arg, PyObject *boundary_arg, int *has_as_of, int64_t *a
         return -1;
     }
     return int64_of(boundary_arg, "boundary", boundary);
+}
+
+/* The four lists of the tuple `found`; -1 with a TypeError when it is not one. */
+static int
+lists_of(PyObject *found, PyObject **lists)
+{
+    if (!PyTuple_Check(found) || PyTuple_GET_SIZE(found) != 4) {
+        PyErr_SetString(PyExc_TypeError, "found must be a tuple of four lists");
+        return -1;
+    }
+    for (int i = 0; i < 4; i++) {
+        lists[i] = PyTuple_GET_ITEM(found, i);
+        if (!PyList_Check(lists[i])) {
+            PyErr_SetString(PyExc_TypeError, "found must be a tuple of four lists");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* `wanted` as a count (-1: None, no limit); -1 on an error. */
+static int
+wanted_of(PyObject *wanted, Py_ssize_t *left)
+{
+    *left = -1;
+    if (wanted == Py_None) {
+        return 0;
+    }
+    *left = PyLong_AsSsize_t(wanted);
+    if (*left == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (*left < 0) {
+        PyErr_SetString(PyExc_ValueError, "wanted must be None or >= 0");
+        return -1;
+    }
+    return 0;
 }
 
 /* A scan's timelines lie wherever their engine put them (the memory engine's are spread
@@ -244,33 +335,14 @@ select_found(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "rows must be a list");
         return NULL;
     }
-    if (!PyTuple_Check(found) || PyTuple_GET_SIZE(found) != 4) {
-        PyErr_SetString(PyExc_TypeError, "found must be a tuple of four lists");
-        return NULL;
-    }
     PyObject *lists[4];
-    for (int i = 0; i < 4; i++) {
-        lists[i] = PyTuple_GET_ITEM(found, i);
-        if (!PyList_Check(lists[i])) {
-            PyErr_SetString(PyExc_TypeError, "found must be a tuple of four lists");
-            return NULL;
-        }
-    }
     int has_as_of;
     int64_t as_of, boundary;
-    Py_ssize_t left = -1;
-    if (times_of(args[1], args[2], &has_as_of, &as_of, &boundary) < 0) {
+    Py_ssize_t left;
+    if (lists_of(found, lists) < 0 ||
+        times_of(args[1], args[2], &has_as_of, &as_of, &boundary) < 0 ||
+        wanted_of(args[3], &left) < 0) {
         return NULL;
-    }
-    if (args[3] != Py_None) {
-        left = PyLong_AsSsize_t(args[3]);
-        if (left == -1 && PyErr_Occurred()) {
-            return NULL;
-        }
-        if (left < 0) {
-            PyErr_SetString(PyExc_ValueError, "wanted must be None or >= 0");
-            return NULL;
-        }
     }
     Py_ssize_t count;
     PyObject **items = copy_items(rows, &count);
@@ -278,6 +350,7 @@ select_found(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     int status = 0;
+    TimeCache times[2] = {{NULL, 0}, {NULL, 0}};
     for (Py_ssize_t i = 0; i < count && left != 0; i++) {
         PyObject *row = items[i];
         if (i + PREFETCH_AHEAD < count) {
@@ -289,7 +362,7 @@ select_found(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             break;
         }
         status = select_one(PyTuple_GET_ITEM(row, 0), PyTuple_GET_ITEM(row, 1), has_as_of, as_of,
-                            boundary, lists);
+                            boundary, lists, times);
         if (status < 0) {
             break;
         }
@@ -298,10 +371,253 @@ select_found(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     release_items(items, count);
+    clear_times(times);
     if (status < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
+}
+
+/* A record of a scan of sealed timelines, held while the records a few ahead of it are
+ * read: its key and stored value (bytes, or a memoryview into an engine's map). */
+typedef struct {
+    PyObject *pair;
+    Py_buffer key;
+    Py_buffer stored;
+} Held;
+
+static void
+release_held(Held *held)
+{
+    if (held->pair != NULL) {
+        PyBuffer_Release(&held->key);
+        PyBuffer_Release(&held->stored);
+        Py_CLEAR(held->pair);
+    }
+}
+
+/* The bytes of `object` into `buffer` without a buffer request for the common cases: bytes,
+ * and a memoryview of bytes (an LMDB cursor's) that is not released. buffer->obj stays
+ * NULL then, so PyBuffer_Release does nothing; 0, or -1 when a request is needed. */
+static int
+direct_span(PyObject *object, Py_buffer *buffer)
+{
+    if (PyBytes_CheckExact(object)) {
+        buffer->buf = PyBytes_AS_STRING(object);
+        buffer->len = PyBytes_GET_SIZE(object);
+    }
+    else if (PyMemoryView_Check(object) &&
+             !(((PyMemoryViewObject *)object)->flags & _Py_MEMORYVIEW_RELEASED) &&
+             PyMemoryView_GET_BUFFER(object)->itemsize == 1 &&
+             PyBuffer_IsContiguous(PyMemoryView_GET_BUFFER(object), 'C')) {
+        buffer->buf = PyMemoryView_GET_BUFFER(object)->buf;
+        buffer->len = PyMemoryView_GET_BUFFER(object)->len;
+    }
+    else {
+        return -1;
+    }
+    buffer->obj = NULL;
+    return 0;
+}
+
+/* The bytes of one item of a record, the pair holding the item alive meanwhile. */
+static int
+span_of(PyObject *object, Py_buffer *buffer)
+{
+    return direct_span(object, buffer) == 0 ? 0
+                                            : PyObject_GetBuffer(object, buffer, PyBUF_SIMPLE);
+}
+
+/* Hold the record `pair` (its reference taken over); -1 with a TypeError when it is not a
+ * `(key, stored)` pair of bytes-like objects. */
+static int
+hold(PyObject *pair, Held *held)
+{
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+        span_of(PyTuple_GET_ITEM(pair, 0), &held->key) < 0) {
+        Py_DECREF(pair);
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "records must be (key, stored) pairs of bytes-like");
+        return -1;
+    }
+    if (span_of(PyTuple_GET_ITEM(pair, 1), &held->stored) < 0) {
+        PyBuffer_Release(&held->key);
+        Py_DECREF(pair);
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "records must be (key, stored) pairs of bytes-like");
+        return -1;
+    }
+    held->pair = pair;
+    return 0;
+}
+
+/* Whether `key` sorts after `upper` (bytewise, a prefix first). */
+static int
+beyond(const Py_buffer *key, const Py_buffer *upper)
+{
+    Py_ssize_t common = key->len < upper->len ? key->len : upper->len;
+    int order = memcmp(key->buf, upper->buf, (size_t)common);
+    return order > 0 || (order == 0 && key->len > upper->len);
+}
+
+/* Ask for a record's memory a few records before it is read: the page it lies on, once a
+ * page (an LMDB leaf holds a few timelines; the cursor walks the others next), and its
+ * stored value (the checksum reads all of it), which may lie on pages of its own. Only a
+ * hint: a prefetch never faults, whatever the address. */
+#define SEALED_AHEAD 4
+#define SEALED_PAGE 4096
+#define SEALED_PREFETCH_LINES 32
+
+static void
+prefetch_record(const Py_buffer *stored, uintptr_t *last_page)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    uintptr_t page = (uintptr_t)stored->buf & ~(uintptr_t)(SEALED_PAGE - 1);
+    if (page != *last_page) {
+        *last_page = page;
+        for (int at = 0; at < SEALED_PAGE; at += 64) {
+            __builtin_prefetch((const char *)page + at);
+        }
+    }
+    const char *data = (const char *)stored->buf;
+    Py_ssize_t end = stored->len < 64 * SEALED_PREFETCH_LINES ? stored->len
+                                                              : 64 * SEALED_PREFETCH_LINES;
+    for (Py_ssize_t at = 0; at < end; at += 64) {
+        __builtin_prefetch(data + at);
+    }
+#else
+    (void)stored;
+    (void)last_page;
+#endif
+}
+
+/* The checksum of one sealed record, as iqstate.sealing checks it. */
+static int
+sealed_intact(const Held *held)
+{
+    unsigned long crc = crc32_update(0UL, (const unsigned char *)held->key.buf,
+                                     (size_t)held->key.len);
+    crc = crc32_update(crc, (const unsigned char *)held->stored.buf, (size_t)held->stored.len);
+    return held->stored.len >= SEAL_TAG && crc == SEAL_RESIDUE;
+}
+
+PyDoc_STRVAR(select_sealed_doc,
+"select_sealed(records, upper, limit, as_of, boundary, wanted, found, /)\n--\n\n"
+"select_found over the ascending iterable `records` of `(key, stored)` pairs (bytes or\n"
+"memoryviews into an engine's map), each stored timeline sealed as iqstate.sealing seals\n"
+"values: at most `limit` records, up to `upper` inclusive (None: no bound), each\n"
+"checksum checked, no timeline copied. `(records read, the last one's key)`, or None when\n"
+"a record's checksum does not match (what was appended to `found` before it stays).");
+
+static PyObject *
+select_sealed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_count("select_sealed", nargs, 7) < 0) {
+        return NULL;
+    }
+    PyObject *lists[4];
+    int has_as_of;
+    int64_t as_of, boundary;
+    Py_ssize_t left;
+    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
+    if ((limit == -1 && PyErr_Occurred()) || lists_of(args[6], lists) < 0 ||
+        times_of(args[3], args[4], &has_as_of, &as_of, &boundary) < 0 ||
+        wanted_of(args[5], &left) < 0) {
+        return NULL;
+    }
+    Py_buffer upper = {0};
+    int bounded = args[1] != Py_None;
+    if (bounded && PyObject_GetBuffer(args[1], &upper, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *iterator = PyObject_GetIter(args[0]);
+    if (iterator == NULL) {
+        if (bounded) {
+            PyBuffer_Release(&upper);
+        }
+        return NULL;
+    }
+    /* ring[first .. first + held) are read ahead; `last` is the newest record selected
+     * from, kept for its key. */
+    Held ring[SEALED_AHEAD] = {{0}};
+    Held last = {0};
+    TimeCache times[2] = {{NULL, 0}, {NULL, 0}};
+    int first = 0, held = 0, exhausted = 0, damaged = 0, failed = 0;
+    Py_ssize_t pulled = 0, read = 0;
+    uintptr_t last_page = 0;
+    while (!failed && !damaged && left != 0) {
+        while (!exhausted && held < SEALED_AHEAD && pulled < limit) {
+            PyObject *pair = PyIter_Next(iterator);
+            if (pair == NULL) {
+                exhausted = 1;
+                failed = PyErr_Occurred() != NULL;
+                break;
+            }
+            Held *slot = &ring[(first + held) % SEALED_AHEAD];
+            if (hold(pair, slot) < 0) {
+                failed = 1;
+                break;
+            }
+            if (bounded && beyond(&slot->key, &upper)) {
+                release_held(slot);
+                exhausted = 1;
+                break;
+            }
+            prefetch_record(&slot->stored, &last_page);
+            held++;
+            pulled++;
+        }
+        if (failed || held == 0) {
+            break;
+        }
+        Held *record = &ring[first];
+        first = (first + 1) % SEALED_AHEAD;
+        held--;
+        release_held(&last);
+        last = *record;
+        *record = (Held){0};
+        read++;
+        if (!sealed_intact(&last)) {
+            damaged = 1;
+            break;
+        }
+        const unsigned char *key = (const unsigned char *)last.key.buf;
+        if (last.key.len < 1) {
+            PyErr_SetString(PyExc_ValueError, "a timeline's key needs its key-space prefix");
+            failed = 1;
+            break;
+        }
+        Found version;
+        int status = find_in(key, last.key.len, (const unsigned char *)last.stored.buf,
+                             last.stored.len - SEAL_TAG, has_as_of, as_of, boundary, &version);
+        if (status == 1) {
+            status = append_found(lists, times, key, last.key.len, version.value, version.size,
+                                  version.timestamp, version.has_valid_to, version.valid_to);
+            left -= left > 0;
+        }
+        failed = status < 0;
+    }
+    PyObject *result = NULL;
+    if (damaged) {
+        result = Py_NewRef(Py_None);
+    }
+    else if (!failed) {
+        PyObject *last_key = last.pair == NULL
+                                 ? Py_NewRef(Py_None)
+                                 : PyBytes_FromStringAndSize((const char *)last.key.buf,
+                                                             last.key.len);
+        result = last_key == NULL ? NULL : Py_BuildValue("(nN)", read, last_key);
+    }
+    for (int i = 0; i < held; i++) {
+        release_held(&ring[(first + i) % SEALED_AHEAD]);
+    }
+    release_held(&last);
+    clear_times(times);
+    Py_DECREF(iterator);
+    if (bounded) {
+        PyBuffer_Release(&upper);
+    }
+    return result;
 }
 
 PyDoc_STRVAR(found_at_doc,
@@ -472,11 +788,25 @@ rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"select_found", (PyCFunction)(void (*)(void))select_found, METH_FASTCALL, select_found_doc},
+    {"select_sealed", (PyCFunction)(void (*)(void))select_sealed, METH_FASTCALL,
+     select_sealed_doc},
     {"found_at", (PyCFunction)(void (*)(void))found_at, METH_FASTCALL, found_at_doc},
     {"bind_record_type", bind_record_type, METH_O, bind_record_type_doc},
     {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL, record_doc},
     {"rows", (PyCFunction)(void (*)(void))rows, METH_FASTCALL, rows_doc},
     {NULL, NULL, 0, NULL},
+};
+
+static int
+exec_module(PyObject *module)
+{
+    crc32_choose();
+    return 0;
+}
+
+static PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, exec_module},
+    {0, NULL},
 };
 
 static struct PyModuleDef module = {
@@ -485,6 +815,7 @@ static struct PyModuleDef module = {
     .m_doc = "iqstate.version_selection's inner loop, one C call per scanned chunk.",
     .m_size = 0,
     .m_methods = methods,
+    .m_slots = slots,
 };
 
 PyMODINIT_FUNC

@@ -15,6 +15,7 @@ LMDB_ENGINE = Engine(
     name="lmdb",
     key_value_store="iqstate_lmdb.store:LMDBKeyValueStore",
     window_store="iqstate_lmdb.store:LMDBWindowStore",
+    versioned_store="iqstate_lmdb.versioned:LMDBVersionedStore",
     persistent=True,
     description="LMDB: one environment per partition, offsets in a named sub-database",
     check_config="iqstate_lmdb.options:check_config",

@@ -315,6 +315,21 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                 below(first_of(cursor.iternext(), limit), upper, upper_inclusive) if found else []
             )
 
+    def read_stored(self, lower: bytes, read: Callable[[Iterator[Pair]], R]) -> R | None:
+        """`read` applied to the committed records from `lower` on, ascending, as stored:
+        each value followed by its seal (`iqstate.sealing`), key and value memoryviews into
+        the map, valid during the call only (no value copied out). None while a batch's
+        writes are pending: the stored records are not the store's content then."""
+        self._check_open()
+        if self._pending:
+            return None
+        try:
+            with self._env.begin(db=self._data, buffers=True) as txn:
+                cursor = txn.cursor()
+                return read(cursor.iternext() if cursor.set_range(lower) else iter(()))
+        except lmdb.Error as error:
+            raise lmdb_error(self._path, error) from error
+
     def _count(self) -> int:
         with self._env.begin(db=self._data) as txn:
             return int(txn.stat(self._data)["entries"])
