@@ -3,6 +3,7 @@ CA and certificates made in the test (`trustme`)."""
 
 from __future__ import annotations
 
+import json
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import trustme
+from httpx_sse import connect_sse
 from iqstate_http import RemoteQueryClient, start_background
 from two_instances import PARTITIONS, ROWS, two_instances
 
@@ -85,3 +87,34 @@ def test_instances_forward_to_each_other_and_the_client_routes_over_https(
                 StateQueryRequest.in_store("counts").with_query(KeyQuery.with_key(elsewhere))
             )
             assert result.only_partition_result().result == ROWS[elsewhere]
+
+
+def test_a_change_stream_follows_the_other_instances_partitions_over_https(
+    tmp_path: Path, pki: dict[str, Any]
+) -> None:
+    """A's standbys lag, so a stream asking for no lag through A follows B's partitions
+    through B's stream, over HTTPS both hops: the snapshots of every partition, then a
+    batch written on B only (nothing replicates between these two: only B's stream has it)."""
+    tls = {"ssl_certfile": pki["cert"], "ssl_keyfile": pki["key"], "ssl_ca_certs": pki["ca"]}
+    with two_instances(tmp_path, standby_lag=1_000, **tls) as (a, b):
+        odd_key = next(k for k in ROWS if partition_for_bytes(k.encode(), PARTITIONS) % 2 == 1)
+        odd = partition_for_bytes(odd_key.encode(), PARTITIONS)
+        seen: dict[str, int] = {}
+        url = f"{a.url}/v1/stores/counts/changes?acceptable_lag=0"
+        with (
+            httpx.Client(verify=pki["context"], timeout=10) as http,
+            connect_sse(http, "GET", url) as source,
+        ):
+            assert source.response.status_code == 200
+            events = (json.loads(sse.data) for sse in source.iter_sse() if sse.data)
+            snapshots = [next(events) for _ in range(PARTITIONS)]
+            assert sorted(s["partition"] for s in snapshots) == list(range(PARTITIONS))
+            assert all(s["snapshot"] for s in snapshots)
+            for snapshot in snapshots:
+                seen.update((c["key"], c["value"]) for c in snapshot["changes"])
+            assert seen == ROWS
+            with b.app.begin_batch(position={"src": {0: 101}}, batch_id=2) as batch:
+                batch.put("counts", odd_key, -1)
+            change = next(events)
+        assert change["partition"] == odd and not change["snapshot"]
+        assert [(c["key"], c["value"]) for c in change["changes"]] == [(odd_key, -1)]
