@@ -2,7 +2,7 @@
  * iqstate.sealing's checksums, one C call for a record or a whole scan.
  *
  * A sealed value is the value followed by the CRC-32 of key and value (4 bytes,
- * little-endian); the CRC-32 of key, value and tag together is then RESIDUE. These do
+ * little-endian); the CRC-32 of key, value and tag together is then SEAL_RESIDUE. These do
  * exactly what iqstate.sealing's Python functions do, with zlib's CRC-32 (crc32.c: the
  * CPU's carry-less multiply where it has one, zlib's crc32 otherwise), without a Python
  * call, a joined copy or a slice per record.
@@ -13,16 +13,7 @@
 #include "argument_count.h"
 #include "copied_items.h"
 #include "crc32.h"
-
-#define RESIDUE 0x2144DF1CUL
-#define TAG 4
-
-static unsigned long
-crc_of(const char *first, Py_ssize_t first_size, const char *second, Py_ssize_t second_size)
-{
-    unsigned long crc = crc32_update(0UL, (const unsigned char *)first, (size_t)first_size);
-    return crc32_update(crc, (const unsigned char *)second, (size_t)second_size);
-}
+#include "seal.h"
 
 /* The bytes of a bytes-like object: bytes (subclasses too) read in place, anything else
  * through the buffer protocol, as zlib.crc32 and bytes concatenation take them. */
@@ -81,7 +72,7 @@ views_of(PyObject *key, PyObject *second, const char *what, View *key_view, View
 static int
 intact(const char *key, Py_ssize_t key_size, const char *stored, Py_ssize_t stored_size)
 {
-    return stored_size >= TAG && crc_of(key, key_size, stored, stored_size) == RESIDUE;
+    return seal_intact(key, (size_t)key_size, stored, (size_t)stored_size);
 }
 
 /* Whether `pair` is a record as a scan reads it: a `(key, stored)` tuple of bytes. */
@@ -107,7 +98,7 @@ unsealed_copy(PyObject *pair)
 {
     PyObject *key = PyTuple_GET_ITEM(pair, 0), *stored = PyTuple_GET_ITEM(pair, 1);
     PyObject *value =
-        PyBytes_FromStringAndSize(PyBytes_AS_STRING(stored), PyBytes_GET_SIZE(stored) - TAG);
+        PyBytes_FromStringAndSize(PyBytes_AS_STRING(stored), PyBytes_GET_SIZE(stored) - SEAL_TAG);
     PyObject *entry = value == NULL ? NULL : PyTuple_Pack(2, key, value);
     Py_XDECREF(value);
     return entry;
@@ -117,14 +108,14 @@ unsealed_copy(PyObject *pair)
 static PyObject *
 seal_views(const View *key, const View *value)
 {
-    PyObject *sealed = PyBytes_FromStringAndSize(NULL, value->size + TAG);
+    PyObject *sealed = PyBytes_FromStringAndSize(NULL, value->size + SEAL_TAG);
     if (sealed == NULL) {
         return NULL;
     }
     char *out = PyBytes_AS_STRING(sealed);
     memcpy(out, value->data, (size_t)value->size);
-    unsigned long crc = crc_of(key->data, key->size, out, value->size);
-    for (int i = 0; i < TAG; i++) {
+    unsigned long crc = seal_crc(key->data, (size_t)key->size, out, (size_t)value->size);
+    for (int i = 0; i < SEAL_TAG; i++) {
         out[value->size + i] = (char)((crc >> (8 * i)) & 0xff);
     }
     return sealed;
@@ -215,7 +206,7 @@ unseal(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *value = intact(key.data, key.size, stored.data, stored.size)
-                          ? PyBytes_FromStringAndSize(stored.data, stored.size - TAG)
+                          ? PyBytes_FromStringAndSize(stored.data, stored.size - SEAL_TAG)
                           : Py_NewRef(Py_None);
     release_view(&stored);
     release_view(&key);
@@ -298,7 +289,7 @@ unseal_record(PyObject *pair, int *damaged)
     PyObject *stored = PyTuple_GET_ITEM(pair, 1);
     if (Py_REFCNT(pair) == 1 && Py_REFCNT(stored) == 1 && PyBytes_CheckExact(stored)) {
         PyTuple_SET_ITEM(pair, 1, NULL); /* the tuple's reference is now this one */
-        if (_PyBytes_Resize(&stored, PyBytes_GET_SIZE(stored) - TAG) < 0) {
+        if (_PyBytes_Resize(&stored, PyBytes_GET_SIZE(stored) - SEAL_TAG) < 0) {
             Py_DECREF(pair); /* _PyBytes_Resize freed the value */
             return NULL;
         }

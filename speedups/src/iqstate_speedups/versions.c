@@ -18,12 +18,9 @@
 #include "argument_count.h"
 #include "copied_items.h"
 #include "crc32.h"
+#include "seal.h"
 
 #define HEAD_SIZE 13
-/* iqstate.sealing's seal: each stored value followed by the little-endian CRC-32 of its
- * key and value, so the CRC-32 of key, value and seal together is SEAL_RESIDUE. */
-#define SEAL_TAG 4
-#define SEAL_RESIDUE 0x2144DF1CUL
 
 static uint64_t
 u64_at(const unsigned char *p)
@@ -491,16 +488,6 @@ prefetch_record(const Py_buffer *stored, uintptr_t *last_page)
 #endif
 }
 
-/* The checksum of one sealed record, as iqstate.sealing checks it. */
-static int
-sealed_intact(const Held *held)
-{
-    unsigned long crc = crc32_update(0UL, (const unsigned char *)held->key.buf,
-                                     (size_t)held->key.len);
-    crc = crc32_update(crc, (const unsigned char *)held->stored.buf, (size_t)held->stored.len);
-    return held->stored.len >= SEAL_TAG && crc == SEAL_RESIDUE;
-}
-
 PyDoc_STRVAR(select_sealed_doc,
 "select_sealed(records, upper, limit, as_of, boundary, wanted, found, /)\n--\n\n"
 "select_found over the ascending iterable `records` of `(key, stored)` pairs (bytes or\n"
@@ -577,7 +564,8 @@ select_sealed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         last = *record;
         *record = (Held){0};
         read++;
-        if (!sealed_intact(&last)) {
+        if (!seal_intact(last.key.buf, (size_t)last.key.len, last.stored.buf,
+                         (size_t)last.stored.len)) {
             damaged = 1;
             break;
         }
