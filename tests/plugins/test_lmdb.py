@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import lmdb
@@ -410,3 +411,45 @@ def test_a_damaged_timeline_is_refused_by_an_as_of_range(tmp_path: Path) -> None
             assert [key for key, _ in rows][-1] == b"key-000299"
     finally:
         store.close()
+
+
+def test_reads_in_other_threads_while_the_map_grows_are_answered(tmp_path: Path) -> None:
+    """Growing the map invalidates every read transaction open in the process (and unmaps
+    what reads in place point at): reads and growth take turns, so each read answers a
+    committed state instead of failing as if the store were damaged."""
+    store = LMDBVersionedStore("s", 10**9)
+    store.init(make_context(tmp_path, "s", config={"initial_map_mb": 1}))
+    store.put_all([(b"a%04d" % i, 1, b"v" * 100) for i in range(100)])
+    store.commit({TP: 0})
+    before = store.key_value_store.map_size()  # type: ignore[attr-defined]
+    failures: list[BaseException] = []
+    counts: list[list[int]] = [[] for _ in range(3)]
+    done = threading.Event()
+
+    def reader(seen: list[int]) -> None:
+        try:
+            while not done.is_set():
+                with store.range_as_of(None, None, None) as rows:
+                    seen.append(sum(1 for _ in rows))
+                assert store.get(b"a0007") is not None
+                time.sleep(0.002)  # the writer gets the interpreter too
+        except BaseException as error:
+            failures.append(error)
+
+    threads = [threading.Thread(target=reader, args=(seen,)) for seen in counts]
+    for thread in threads:
+        thread.start()
+    try:
+        for batch in range(1, 21):
+            store.put_all([(b"b%02d-%04d" % (batch, i), batch, b"x" * 4000) for i in range(100)])
+            store.commit({TP: batch})
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join()
+    assert not failures, failures
+    assert store.key_value_store.map_size() >= 8 * before  # type: ignore[attr-defined]
+    for seen in counts:  # answered, from what was written (not a snapshot: see the runtime)
+        assert seen and all(100 <= count <= 2_100 for count in seen)
+    assert sum(1 for _ in store.range_as_of(None, None, None)) == 2_100
+    store.close()

@@ -53,10 +53,15 @@ from iqstate_lmdb.environment import (
     lmdb_error,
     open_environment,
 )
+from iqstate_lmdb.map_guard import MapGuard
 from iqstate_lmdb.options import LMDBSettings
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+MISSING = b"\x00not read"
+"""What a read on the reused transaction gives while the map grows (compared by identity):
+read again in a transaction of its own, once it has grown."""
 
 
 class LMDBKeyValueStore(PersistentKeyValueStore):
@@ -72,6 +77,8 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         self._reader: Any = None
         """A read transaction reused by key reads until the next commit."""
         self._reader_lock = threading.Lock()
+        self._map_guard = MapGuard()
+        """Other read transactions, counted so that the map grows only while none is open."""
         self._path = Path()
 
     @property
@@ -154,8 +161,11 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                 with self._env.begin(write=True) as txn:
                     return work(txn)
             except lmdb.MapFullError:
-                self._drop_reader()  # LMDB resizes only with no transaction open
-                self._env.set_mapsize(self._env.info()["map_size"] * 2)
+                # LMDB resizes only with no transaction of this process open: new reads
+                # wait, open ones end, and the reused one is ended.
+                with self._map_guard.growth():
+                    self._drop_reader()
+                    self._env.set_mapsize(self._env.info()["map_size"] * 2)
 
     def _drop_reader(self) -> None:
         """End the reused read transaction: after a commit, before a resize or a close."""
@@ -189,10 +199,14 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         reader_lock = self._reader_lock
         if not reader_lock.acquire(False):
             return self._read(key)
+        reader = self._reader
+        if reader is None:  # the first read since a commit begins the reused transaction
+            reader_lock.release()
+            return self._read(key)
         try:
-            stored: bytes | None = (self._reader or self._begin_reader()).get(key)
+            stored: bytes | None = reader.get(key)
             if stored is None:
-                self._check_neighbours(self._reader, key)
+                self._check_neighbours(reader, key)
                 return None
         except lmdb.Error as error:
             raise self._failed_reader(error) from error
@@ -202,7 +216,11 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         return self._checked(key, stored) if value is None else value
 
     def _begin_reader(self) -> Any:
-        """Begin the reused read transaction (the caller holds `_reader_lock`)."""
+        """Begin the reused read transaction (the caller holds `_reader_lock`); None while the
+        map grows (the growth ends it after taking `_reader_lock`, so waiting here for the
+        growth to end would wait for ever)."""
+        if self._map_guard.growing:
+            return None
         self._reader = self._env.begin(db=self._data)
         return self._reader
 
@@ -218,24 +236,37 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         # Key reads reuse one read transaction between commits: beginning a transaction
         # costs more than the look-up. A thread finding it in use begins its own.
         reader_lock = self._reader_lock
-        if reader_lock.acquire(False):
-            try:
-                reader = self._reader or self._begin_reader()
-                stored: bytes | None = reader.get(key)
+        if not reader_lock.acquire(False):
+            return self._read_own(key)
+        try:
+            reader = self._reader or self._begin_reader()
+            if reader is None:  # the map is growing: read once it has grown
+                stored: bytes | None = MISSING
+            else:
+                stored = reader.get(key)
                 if stored is None:
                     self._check_neighbours(reader, key)
-            except lmdb.Error as error:
-                raise self._failed_reader(error) from error
-            finally:
-                reader_lock.release()
-        else:
-            try:
-                with self._env.begin(db=self._data) as txn:
-                    stored = txn.get(key)
-                    if stored is None:
-                        self._check_neighbours(txn, key)
-            except lmdb.Error as error:
-                raise lmdb_error(self._path, error) from error
+        except lmdb.Error as error:
+            raise self._failed_reader(error) from error
+        finally:
+            reader_lock.release()  # before waiting for the growth, which takes it
+        if stored is MISSING:
+            return self._read_own(key)
+        return self._unsealed(key, stored)
+
+    def _read_own(self, key: bytes) -> bytes | None:
+        """Read `key` in a read transaction of its own (another thread reads on the reused
+        one, or the map grows)."""
+        try:
+            with self._map_guard.reading(), self._env.begin(db=self._data) as txn:
+                stored: bytes | None = txn.get(key)
+                if stored is None:
+                    self._check_neighbours(txn, key)
+        except lmdb.Error as error:
+            raise lmdb_error(self._path, error) from error
+        return self._unsealed(key, stored)
+
+    def _unsealed(self, key: bytes, stored: bytes | None) -> bytes | None:
         if stored is None:
             return None
         value = unseal(key, stored)
@@ -295,7 +326,7 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         its near end, then `below` or `at_least` reading its C-level iterator to the far
         end (`unseal_below` and `unseal_at_least` check and unseal them; `read_below` and
         `read_at_least` give them as stored)."""
-        with self._env.begin(db=self._data) as txn:
+        with self._map_guard.reading(), self._env.begin(db=self._data) as txn:
             cursor = txn.cursor()
             if reverse:
                 if upper is None:
@@ -324,14 +355,14 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         if self._pending:
             return None
         try:
-            with self._env.begin(db=self._data, buffers=True) as txn:
+            with self._map_guard.reading(), self._env.begin(db=self._data, buffers=True) as txn:
                 cursor = txn.cursor()
                 return read(cursor.iternext() if cursor.set_range(lower) else iter(()))
         except lmdb.Error as error:
             raise lmdb_error(self._path, error) from error
 
     def _count(self) -> int:
-        with self._env.begin(db=self._data) as txn:
+        with self._map_guard.reading(), self._env.begin(db=self._data) as txn:
             return int(txn.stat(self._data)["entries"])
 
     def _write(self, commit: Commit) -> None:
