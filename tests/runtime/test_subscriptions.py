@@ -4,6 +4,7 @@ back-pressure, resumes, the ways a subscription ends, and bad input."""
 from __future__ import annotations
 
 import asyncio
+import pickle
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -166,6 +167,114 @@ def test_async_subscribers_with_batches_waiting_take_turns_on_the_loop(
     asyncio.run(both())
     assert sorted(order) == [0] * 200 + [1] * 200
     assert 1 in order[:100], "the second subscriber waited for the first to drain its backlog"
+
+
+def test_subscribers_in_step_read_the_same_changes_and_none_can_alter_the_others(
+    make_app: MakeApp,
+) -> None:
+    """Subscribers in step share each batch they yield: its changes refuse to change, so
+    no subscriber alters what another reads, and a copy is a list of one's own."""
+    app = make_app()
+    app.key_value_store("s", 1, value_serde="int64")
+    app.start()
+    counted(app, range(1))
+    first, second = app.subscribe("s"), app.subscribe("s")
+    for subscription in (first, second):
+        snapshot = subscription.poll()
+        assert snapshot is not None and snapshot.snapshot
+        with pytest.raises(TypeError, match="cannot be changed"):
+            snapshot.changes.append(Change("k9", 9))
+    counted(app, range(1, 2))
+    mine, theirs = first.poll(), second.poll()
+    assert mine is not None and theirs is not None
+    edits: list[Callable[[list[Change]], object]] = [
+        lambda changes: changes.append(Change("k9", 9)),
+        lambda changes: changes.__setitem__(0, Change("k9", 9)),
+        lambda changes: changes.__delitem__(0),
+        lambda changes: changes.sort(key=repr),
+        lambda changes: changes.__iadd__([Change("k9", 9)]),
+        lambda changes: changes.clear(),
+    ]
+    for edit in edits:
+        with pytest.raises(TypeError, match=r"copy them first \(list\(batch.changes\)\)"):
+            edit(mine.changes)
+    assert mine.changes == theirs.changes == [Change("k0", 1)]
+    own = list(mine.changes)
+    own.append(Change("k9", 9))
+    assert theirs.changes == [Change("k0", 1)]
+    copied = pickle.loads(pickle.dumps(mine.changes))
+    assert type(copied) is list and copied == [Change("k0", 1)]  # pickles as a plain list
+
+
+def test_a_subscriber_far_behind_the_others_reads_what_they_read(make_app: MakeApp) -> None:
+    """Subscribers in step keep what they made of only the most recent batches; one that
+    comes to an older batch later works it out again, to the same changes and cursors."""
+    app = make_app()
+    app.key_value_store("s", 2, value_serde="int64")
+    app.start()
+    ahead, behind = app.subscribe("s"), app.subscribe("s", prefix="k")
+    late = app.subscribe("s")
+    for subscription in (ahead, behind, late):
+        assert [subscription.poll() is not None for _ in range(2)] == [True, True]
+    read: list[tuple[int, list[Change], str]] = []
+    for number in range(30):
+        with app.begin_batch({"src": {0: number}}, batch_id=number) as pipeline_batch:
+            for key in range(8):
+                pipeline_batch.put("s", f"k{key}", number)
+        while (batch := ahead.poll()) is not None:
+            read.append((batch.partition, list(batch.changes), batch.cursor))
+        while behind.poll() is not None:  # another filter: results of its own
+            pass
+    caught_up = []
+    while (batch := late.poll()) is not None:
+        caught_up.append((batch.partition, list(batch.changes), batch.cursor))
+    assert len(read) == 30 * len({partition for partition, _, _ in read})
+    assert caught_up == read
+    middle = len(read) // 2
+    resumed = app.subscribe("s", from_cursor=read[middle - 1][2])
+    assert [(b.partition, b.changes) for b in iter(resumed.poll, None)] == [
+        (partition, changes) for partition, changes, _ in read[middle:]
+    ]
+
+
+def test_many_async_subscribers_on_another_threads_loop_each_get_every_batch(
+    make_app: MakeApp,
+) -> None:
+    """A pipeline committing in one thread, 100 subscribers on an event loop in another:
+    each gets every batch, whole and in commit order, as a subscriber that reads later."""
+    app = make_app()
+    app.key_value_store("s", 2, value_serde="int64")
+    app.start()
+    subscriptions = [app.subscribe("s") for _ in range(101)]
+    for subscription in subscriptions:
+        assert [subscription.poll() is not None for _ in range(2)] == [True, True]
+    reference, followers = subscriptions[0], subscriptions[1:]
+
+    async def follow(subscription: Subscription) -> list[tuple[int, list[Change]]]:
+        seen: list[tuple[int, list[Change]]] = []
+        last: set[object] = set()
+        async for batch in subscription:
+            seen.append((batch.partition, list(batch.changes)))
+            last |= {change.key for change in batch.changes if change.value == 49}
+            if len(last) == 8:
+                break
+        return seen
+
+    async def everyone() -> list[list[tuple[int, list[Change]]]]:
+        async with asyncio.timeout(60):
+            return await asyncio.gather(*(follow(s) for s in followers))
+
+    results: list[list[list[tuple[int, list[Change]]]]] = []
+    loop_thread = threading.Thread(target=lambda: results.append(asyncio.run(everyone())))
+    loop_thread.start()
+    for number in range(50):
+        with app.begin_batch({"src": {0: number}}, batch_id=number) as batch:
+            for key in range(8):
+                batch.put("s", f"k{key}", number)
+    loop_thread.join(timeout=90)
+    expected = [(batch.partition, list(batch.changes)) for batch in iter(reference.poll, None)]
+    assert len(expected) >= 50 and results
+    assert all(seen == expected for seen in results[0])
 
 
 def test_close_ends_an_iteration_that_waits(make_app: MakeApp) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from iqstate.position import Position
 
@@ -37,3 +37,25 @@ class ChangeBatch:
     cursor: str
     snapshot: bool
     changes: list[Change] = field(default_factory=list)
+
+
+class ReadOnlyChanges(list[Change]):
+    """A `ChangeBatch`'s changes: a list that refuses to change.
+
+    Subscribers in step yield one shared `ChangeBatch` per committed batch (1,000 private
+    copies of its list cost the committer the garbage collector's walks over them): none
+    may alter what the others read. `list(batch.changes)` is a list of one's own."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError(
+            "a ChangeBatch's changes are shared with other subscribers and cannot be "
+            "changed: copy them first (list(batch.changes))"
+        )
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+    def __reduce__(self) -> tuple[type[list[Change]], tuple[list[Change]]]:
+        return list, (list(self),)  # pickled and copied as a plain list

@@ -1,10 +1,11 @@
 """A store partition's feed of committed batches: a bounded log that subscribers read.
 
 The committer (or the changelog follower) appends each committed batch's entries, as they
-were encoded for the store, under the partition's lock: one append and a wake-up of the
-subscribers that wait. Nothing is decoded or filtered there; each subscriber reads the
-log at its own index and decodes on its own thread. Until the first subscription the feed
-is dormant and a commit costs one attribute test.
+were encoded for the store, under the partition's lock: one append, and the subscribers
+that wait handed to the thread that wakes them (`waking.py`). Nothing is decoded or
+filtered there; each subscriber reads the log at its own index and decodes on its own
+thread. Until the first subscription the feed is dormant and a commit costs one attribute
+test.
 
 The log keeps the newest batches within `ChangeBufferSettings`: the replay buffer that a
 subscription resuming by cursor reads from. A subscriber whose next batch left the log, or
@@ -19,16 +20,15 @@ which every replica of the partition shares.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import secrets
 import threading
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from iqstate.position import Position
+from iqstate.subscriptions.waking import Waker, hand_off, wake
 
 CHANGELOG_LINEAGE = "log"
 """The lineage of feeds whose marks are changelog offsets (shared by every replica)."""
@@ -61,6 +61,11 @@ def new_lineage() -> str:
 SHARED_AT_MOST = 8
 """Distinct (filter, cursor) results kept per batch: subscribers out of step with every
 kept one work it out alone rather than grow the batch's memory."""
+DECODED_KEPT = 4
+"""Batches per feed that keep their decoded entries (and what subscribers made of them):
+the most recently decoded. Decoded entries are Python objects the garbage collector
+walks: kept for a whole replay buffer, they made each full collection, in whichever
+thread it ran (often the committer's), last tens of milliseconds."""
 
 
 class PublishedBatch:
@@ -89,77 +94,13 @@ class PublishedBatch:
         self.entries = entries
         self.size = size
         self.decoded: list[Any] | None = None
-        """The decoded entries, filled by the first subscriber that decodes them."""
-        self.shared: dict[str, tuple[Any, list[Any]]] = {}
+        """The decoded entries, filled by the first subscriber that decodes them (and
+        dropped again, see `ChangeFeed.keep_decoded`)."""
+        self.shared: dict[str, tuple[Any, Any]] = {}
         """What subscribers at one cursor (its text) make of this batch: the cursor after
-        it and the matching changes, made by the first and reused by the others, so 1,000
-        subscribers of a store in step pay for it about once (`SHARED_AT_MOST`)."""
-
-
-class Waker:
-    """Wakes one waiting subscriber: a thread (`loop` None) or an asyncio task."""
-
-    __slots__ = ("_event", "_future", "loop")
-
-    def __init__(
-        self,
-        event: threading.Event | None = None,
-        loop: asyncio.AbstractEventLoop | None = None,
-        future: asyncio.Future[None] | None = None,
-    ) -> None:
-        self._event = event
-        self.loop = loop
-        self._future = future
-
-    def wake(self) -> None:
-        """Wake the waiter (an asyncio waker: call on its loop's thread)."""
-        if self._event is not None:
-            self._event.set()
-        elif self._future is not None and not self._future.done():
-            self._future.set_result(None)
-
-
-def _wake_all(wakers: Iterable[Waker]) -> None:
-    for waker in wakers:
-        waker.wake()
-
-
-_queued: dict[asyncio.AbstractEventLoop, list[Waker]] = {}
-"""Per event loop, the wakers a call scheduled on it will wake (see `wake`)."""
-_queued_lock = threading.Lock()
-
-
-def _wake_queued(loop: asyncio.AbstractEventLoop) -> None:
-    with _queued_lock:
-        waiting = _queued.pop(loop, [])
-    _wake_all(waiting)
-
-
-def wake(wakers: Iterable[Waker]) -> None:
-    """Wake threads at once, and asyncio tasks with one call per event loop.
-
-    A loop that has not yet run the call of an earlier publication gets its wakers added
-    to that call, not a call of their own: each call writes to the loop's self-pipe, a
-    system call during which a busy thread of subscribers takes the interpreter, and the
-    committer waited a switch interval to get it back, at every publication."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[Waker]] = {}
-    for waker in wakers:
-        if waker.loop is None:
-            waker.wake()
-        else:
-            by_loop.setdefault(waker.loop, []).append(waker)
-    for loop, waiting in by_loop.items():
-        with _queued_lock:
-            queued = _queued.get(loop)
-            if queued is not None:
-                queued += waiting
-                continue
-            _queued[loop] = waiting
-        try:
-            loop.call_soon_threadsafe(_wake_queued, loop)
-        except RuntimeError:  # a closed loop: nobody waits there
-            with _queued_lock:
-                _queued.pop(loop, None)
+        it and the batch they yield (None: no change matched), made by the first and
+        reused by the others, so 1,000 subscribers of a store in step pay for it about
+        once and yield one object (`SHARED_AT_MOST`)."""
 
 
 FELL_OUT = object()
@@ -184,6 +125,8 @@ class ChangeFeed:
         self._held: list[Any] = []
         self._lock = threading.Lock()
         self._waiting: set[Waker] = set()
+        self._decoded: deque[PublishedBatch] = deque()
+        self._decoded_lock = threading.Lock()
 
     # -- the writer's side (under the partition's lock) -------------------------------------
 
@@ -219,7 +162,7 @@ class ChangeFeed:
             self.last_mark = mark
             waiting, self._waiting = self._waiting, set()
         if waiting:
-            wake(waiting)
+            hand_off(waiting)
 
     def hold(self, entries: list[Any]) -> None:
         """Keep entries committed without their batch's end (a changelog unit cut short):
@@ -295,6 +238,20 @@ class ChangeFeed:
     def forget(self, waker: Waker) -> None:
         with self._lock:
             self._waiting.discard(waker)
+
+    def keep_decoded(self, item: PublishedBatch, decoded: list[Any]) -> None:
+        """Give `item` its decoded entries, and drop those (and the shared results) of
+        the batch decoded `DECODED_KEPT` decodings ago: a subscriber that comes to it
+        later decodes it again. Readers call it, never the committer (under a lock of
+        their own: a reader preempted holding it holds back no commit)."""
+        item.decoded = decoded
+        with self._decoded_lock:
+            kept = self._decoded
+            kept.append(item)
+            dropped = kept.popleft() if len(kept) > DECODED_KEPT else None
+        if dropped is not None:
+            dropped.decoded = None
+            dropped.shared = {}
 
 
 _SAMPLE = 32

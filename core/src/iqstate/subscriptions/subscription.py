@@ -26,7 +26,7 @@ from iqstate.layers.chain import StoreChain
 from iqstate.position import Position
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import StoreSpec
-from iqstate.subscriptions.changes import Change, ChangeBatch
+from iqstate.subscriptions.changes import Change, ChangeBatch, ReadOnlyChanges
 from iqstate.subscriptions.cursor import Cursor, Progress, resumed_cursor
 from iqstate.subscriptions.decoding import decoder_for, read_snapshot
 from iqstate.subscriptions.errors import (
@@ -39,10 +39,9 @@ from iqstate.subscriptions.feed import (
     ChangeBufferSettings,
     ChangeFeed,
     PublishedBatch,
-    Waker,
-    wake,
 )
 from iqstate.subscriptions.filters import KeyFilter
+from iqstate.subscriptions.waking import Waker, start_waking, wake
 
 DEFAULT_MAX_PENDING = 256
 """Batches of one partition a subscriber may leave unread before it is disconnected: a
@@ -120,6 +119,7 @@ class Subscription:
         self._ready_in_a_row = 0
         self._reading = threading.Lock()
         self._parts: list[_Partition] = []
+        start_waking()
         for number in self._chosen(hosted, partitions):
             self._parts.append(self._start(hosted[number]))
 
@@ -261,26 +261,32 @@ class Subscription:
             return None
         part.after = item.mark
         # Subscribers at this cursor (which names their filter) make the same of this
-        # batch: the first works it out, the others (a fan-out in step) take its result.
+        # batch: the first works it out, the others (a fan-out in step) take its result
+        # and yield the same (read-only) batch.
         shared_as = self._cursor.text
         shared = item.shared.get(shared_as)
         if shared is None:
-            shared = (
-                self._cursor.advanced(part.number, Progress(part.feed.lineage, item.mark)),
-                self._matching(item),
+            cursor = self._cursor.advanced(part.number, Progress(part.feed.lineage, item.mark))
+            changes = self._matching(part.feed, item)
+            batch = (
+                ChangeBatch(
+                    part.number, item.position, cursor.text, False, ReadOnlyChanges(changes)
+                )
+                if changes
+                else None
             )
-            if len(item.shared) < SHARED_AT_MOST:
+            shared = (cursor, batch)
+            if item.decoded is not None and len(item.shared) < SHARED_AT_MOST:
                 item.shared[shared_as] = shared
-        self._cursor, changes = shared
-        if not changes:
-            return None
-        return ChangeBatch(part.number, item.position, self._cursor.text, False, list(changes))
+        self._cursor, batch = shared
+        return batch
 
-    def _matching(self, item: PublishedBatch) -> list[Change]:
+    def _matching(self, feed: ChangeFeed, item: PublishedBatch) -> list[Change]:
         """The changes of `item` this subscription's keys match, in write order."""
         decoded = item.decoded
         if decoded is None:
-            decoded = item.decoded = [self._decode(entry) for entry in item.entries]
+            decoded = [self._decode(entry) for entry in item.entries]
+            feed.keep_decoded(item, decoded)
         keys = self._keys
         if keys.everything:
             return [change for _, change in decoded]
@@ -293,7 +299,7 @@ class Subscription:
             part.number, Progress(part.feed.lineage, snapshot.mark)
         )
         decode = self._decode
-        changes = [decode(row)[1] for row in snapshot.rows]
+        changes = ReadOnlyChanges(decode(row)[1] for row in snapshot.rows)
         return ChangeBatch(part.number, snapshot.position, self._cursor.text, True, changes)
 
     def _check_ended(self) -> None:
