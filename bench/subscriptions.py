@@ -16,6 +16,9 @@ and what subscribers cost the pipeline.
     reading in-process that keep up: the time each batch takes the pipeline (building and
     committing it), mean and p99, and their ratio: what following the store costs it.
 
+The machine's load averages are printed at the start and the end: on a busy machine a
+thread holding the GIL may be off the CPU, and the others wait for it.
+
     python bench/subscriptions.py [--engine memory] [--batches 300] [--entries 100]
         [--paced-rate 20] [--paced-entries 1000] [--paced-seconds 10]
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import statistics
 import tempfile
@@ -41,6 +45,10 @@ def rss_mib() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def load_average() -> str:
+    return " ".join(f"{load:.2f}" for load in os.getloadavg())
 
 
 def cpu_seconds() -> float:
@@ -219,6 +227,7 @@ def main() -> None:
     parser.add_argument("--paced-entries", type=int, default=1000)
     parser.add_argument("--paced-seconds", type=float, default=10)
     options = parser.parse_args()
+    print(f"load average {load_average()} at the start")
     with tempfile.TemporaryDirectory(prefix="iqstate-bench-subscriptions-") as root:
         freshness(Path(root), options.engine, options.batches, options.entries)
         many_subscribers(
@@ -228,6 +237,7 @@ def main() -> None:
             Path(root), options.engine, options.subscribers, options.paced_rate,
             options.paced_entries, options.paced_seconds,
         )  # fmt: skip
+    print(f"load average {load_average()} at the end")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ back-pressure, resumes, the ways a subscription ends, and bad input."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import pickle
 import threading
 from collections.abc import Callable
@@ -275,6 +276,43 @@ def test_many_async_subscribers_on_another_threads_loop_each_get_every_batch(
     expected = [(batch.partition, list(batch.changes)) for batch in iter(reference.poll, None)]
     assert len(expected) >= 50 and results
     assert all(seen == expected for seen in results[0])
+
+
+def test_a_fan_out_collects_no_garbage_where_collection_is_disabled(make_app: MakeApp) -> None:
+    """A loop waking many subscribers collects garbage around them, but never in a
+    process that disabled collection (`gc.disable()`, for its own latency reasons)."""
+    app = make_app()
+    app.key_value_store("s", 1, value_serde="int64")
+    app.start()
+    subscriptions = [app.subscribe("s") for _ in range(100)]
+    for subscription in subscriptions:
+        assert subscription.poll() is not None  # the snapshot
+    collections: list[int] = []
+
+    def record(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    async def follow(subscription: Subscription) -> int:
+        async for batch in subscription:
+            return batch.changes[0].value  # type: ignore[no-any-return]
+        return -1
+
+    async def everyone() -> list[int]:
+        async with asyncio.timeout(30):
+            waiting = asyncio.gather(*(follow(s) for s in subscriptions))
+            await asyncio.sleep(0.05)  # every subscriber waits
+            await asyncio.to_thread(counted, app, range(7, 8))
+            return await waiting
+
+    gc.disable()
+    gc.callbacks.append(record)
+    try:
+        assert asyncio.run(everyone()) == [7] * 100
+    finally:
+        gc.callbacks.remove(record)
+        gc.enable()
+    assert collections == []
 
 
 def test_close_ends_an_iteration_that_waits(make_app: MakeApp) -> None:

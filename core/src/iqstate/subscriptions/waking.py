@@ -9,21 +9,18 @@ without releasing the interpreter), which wakes them once it gets the interprete
 the committer sleeps or waits, or after a switch interval. Threads are woken by their
 event, asyncio tasks with one call per event loop.
 
-Each wait of an asyncio subscriber leaves a few new objects the garbage collector tracks
-(its `__anext__` coroutine, a future, the task's callback): with 1,000 subscribers the
-young generation held about 6,000 of them when the committer next allocated, and the
-committer walked them all (about 1.7 ms, most batches). So a loop that woke many
-subscribers collects the young generation itself once they ran (`_collect_young`).
+A loop that wakes many subscribers at once collects garbage around them (`collecting.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import queue
 import threading
 from collections.abc import Iterable
+
+from iqstate.subscriptions.collecting import MANY, after_fan_out, before_fan_out
 
 
 class Waker:
@@ -59,25 +56,15 @@ _queued: dict[asyncio.AbstractEventLoop, list[Waker]] = {}
 _queued_lock = threading.Lock()
 
 
-COLLECT_AFTER = 64
-"""Wakers woken on a loop at once from which the loop collects what their waits left."""
-
-
 def _wake_queued(loop: asyncio.AbstractEventLoop) -> None:
     with _queued_lock:
         waiting = _queued.pop(loop, [])
+    if len(waiting) < MANY:
+        _wake_all(waiting)
+        return
+    before_fan_out()
     _wake_all(waiting)
-    if len(waiting) >= COLLECT_AFTER:
-        loop.call_soon(_collect_young)  # after the tasks just woken have run
-
-
-def _collect_young() -> None:
-    """The collection the interpreter would start at its next allocation (of the youngest
-    generation, or also the middle one when due), now on this thread. Never the oldest
-    generation: when that is due depends on counts only the interpreter knows."""
-    if gc.isenabled():
-        _, middle, _ = gc.get_count()
-        gc.collect(1 if middle >= gc.get_threshold()[1] else 0)
+    loop.call_soon(after_fan_out)  # after the tasks just woken have run
 
 
 def wake(wakers: Iterable[Waker]) -> None:
