@@ -258,7 +258,7 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         """Read `key` in a read transaction of its own (another thread reads on the reused
         one, or the map grows)."""
         try:
-            with self._map_guard.reading(), self._env.begin(db=self._data) as txn:
+            with self._map_guard, self._env.begin(db=self._data) as txn:
                 stored: bytes | None = txn.get(key)
                 if stored is None:
                     self._check_neighbours(txn, key)
@@ -326,7 +326,7 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         its near end, then `below` or `at_least` reading its C-level iterator to the far
         end (`unseal_below` and `unseal_at_least` check and unseal them; `read_below` and
         `read_at_least` give them as stored)."""
-        with self._map_guard.reading(), self._env.begin(db=self._data) as txn:
+        with self._map_guard, self._env.begin(db=self._data) as txn:
             cursor = txn.cursor()
             if reverse:
                 if upper is None:
@@ -355,14 +355,14 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         if self._pending:
             return None
         try:
-            with self._map_guard.reading(), self._env.begin(db=self._data, buffers=True) as txn:
+            with self._map_guard, self._env.begin(db=self._data, buffers=True) as txn:
                 cursor = txn.cursor()
                 return read(cursor.iternext() if cursor.set_range(lower) else iter(()))
         except lmdb.Error as error:
             raise lmdb_error(self._path, error) from error
 
     def _count(self) -> int:
-        with self._map_guard.reading(), self._env.begin(db=self._data) as txn:
+        with self._map_guard, self._env.begin(db=self._data) as txn:
             return int(txn.stat(self._data)["entries"])
 
     def _write(self, commit: Commit) -> None:
