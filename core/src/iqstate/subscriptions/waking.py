@@ -38,6 +38,10 @@ class Waker:
         self.loop = loop
         self._future = future
 
+    def waits(self) -> bool:
+        """True while an asyncio waiter has not been woken (call on its loop's thread)."""
+        return self._future is not None and not self._future.done()
+
     def wake(self) -> None:
         """Wake the waiter (an asyncio waker: call on its loop's thread)."""
         if self._event is not None:
@@ -58,7 +62,9 @@ _queued_lock = threading.Lock()
 
 def _wake_queued(loop: asyncio.AbstractEventLoop) -> None:
     with _queued_lock:
-        waiting = _queued.pop(loop, [])
+        queued = _queued.pop(loop, [])
+    # A subscriber waits on each partition it follows: several publications queue it.
+    waiting = [waker for waker in dict.fromkeys(queued) if waker.waits()]
     if len(waiting) < MANY:
         _wake_all(waiting)
         return
