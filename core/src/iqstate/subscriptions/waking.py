@@ -15,12 +15,15 @@ A loop that wakes many subscribers at once collects garbage around them (`collec
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import queue
 import threading
 from collections.abc import Iterable
 
 from iqstate.subscriptions.collecting import MANY, after_fan_out, before_fan_out
+
+_log = logging.getLogger(__name__)
 
 
 class Waker:
@@ -122,7 +125,11 @@ class _WakingThread:
 
     def _run(self) -> None:
         while True:
-            wake(self._pending.get())
+            wakers = self._pending.get()
+            try:
+                wake(wakers)
+            except Exception:  # the thread must live on: every subscriber depends on it
+                _log.exception("waking subscriptions failed")
 
 
 _thread = _WakingThread()
