@@ -29,11 +29,6 @@ class MapGuard:
         self._readers = 0
         self._growing = False
 
-    @property
-    def growing(self) -> bool:
-        """Whether the map is growing (a transaction begun now must wait or be guarded)."""
-        return self._growing
-
     def __enter__(self) -> None:
         # The lock's own calls, not the condition's (Python-level) context manager: this
         # is a scan's cost (about 1 us of a 25 us LMDB range through the condition).

@@ -59,10 +59,6 @@ from iqstate_lmdb.options import LMDBSettings
 T = TypeVar("T")
 R = TypeVar("R")
 
-MISSING = b"\x00not read"
-"""What a read on the reused transaction gives while the map grows (compared by identity):
-read again in a transaction of its own, once it has grown."""
-
 
 class LMDBKeyValueStore(PersistentKeyValueStore):
     kind = "lmdb.key_value"
@@ -161,18 +157,23 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                 with self._env.begin(write=True) as txn:
                     return work(txn)
             except lmdb.MapFullError:
-                # LMDB resizes only with no transaction of this process open: new reads
-                # wait, open ones end, and the reused one is ended.
-                with self._map_guard.growth():
-                    self._drop_reader()
+                # LMDB resizes only with no transaction of this process open: reads in
+                # transactions of their own end first and new ones wait (`_map_guard`);
+                # the reused one is ended, `_reader_lock` held so that none begins.
+                with self._map_guard.growth(), self._reader_lock:
+                    self._end_reader()
                     self._env.set_mapsize(self._env.info()["map_size"] * 2)
 
     def _drop_reader(self) -> None:
-        """End the reused read transaction: after a commit, before a resize or a close."""
+        """End the reused read transaction: after a commit or at a close."""
         with self._reader_lock:
-            reader, self._reader = self._reader, None
-            if reader is not None:
-                reader.abort()
+            self._end_reader()
+
+    def _end_reader(self) -> None:
+        """End the reused read transaction (the caller holds `_reader_lock`)."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.abort()
 
     def _release(self) -> None:
         self._drop_reader()
@@ -199,14 +200,10 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         reader_lock = self._reader_lock
         if not reader_lock.acquire(False):
             return self._read(key)
-        reader = self._reader
-        if reader is None:  # the first read since a commit begins the reused transaction
-            reader_lock.release()
-            return self._read(key)
         try:
-            stored: bytes | None = reader.get(key)
+            stored: bytes | None = (self._reader or self._begin_reader()).get(key)
             if stored is None:
-                self._check_neighbours(reader, key)
+                self._check_neighbours(self._reader, key)
                 return None
         except lmdb.Error as error:
             raise self._failed_reader(error) from error
@@ -216,57 +213,38 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         return self._checked(key, stored) if value is None else value
 
     def _begin_reader(self) -> Any:
-        """Begin the reused read transaction (the caller holds `_reader_lock`); None while the
-        map grows (the growth ends it after taking `_reader_lock`, so waiting here for the
-        growth to end would wait for ever)."""
-        if self._map_guard.growing:
-            return None
+        """Begin the reused read transaction (the caller holds `_reader_lock`)."""
         self._reader = self._env.begin(db=self._data)
         return self._reader
 
     def _failed_reader(self, error: lmdb.Error) -> Exception:
         """End the reused read transaction after `error` (LMDB invalidates a transaction
         that met one) and return the error to raise (the caller holds `_reader_lock`)."""
-        failed, self._reader = self._reader, None
-        if failed is not None:
-            failed.abort()
+        self._end_reader()
         return lmdb_error(self._path, error)
 
     def _read(self, key: bytes) -> bytes | None:
         # Key reads reuse one read transaction between commits: beginning a transaction
         # costs more than the look-up. A thread finding it in use begins its own.
         reader_lock = self._reader_lock
-        if not reader_lock.acquire(False):
-            return self._read_own(key)
-        try:
-            reader = self._reader or self._begin_reader()
-            if reader is None:  # the map is growing: read once it has grown
-                stored: bytes | None = MISSING
-            else:
-                stored = reader.get(key)
+        if reader_lock.acquire(False):
+            try:
+                reader = self._reader or self._begin_reader()
+                stored: bytes | None = reader.get(key)
                 if stored is None:
                     self._check_neighbours(reader, key)
-        except lmdb.Error as error:
-            raise self._failed_reader(error) from error
-        finally:
-            reader_lock.release()  # before waiting for the growth, which takes it
-        if stored is MISSING:
-            return self._read_own(key)
-        return self._unsealed(key, stored)
-
-    def _read_own(self, key: bytes) -> bytes | None:
-        """Read `key` in a read transaction of its own (another thread reads on the reused
-        one, or the map grows)."""
-        try:
-            with self._map_guard, self._env.begin(db=self._data) as txn:
-                stored: bytes | None = txn.get(key)
-                if stored is None:
-                    self._check_neighbours(txn, key)
-        except lmdb.Error as error:
-            raise lmdb_error(self._path, error) from error
-        return self._unsealed(key, stored)
-
-    def _unsealed(self, key: bytes, stored: bytes | None) -> bytes | None:
+            except lmdb.Error as error:
+                raise self._failed_reader(error) from error
+            finally:
+                reader_lock.release()
+        else:
+            try:
+                with self._map_guard, self._env.begin(db=self._data) as txn:
+                    stored = txn.get(key)
+                    if stored is None:
+                        self._check_neighbours(txn, key)
+            except lmdb.Error as error:
+                raise lmdb_error(self._path, error) from error
         if stored is None:
             return None
         value = unseal(key, stored)
