@@ -20,6 +20,7 @@ setup(
             ["src/iqstate_speedups/sealing.c", "src/iqstate_speedups/crc32.c"],
             depends=[
                 "src/iqstate_speedups/argument_count.h",
+                "src/iqstate_speedups/byte_order.h",
                 "src/iqstate_speedups/copied_items.h",
                 "src/iqstate_speedups/crc32.h",
                 "src/iqstate_speedups/seal.h",
@@ -32,6 +33,7 @@ setup(
             ["src/iqstate_speedups/versions.c", "src/iqstate_speedups/crc32.c"],
             depends=[
                 "src/iqstate_speedups/argument_count.h",
+                "src/iqstate_speedups/byte_order.h",
                 "src/iqstate_speedups/copied_items.h",
                 "src/iqstate_speedups/crc32.h",
                 "src/iqstate_speedups/seal.h",

@@ -20,7 +20,7 @@
 #define CLMUL_PATH 1
 #include <immintrin.h>
 
-/* The fold takes whole 16-byte blocks; shorter inputs are zlib's. */
+/* The fold needs one whole 16-byte block; shorter inputs are zlib's. */
 #define CLMUL_MIN 16
 
 static int use_clmul = 0;
@@ -35,6 +35,24 @@ static int use_wide = 0;
 #define BY_512_HIGH 0x1c6e41596
 #define BY_1024_LOW 0x1e88ef372
 #define BY_1024_HIGH 0x14a7fe880
+
+/* One fold step: the remainder `x` multiplied by `by`'s two powers of x (its low and high
+ * halves, each the distance folded plus and minus 32), into the bytes `next`. */
+__attribute__((target("pclmul"))) static inline __m128i
+fold_into(__m128i x, __m128i by, __m128i next)
+{
+    return _mm_xor_si128(
+        _mm_xor_si128(_mm_clmulepi64_si128(x, by, 0x00), _mm_clmulepi64_si128(x, by, 0x11)),
+        next);
+}
+
+/* fold_into for four 16-byte lanes at once. */
+__attribute__((target("avx512f,vpclmulqdq"))) static inline __m512i
+fold_into_wide(__m512i x, __m512i by, __m512i next)
+{
+    return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, by, 0x00),
+                                     _mm512_clmulepi64_epi128(x, by, 0x11), next, 0x96);
+}
 
 /* With 512-bit carry-less multiply (VPCLMULQDQ): two accumulators of four 16-byte lanes,
  * 128 bytes folded a round in four multiplies where the 128-bit path takes sixteen, then
@@ -51,22 +69,14 @@ fold_wide(uint32_t state, const unsigned char *data, size_t size, size_t *folded
     __m512i second = _mm512_loadu_si512((const void *)(data + 64));
     size_t at = 128;
     for (; at + 128 <= size; at += 128) {
-        first = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(first, by_1024, 0x00),
-                                          _mm512_clmulepi64_epi128(first, by_1024, 0x11),
-                                          _mm512_loadu_si512((const void *)(data + at)), 0x96);
-        second = _mm512_ternarylogic_epi64(
-            _mm512_clmulepi64_epi128(second, by_1024, 0x00),
-            _mm512_clmulepi64_epi128(second, by_1024, 0x11),
-            _mm512_loadu_si512((const void *)(data + at + 64)), 0x96);
+        first = fold_into_wide(first, by_1024, _mm512_loadu_si512((const void *)(data + at)));
+        second =
+            fold_into_wide(second, by_1024, _mm512_loadu_si512((const void *)(data + at + 64)));
     }
     /* the first accumulator 64 bytes on, into the second */
-    first = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(first, by_512, 0x00),
-                                      _mm512_clmulepi64_epi128(first, by_512, 0x11), second,
-                                      0x96);
+    first = fold_into_wide(first, by_512, second);
     if (at + 64 <= size) {
-        first = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(first, by_512, 0x00),
-                                          _mm512_clmulepi64_epi128(first, by_512, 0x11),
-                                          _mm512_loadu_si512((const void *)(data + at)), 0x96);
+        first = fold_into_wide(first, by_512, _mm512_loadu_si512((const void *)(data + at)));
         at += 64;
     }
     /* its four lanes into one, 128 bits at a time */
@@ -74,9 +84,7 @@ fold_wide(uint32_t state, const unsigned char *data, size_t size, size_t *folded
     __m128i lanes[3] = {_mm512_extracti32x4_epi32(first, 1), _mm512_extracti32x4_epi32(first, 2),
                         _mm512_extracti32x4_epi32(first, 3)};
     for (int lane = 0; lane < 3; lane++) {
-        x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, by_128, 0x00),
-                                        _mm_clmulepi64_si128(x, by_128, 0x11)),
-                          lanes[lane]);
+        x = fold_into(x, by_128, lanes[lane]);
     }
     *folded = at;
     return x;
@@ -121,26 +129,18 @@ fold(uint32_t state, const unsigned char *data, size_t size)
                             _mm_loadu_si128((const __m128i *)(data + 48))};
         for (at = 64; at + 64 <= size; at += 64) {
             for (int lane = 0; lane < 4; lane++) {
-                __m128i low = _mm_clmulepi64_si128(lanes[lane], by_512, 0x00);
-                __m128i high = _mm_clmulepi64_si128(lanes[lane], by_512, 0x11);
-                lanes[lane] = _mm_xor_si128(
-                    _mm_xor_si128(low, high),
-                    _mm_loadu_si128((const __m128i *)(data + at + 16 * lane)));
+                lanes[lane] = fold_into(lanes[lane], by_512,
+                                        _mm_loadu_si128((const __m128i *)(data + at + 16 * lane)));
             }
         }
         /* the four lanes into one, 128 bits at a time */
         x = lanes[0];
         for (int lane = 1; lane < 4; lane++) {
-            __m128i low = _mm_clmulepi64_si128(x, by_128, 0x00);
-            __m128i high = _mm_clmulepi64_si128(x, by_128, 0x11);
-            x = _mm_xor_si128(_mm_xor_si128(low, high), lanes[lane]);
+            x = fold_into(x, by_128, lanes[lane]);
         }
     }
     for (; at + 16 <= size; at += 16) {
-        __m128i low = _mm_clmulepi64_si128(x, by_128, 0x00);
-        __m128i high = _mm_clmulepi64_si128(x, by_128, 0x11);
-        x = _mm_xor_si128(_mm_xor_si128(low, high),
-                          _mm_loadu_si128((const __m128i *)(data + at)));
+        x = fold_into(x, by_128, _mm_loadu_si128((const __m128i *)(data + at)));
     }
     size_t rest = size - at;
     if (rest) {
@@ -151,9 +151,7 @@ fold(uint32_t state, const unsigned char *data, size_t size)
         __m128i kept = _mm_shuffle_epi8(x, _mm_loadu_si128((const __m128i *)(to_start + rest)));
         __m128i tail = _mm_and_si128(_mm_loadu_si128((const __m128i *)(data + size - 16)),
                                      _mm_loadu_si128((const __m128i *)(last_bytes + rest)));
-        x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(before, by_128, 0x00),
-                                        _mm_clmulepi64_si128(before, by_128, 0x11)),
-                          _mm_or_si128(kept, tail));
+        x = fold_into(before, by_128, _mm_or_si128(kept, tail));
     }
     /* 128 bits to 96, then to 64 */
     x = _mm_xor_si128(_mm_srli_si128(x, 8), _mm_clmulepi64_si128(x, by_128, 0x10));

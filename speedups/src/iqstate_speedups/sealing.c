@@ -11,6 +11,7 @@
 #include <Python.h>
 
 #include "argument_count.h"
+#include "byte_order.h"
 #include "copied_items.h"
 #include "crc32.h"
 #include "seal.h"
@@ -265,13 +266,7 @@ done:
 static int
 compare_keys(PyObject *key, const View *bound)
 {
-    Py_ssize_t key_size = PyBytes_GET_SIZE(key);
-    Py_ssize_t common = key_size < bound->size ? key_size : bound->size;
-    int order = memcmp(PyBytes_AS_STRING(key), bound->data, (size_t)common);
-    if (order != 0) {
-        return order;
-    }
-    return (key_size > bound->size) - (key_size < bound->size);
+    return byte_order(PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), bound->data, bound->size);
 }
 
 /* The record `pair` (a reference the caller gives up) unsealed, as a new reference:

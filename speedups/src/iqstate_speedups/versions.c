@@ -16,6 +16,7 @@
 #include <structmember.h>
 
 #include "argument_count.h"
+#include "byte_order.h"
 #include "copied_items.h"
 #include "crc32.h"
 #include "seal.h"
@@ -430,31 +431,25 @@ span_of(PyObject *object, Py_buffer *buffer)
 static int
 hold(PyObject *pair, Held *held)
 {
-    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
-        span_of(PyTuple_GET_ITEM(pair, 0), &held->key) < 0) {
-        Py_DECREF(pair);
-        PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "records must be (key, stored) pairs of bytes-like");
-        return -1;
-    }
-    if (span_of(PyTuple_GET_ITEM(pair, 1), &held->stored) < 0) {
+    if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+        span_of(PyTuple_GET_ITEM(pair, 0), &held->key) == 0) {
+        if (span_of(PyTuple_GET_ITEM(pair, 1), &held->stored) == 0) {
+            held->pair = pair;
+            return 0;
+        }
         PyBuffer_Release(&held->key);
-        Py_DECREF(pair);
-        PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "records must be (key, stored) pairs of bytes-like");
-        return -1;
     }
-    held->pair = pair;
-    return 0;
+    Py_DECREF(pair);
+    PyErr_Clear();
+    PyErr_SetString(PyExc_TypeError, "records must be (key, stored) pairs of bytes-like");
+    return -1;
 }
 
-/* Whether `key` sorts after `upper` (bytewise, a prefix first). */
+/* Whether `key` sorts after `upper`. */
 static int
 beyond(const Py_buffer *key, const Py_buffer *upper)
 {
-    Py_ssize_t common = key->len < upper->len ? key->len : upper->len;
-    int order = memcmp(key->buf, upper->buf, (size_t)common);
-    return order > 0 || (order == 0 && key->len > upper->len);
+    return byte_order(key->buf, key->len, upper->buf, upper->len) > 0;
 }
 
 /* Ask for a record's memory a few records before it is read: the page it lies on, once a
