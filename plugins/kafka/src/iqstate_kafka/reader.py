@@ -37,7 +37,8 @@ differs is latency at the end of the log: `consume(n, t)` returns only when it h
 messages or `t` has passed, so a follower at the tail waits out `t` for every batch (500 ms
 p50 with `t` = 0.5 s, against 0.1 ms for this reader). `read` therefore blocks in
 `poll(timeout)` for the first message and then takes what is already fetched with
-`consume(max_records - 1, 0)`: batches while catching up, no added latency at the tail. The
+`consume(n, 0)`, up to `max_records` in all (in chunks: `_CHUNK`): batches while catching
+up, no added latency at the tail. The
 reader runs at 0.91x the fastest raw loop (156k records/s), decoding and grouping included.
 
 Not thread-safe: one thread reads.
@@ -71,6 +72,15 @@ logger = logging.getLogger("iqstate_kafka.reader")
 CONSUMER_DEFAULTS: dict[str, Any] = {"group.id": "iqstate-changelog-reader"}
 """Consumer settings `client_config` may override. The group id is never used to commit or
 subscribe (partitions are assigned explicitly), librdkafka only requires one."""
+
+_CHUNK = 100
+"""Messages taken from the consumer per call within one `read`. confluent-kafka's messages
+are objects the garbage collector tracks: a list of them that outlives the young
+collections its own processing causes is moved to the oldest generation and makes a full
+collection (a walk over the whole heap) due. Measured restoring 1M records into RocksDB
+(the follower's reads of 50,000): in one list, 43 full collections, 1 s of a 3.5-4 s
+restore; in chunks of 500, 30 (0.35 s); of 100, 5 (0.06 s), 250-284k -> 358-414k
+records/s; chunks of 50 were no faster."""
 
 
 class Watermarks(NamedTuple):
@@ -332,8 +342,22 @@ class ChangelogConsumer:
         first = self._consumer.poll(timeout)
         if first is None:
             return []
-        messages = [first, *self._consumer.consume(self._max_records - 1, 0)]
         events: list[ChangelogUnit | OffsetOutOfRange] = []
+        self._take([first], events)
+        remaining = self._max_records - 1
+        while remaining > 0:
+            asked = min(_CHUNK, remaining)
+            messages = self._consumer.consume(asked, 0)
+            self._take(messages, events)
+            if len(messages) < asked:
+                break
+            remaining -= asked
+        return events
+
+    def _take(
+        self, messages: list[Message], events: list[ChangelogUnit | OffsetOutOfRange]
+    ) -> None:
+        """Hold the data of `messages` (in order) and add the units their markers end."""
         max_held = self._max_held
         partitions = self._partitions
         # One pass, the cheapest per record: consecutive messages are mostly of one
@@ -375,7 +399,6 @@ class ChangelogConsumer:
             state.offsets.append(offset)
             if max_held is not None and len(state.pairs) >= max_held:
                 events.append(state.hand_out(None, offset + 1))
-        return events
 
     def _failed(
         self,
