@@ -105,6 +105,21 @@ def test_corrupt_stored_value_is_a_store_exception() -> None:
     assert "decode" in result.failure_message
 
 
+def test_string_ranges_decode_every_pair_and_stop_at_one_that_is_not_utf8() -> None:
+    store = build_key_value_chain(MemoryKeyValueStore("t"), Serdes.string(), Serdes.string())
+    store.init(context(store_name="t"))
+    pairs = [(f"k{i:03d}", f"v\u00e9{i}") for i in range(50)]
+    store.put_all(pairs)
+    answer = store.query(RangeQuery.with_range("k010", "k019"))
+    with answer.result as rows:
+        assert list(rows) == pairs[10:20]
+    store.innermost().put(b"k015", b"\xff\xfe")  # type: ignore[attr-defined]
+    with store.query(RangeQuery.with_range("k010", "k019")).result as rows:
+        assert [next(rows) for _ in range(5)] == pairs[10:15], "pairs before it are answered"
+        with pytest.raises(SerializationError, match="string"):
+            next(rows)
+
+
 def test_metered_layer_records_latency_and_commit_metrics() -> None:
     store = chain()
     for i in range(5):
