@@ -16,6 +16,11 @@ setup(
             optional=True,
         ),
         Extension(
+            "iqstate_speedups.pairs",
+            ["src/iqstate_speedups/pairs.c"],
+            optional=True,
+        ),
+        Extension(
             "iqstate_speedups.sealing",
             ["src/iqstate_speedups/sealing.c", "src/iqstate_speedups/crc32.c"],
             depends=[

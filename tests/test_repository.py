@@ -35,7 +35,12 @@ def test_the_compiled_paths_are_built_where_a_compiler_is() -> None:
         pytest.skip("no C compiler, Python headers or zlib headers here")
     missing = [
         name
-        for name in ("iqstate_speedups.json_writer", "iqstate_speedups.sealing")
+        for name in (
+            "iqstate_speedups.json_writer",
+            "iqstate_speedups.pairs",
+            "iqstate_speedups.sealing",
+            "iqstate_speedups.versions",
+        )
         if find_spec(name) is None
     ]
     assert not missing, f"{missing} did not build: reinstall speedups/ with pip -v to see why"
