@@ -38,8 +38,8 @@ messages or `t` has passed, so a follower at the tail waits out `t` for every ba
 p50 with `t` = 0.5 s, against 0.1 ms for this reader). `read` therefore blocks in
 `poll(timeout)` for the first message and then takes what is already fetched with
 `consume(n, 0)`, up to `max_records` in all (in chunks: `_CHUNK`): batches while catching
-up, no added latency at the tail. The
-reader runs at 0.91x the fastest raw loop (156k records/s), decoding and grouping included.
+up, no added latency at the tail. The reader runs at 0.91x the fastest raw loop (156k
+records/s), decoding and grouping included.
 
 Not thread-safe: one thread reads.
 """
