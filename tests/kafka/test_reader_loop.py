@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, KafkaException, Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from iqstate_kafka import ChangelogConsumer, ChangelogUnit, KafkaCluster, OffsetOutOfRange
@@ -132,3 +132,36 @@ def test_bad_arguments_are_type_errors() -> None:
     with pytest.raises(TypeError):
         hold_known([], -1, {}, {}, BATCH_HEADER, MARKER_KEY, 0)
     assert hold_known([], 0, {}, {}, BATCH_HEADER, MARKER_KEY, 0) == 0
+
+
+class _FailingConsumer:
+    """Gives one message, then fails as a consumer whose broker went away may."""
+
+    def __init__(self, first: Message) -> None:
+        self.first = first
+
+    def poll(self, timeout: float) -> Message:
+        return self.first
+
+    def consume(self, count: int, timeout: float) -> list[Message]:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+
+def test_a_failing_consume_after_a_unit_is_complete_hands_out_the_unit_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reader = new_reader()
+    try:
+        (marker,) = list(flushing_markers())[:1]
+        monkeypatch.setattr(reader, "_consumer", _FailingConsumer(marker))
+        events = reader.read(0.1)
+        assert [type(event) for event in events] == [ChangelogUnit]
+        assert reader.position(ASSIGNED[0]) == 10_001
+        data = Message(topic="t", partition=1, offset=1, key=b"k", value=b"v",
+                       headers=batch_headers(1))  # fmt: skip
+        monkeypatch.setattr(reader, "_consumer", _FailingConsumer(data))
+        with pytest.raises(KafkaException):
+            reader.read(0.1)  # nothing complete to hand out: the error is raised
+    finally:
+        monkeypatch.undo()
+        reader.close()

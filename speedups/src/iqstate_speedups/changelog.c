@@ -206,17 +206,17 @@ take(Current *current, PyObject *message, PyObject *partitions, PyObject *known_
         return -1;
     }
     int result = -1;
-    PyObject *value = NULL, *pair = NULL;
+    PyObject *value = NULL, *pair = NULL, *batch_id = NULL;
     long long offset = PyLong_Check(offset_object) ? PyLong_AsLongLong(offset_object) : -1;
     if (offset == -1 && PyErr_Occurred()) {
         goto done;
     }
-    PyObject *batch_id = offset < 0 ? NULL
-                                    : known_batch_id(key, headers, known_ids, header, marker);
+    batch_id = offset < 0 ? NULL : known_batch_id(key, headers, known_ids, header, marker);
     if (batch_id == NULL) {
         result = PyErr_Occurred() ? -1 : 0;
         goto done;
     }
+    Py_INCREF(batch_id); /* borrowed from a dict that a finalizer could clear meanwhile */
     value = call(message, name_value);
     if (value == NULL || (value != Py_None && !PyBytes_Check(value))) {
         result = value == NULL ? -1 : 0;
@@ -234,6 +234,7 @@ take(Current *current, PyObject *message, PyObject *partitions, PyObject *known_
     current->next_offset = offset + 1;
     result = 1;
 done:
+    Py_XDECREF(batch_id);
     Py_XDECREF(pair);
     Py_XDECREF(value);
     Py_DECREF(headers);
@@ -265,12 +266,18 @@ hold_known(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Current current = {0};
     Py_ssize_t index = start;
-    /* The loop runs no Python code that could change `messages`: only the messages'
-     * accessors, the dicts' lookups (keys of str, int and bytes) and the states' slots. */
+    /* Only the caller holds `messages`; its size is read again at every step. */
     for (; index < PyList_GET_SIZE(messages); index++) {
         int taken = take(&current, PyList_GET_ITEM(messages, index), partitions, known_ids,
                          header, marker, max_held);
         if (taken < 0) {
+            /* What was taken before stays taken: the state learns how far it got. */
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            if (write_back(&current) < 0) {
+                PyErr_Clear();
+            }
+            PyErr_Restore(type, value, traceback);
             forget(&current);
             return NULL;
         }

@@ -62,8 +62,17 @@ decode_utf8_pairs(PyObject *module, PyObject *pairs)
         return NULL;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        /* The list cannot change under us: nothing here runs Python code. */
-        PyObject *pair = decoded_pair(PyList_GET_ITEM(pairs, i));
+        /* A collection during an allocation may run finalizers, which could empty the
+         * list (an iterator closed): each pair is held while decoded, the size rechecked. */
+        if (i >= PyList_GET_SIZE(pairs)) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_RuntimeError, "the pairs changed while decoded");
+            return NULL;
+        }
+        PyObject *item = PyList_GET_ITEM(pairs, i);
+        Py_INCREF(item);
+        PyObject *pair = decoded_pair(item);
+        Py_DECREF(item);
         if (pair == NULL) {
             Py_DECREF(out);
             return NULL;

@@ -28,7 +28,9 @@ rebuilding replica applies without advancing its position or fence. A follower t
 never apply part of a batch sets it to `None`.
 
 **consume vs poll.** Measured on the real broker (bench/kafka_changelog.py, loopback, two
-cores, 200,000 records over 4 partitions): the broker's fetch rate bounds all of them, so
+cores, 200,000 records over 4 partitions, librdkafka's default `fetch.queue.backoff.ms` of
+1 s, which later turned out to be what bounded them; the follower sets 10 ms,
+`iqstate_kafka.follower.CONSUMER_DEFAULTS`): the fetch rate bounds all of them, so
 draining partitions with `consume(10_000, t)` (asking no more than remain), with `poll()`
 per message, or with `poll()` then `consume(n, 0)` runs at the same rate (166k, 171k and
 163k records/s). With librdkafka 2.16 `poll()` costs about 1 us a message even from a
@@ -363,7 +365,12 @@ class ChangelogConsumer:
         remaining = self._max_records - 1
         while remaining > 0:
             asked = min(_CHUNK, remaining)
-            messages = self._consumer.consume(asked, 0)
+            try:
+                messages = self._consumer.consume(asked, 0)
+            except KafkaException:
+                if not events:
+                    raise
+                return events  # what is complete goes out; the next read meets the error
             self._take(messages, events)
             if len(messages) < asked:
                 break
