@@ -39,6 +39,20 @@ def serve_command(bootstrap: str, app_id: str, state: Path, *extra: str) -> list
     ]  # fmt: skip
 
 
+def reader_workers(pid: int) -> list[int]:
+    """The changelog reader processes (`--reader-processes`) process `pid` started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue  # not a process, or one that ended meanwhile
+        if parent == pid and b"iqstate_kafka.reader_processes" in command:
+            found.append(int(entry.name))
+    return found
+
+
 def replica_lags(url: str) -> list[float]:
     """The `iqstate_replica_lag_offsets` samples of `url`'s `/metrics` (none while down)."""
     try:
@@ -87,11 +101,11 @@ def test_a_restore_shows_its_progress(
         assert re.search(r"\d+/\d+", text), "records done of records to restore"
 
         # Elsewhere (a log file): log lines, as JSON here; the second instance restores the
-        # standbys it is given from the whole changelog.
+        # standbys it is given from the whole changelog, reading it in a worker process.
         # Its /metrics, scraped all along, show the replicas' lag falling to 0.
         log = tmp_path / "b.log"
         command = serve_command(bootstrap, app_id, tmp_path / "b", "--log-format", "json",
-                                "--log-level", "info")  # fmt: skip
+                                "--log-level", "info", "--reader-processes", "1")  # fmt: skip
         url = "http://" + command[command.index("--application-server") + 1]
         with log.open("wb") as output:
             logged = subprocess.Popen(command, stdout=output, stderr=output)
@@ -118,6 +132,7 @@ def test_a_restore_shows_its_progress(
             finished = next(m for m in messages if m.startswith("restored counts"))
             restored = int(finished.split(": ")[1].split()[0])
             assert 1_000 <= restored <= RECORDS + PARTITIONS * 6  # records and the markers
+            assert len(reader_workers(logged.pid)) == 1, "it read in one worker process"
         finally:
             logged.send_signal(signal.SIGTERM)
             logged.wait(timeout=60)

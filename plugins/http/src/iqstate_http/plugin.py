@@ -44,6 +44,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="where other instances and clients reach this one")  # fmt: skip
     cluster.add_argument("--state-dir", default="state", help="local replicas live here")
     cluster.add_argument("--standbys", type=int, default=1, help="standby replicas per partition")
+    cluster.add_argument("--reader-processes", type=int, default=0, metavar="N",
+                         help="read the changelogs in N worker processes: a restore reads "
+                         "on another core while this one applies (0: in this one)")  # fmt: skip
     cluster.add_argument("--kafka-config", metavar="FILE", help="a properties file of Kafka "
                          "client settings (security.protocol, sasl.*, ssl.*, ...)")  # fmt: skip
     cluster.add_argument("-X", dest="kafka_settings", action="append", default=[],
@@ -180,7 +183,9 @@ def cluster_application(args: argparse.Namespace) -> Application:
             args.state_dir,
             application_server=args.application_server,
             num_standby_replicas=args.standbys,
-            cluster=KafkaCluster(args.cluster, client_config=settings),
+            cluster=KafkaCluster(
+                args.cluster, client_config=settings, reader_processes=args.reader_processes
+            ),
         )
         for store in stores:
             store.declare(app)
