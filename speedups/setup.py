@@ -16,12 +16,6 @@ setup(
             optional=True,
         ),
         Extension(
-            "iqstate_speedups.changelog",
-            ["src/iqstate_speedups/changelog.c"],
-            depends=["src/iqstate_speedups/argument_count.h"],
-            optional=True,
-        ),
-        Extension(
             "iqstate_speedups.pairs",
             ["src/iqstate_speedups/pairs.c"],
             optional=True,

@@ -36,7 +36,6 @@ def test_the_compiled_paths_are_built_where_a_compiler_is() -> None:
     missing = [
         name
         for name in (
-            "iqstate_speedups.changelog",
             "iqstate_speedups.json_writer",
             "iqstate_speedups.pairs",
             "iqstate_speedups.sealing",

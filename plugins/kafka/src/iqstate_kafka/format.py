@@ -120,10 +120,8 @@ def marker_value(batch_id: int | None, position: Position) -> bytes:
 Headers = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
 """Record headers as confluent-kafka gives them (a consumer's are a list)."""
 
-KNOWN_BATCH_IDS: Final[dict[bytes, int | None]] = {}
-"""Decoded batch-id header bytes (a changelog repeats a batch's header on every record),
-filled by `decode`; readers look ids up here (`known_batch_id`, the compiled reader loop)
-and never write to it."""
+_BATCH_IDS: dict[bytes, int | None] = {}
+"""Decoded batch-id bytes: a changelog repeats a batch's header on every record."""
 _BATCH_IDS_KEPT = 4096
 
 
@@ -149,7 +147,7 @@ def known_batch_id(key: bytes | None, headers: Headers) -> int | Literal[Unknown
     name, found = headers[0]
     if name != BATCH_HEADER or type(found) is not bytes:
         return UNKNOWN
-    return KNOWN_BATCH_IDS.get(found, UNKNOWN)
+    return _BATCH_IDS.get(found, UNKNOWN)
 
 
 def decode(
@@ -176,7 +174,7 @@ def decode(
             found = _batch_header(headers)
         if not isinstance(found, bytes):
             raise ValueError(f"no {BATCH_HEADER} header with a binary value")
-        known = KNOWN_BATCH_IDS.get(found, UNKNOWN)
+        known = _BATCH_IDS.get(found, UNKNOWN)
         batch_id = _header_batch_id(found) if known is UNKNOWN else known
         return DataRecord(key, value, batch_id, offset)
     except (ValueError, CorruptStateError) as exc:
@@ -212,7 +210,7 @@ def _batch_id(data: bytes, where: str) -> int | None:
 
 def _header_batch_id(data: bytes) -> int | None:
     batch_id = _batch_id(data, "header")
-    if len(KNOWN_BATCH_IDS) >= _BATCH_IDS_KEPT:
-        KNOWN_BATCH_IDS.clear()
-    KNOWN_BATCH_IDS[data] = batch_id
+    if len(_BATCH_IDS) >= _BATCH_IDS_KEPT:
+        _BATCH_IDS.clear()
+    _BATCH_IDS[data] = batch_id
     return batch_id

@@ -49,7 +49,7 @@ Not thread-safe: one thread reads.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol
@@ -60,9 +60,6 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from iqstate.position import TopicPartition
 from iqstate_kafka.errors import BrokerUnavailableError, ChangelogFormatError, ClusterError
 from iqstate_kafka.format import (
-    BATCH_HEADER,
-    KNOWN_BATCH_IDS,
-    MARKER_KEY,
     UNKNOWN,
     BatchMarker,
     DataRecord,
@@ -86,19 +83,6 @@ collection (a walk over the whole heap) due. Measured restoring 1M records into 
 (the follower's reads of 50,000): in one list, 43 full collections, 1 s of a 3.5-4 s
 restore; in chunks of 500, 30 (0.35 s); of 100, 5 (0.06 s), 250-284k -> 358-414k
 records/s; chunks of 50 were no faster."""
-
-
-def _compiled_hold() -> Callable[..., int] | None:
-    """`iqstate_speedups.changelog.hold_known` where it is built: the loop of `_take_each`
-    over the messages it takes without decoding, in C. Else `None`: the Python loop."""
-    try:
-        from iqstate_speedups.changelog import hold_known
-    except ImportError:
-        return None
-    return hold_known
-
-
-_hold_known = _compiled_hold()
 
 
 class Watermarks(NamedTuple):
@@ -380,28 +364,7 @@ class ChangelogConsumer:
     def _take(
         self, messages: list[Message], events: list[ChangelogUnit | OffsetOutOfRange]
     ) -> None:
-        """Hold the data of `messages` (in order) and add the units their markers end: runs
-        of data records that need no decoding in one compiled call where it is built, every
-        other message (an error, a marker, a batch id not seen before, a unit complete)
-        through `_take_each`."""
-        hold = _hold_known
-        if hold is None:
-            self._take_each(messages, events)
-            return
-        count, index = len(messages), 0
-        while index < count:
-            index = hold(
-                messages, index, self._partitions, KNOWN_BATCH_IDS, BATCH_HEADER, MARKER_KEY,
-                self._max_held or 0,
-            )  # fmt: skip
-            if index < count:
-                self._take_each([messages[index]], events)
-                index += 1
-
-    def _take_each(
-        self, messages: list[Message], events: list[ChangelogUnit | OffsetOutOfRange]
-    ) -> None:
-        """`_take` in Python, message by message."""
+        """Hold the data of `messages` (in order) and add the units their markers end."""
         max_held = self._max_held
         partitions = self._partitions
         # One pass, the cheapest per record: consecutive messages are mostly of one
