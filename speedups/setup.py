@@ -34,6 +34,11 @@ setup(
             optional=True,
         ),
         Extension(
+            "iqstate_speedups.slots",
+            ["src/iqstate_speedups/slots.c"],
+            optional=True,
+        ),
+        Extension(
             "iqstate_speedups.versions",
             ["src/iqstate_speedups/versions.c", "src/iqstate_speedups/crc32.c"],
             depends=[

@@ -39,6 +39,7 @@ def test_the_compiled_paths_are_built_where_a_compiler_is() -> None:
             "iqstate_speedups.json_writer",
             "iqstate_speedups.pairs",
             "iqstate_speedups.sealing",
+            "iqstate_speedups.slots",
             "iqstate_speedups.versions",
         )
         if find_spec(name) is None

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from iqstate import (
+    FailureReason,
     KeyQuery,
     Position,
     PositionBound,
@@ -137,3 +139,27 @@ def test_bytes_values_are_answered_alike_without_decoding(
     assert is_fused(fused)
     answer = fused.key_lookup(query, key.encode(), bound, QueryConfig.DEFAULT)
     assert describe(answer) == describe(general)
+
+
+def string_valued() -> KeyValueStoreChain:
+    """String values, one of them stored as bytes that are not UTF-8."""
+    store = key_value_chain(MemoryKeyValueStore("s"), Serdes.string(), Serdes.string())
+    store.init(context())
+    store.typed.put_all([("a", "text")])
+    engine: Any = store.engine
+    engine.put(b"bad", b"\xff\xfe")
+    store.update_position(Position.from_map({"in": {0: 5}}))
+    return store
+
+
+@pytest.mark.parametrize("key", ["a", "bad", "absent"])
+def test_string_values_decoded_quickly_fail_as_the_layers_fail(key: str) -> None:
+    query: KeyQuery[Any, Any] = KeyQuery.with_key(key)
+    general, fused = string_valued(), string_valued()
+    assert is_fused(fused)
+    unbounded, config = PositionBound.unbounded(), QueryConfig.DEFAULT
+    expected = describe(general.query(query, unbounded, config))
+    assert describe(fused.key_lookup(query, key.encode(), unbounded, config)) == expected
+    if key == "bad":  # the layers' failure, naming the serde and the bytes
+        assert expected[0] is FailureReason.STORE_EXCEPTION
+        assert "serde string cannot decode" in str(expected[1])

@@ -147,3 +147,43 @@ def test_decoding_many_raises_where_decoding_one_does() -> None:
         Serdes.string().deserialize_many([b"fine", b"\xff"])
     with pytest.raises(ValueError):
         Serdes.json().deserialize_many([b"{}", b"{not json"])
+
+
+@given(st.data())
+def test_quick_coders_give_what_the_serde_gives(data: st.DataObject) -> None:
+    serde, value = data.draw(
+        st.sampled_from(
+            [
+                (Serdes.string(), st.text(st.characters(exclude_categories=["Cs"]))),
+                (Serdes.bytes(), st.binary()),
+                (Serdes.int64(), int64s),
+                (Serdes.float64(), floats),
+                (Serdes.json(), st.dictionaries(st.text(), st.integers() | st.text())),
+            ]
+        ).flatmap(lambda pair: st.tuples(st.just(pair[0]), pair[1]))
+    )
+    encoded = serde.serialize(value)
+    assert serde.quick_serializer()(value) == encoded
+    assert serde.quick_deserializer()(encoded) == serde.deserialize(encoded)
+
+
+@pytest.mark.parametrize(
+    ("serde", "bad"),
+    [
+        (Serdes.string(), 5),
+        (Serdes.string(), b"bytes"),
+        (Serdes.string(), "\ud800"),
+        (Serdes.int64(), "5"),
+        (Serdes.bytes(), "text"),
+        (Serdes.json(), {1, 2}),
+    ],
+)
+def test_quick_serializers_raise_where_serialize_refuses(serde: object, bad: object) -> None:
+    with pytest.raises(Exception):  # noqa: B017 - any exception; the caller reports serialize's
+        serde.quick_serializer()(bad)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("bad", [b"\xff", "text", None])
+def test_the_quick_string_decoder_raises_where_bytes_are_not_utf8(bad: object) -> None:
+    with pytest.raises((UnicodeDecodeError, TypeError)):
+        Serdes.string().quick_deserializer()(bad)  # type: ignore[arg-type]

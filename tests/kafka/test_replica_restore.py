@@ -6,6 +6,7 @@ holds, is rebuilt from the start of the changelog and says so (`LagInfo.rebuilt`
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 from iqstate_kafka import BatchWriter, Follower, KafkaCluster, ensure_changelog_topics
+from iqstate_kafka import follower as follower_module
+from iqstate_rocksdb import RocksDBKeyValueStore
 from replica_support import RecordingCluster, eventually, only_result
 
 from iqstate import Application, KeyQuery, Position, StateQueryRequest, TopicPartition
@@ -206,3 +209,29 @@ def test_a_changelog_recreated_while_following_means_a_rebuild(instance: Instanc
         eventually(lambda: all(lag.rebuilt for lag in instance.lags().values()), "rebuilt")
         assert follower.applied_records == 101
         eventually(lambda: _at_end(instance, ends, rebuilt=True), "every partition at the end")
+
+
+def test_a_restored_replica_is_settled_once_and_one_at_the_tail_is_not(
+    instance: Instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restore the engine moves its write buffers to table files (RocksDB flushes
+    its memtables, which every lookup would otherwise search first); the few records a
+    replica applies at the tail do not flush each time."""
+    settled: list[int] = []
+    settle = RocksDBKeyValueStore.settle
+
+    def recorded(store: RocksDBKeyValueStore) -> None:
+        settled.append(store.memtable_entries)
+        settle(store)
+
+    monkeypatch.setattr(RocksDBKeyValueStore, "settle", recorded)
+    monkeypatch.setattr(follower_module, "SETTLE_AFTER", 50)
+    instance.write({f"key-{n}": n for n in range(800)}, batch_id=1)  # ~200 per partition
+    with instance.running():
+        eventually(lambda: len(settled) == PARTITIONS, "every restored partition settled")
+        assert all(entries > 0 for entries in settled), "each held its restore in memtables"
+        ends = instance.write({"late": 1, "later": 2}, batch_id=2)
+        eventually(lambda: _at_end(instance, ends), "the tail applied")
+        assert instance.value("late") == 1 and instance.value("key-799") == 799
+        time.sleep(0.5)  # a few more follower loops
+        assert len(settled) == PARTITIONS, "two records at the tail settle nothing"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -299,3 +300,29 @@ def test_gets_do_not_reread_filter_blocks_even_when_a_whole_filter_outgrows_a_ca
         assert filter_misses + index_misses < len(lookups) / 20
     finally:
         db.close()
+
+
+def test_settling_flushes_the_memtables_and_keeps_every_commit(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    entries = [(b"key-%05d" % i, b"value-%05d" % i) for i in range(2_000)]
+    store.put_all(entries)
+    store.update_position(Position.from_map({"source": {0: 9}}))
+    store.commit({TP: 2_000})
+    assert store.memtable_entries >= len(entries)
+    store.settle()
+    deadline = time.monotonic() + 30
+    while store.memtable_entries and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert store.memtable_entries == 0, "the memtables were flushed to table files"
+    assert table_files(tmp_path), "the data is in table files"
+    assert all(store.get(key) == value for key, value in entries)
+    store.put(b"key-00000", b"after")
+    store.commit({TP: 2_001})
+    store.abandon()  # a crash after settling loses nothing committed
+    reopened = open_store(tmp_path)
+    assert reopened.get(b"key-00000") == b"after" and reopened.get(b"key-01999") == b"value-01999"
+    assert reopened.committed_offset(TP) == 2_001
+    assert reopened.position == Position.from_map({"source": {0: 9}})
+    reopened.close()
+    reopened.settle()  # closed: nothing to do, no error
+    assert reopened.memtable_entries == 0

@@ -71,6 +71,9 @@ class KeySpaceStore(EngineStore):
             self.key_value_store.close()
         super().close()
 
+    def settle(self) -> None:
+        self.key_value_store.settle()
+
     def update_position(self, position: Position) -> None:
         self._check_open()
         self.key_value_store.update_position(position)

@@ -8,10 +8,12 @@ engine. The same classes carry typed keys above the metered layer and bytes belo
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Self, TypeVar
 
 from iqstate.iterators import KeyValueIterator, VersionedRecordIterator
+from iqstate.slotted import slot_constructor
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -90,24 +92,23 @@ class KeyQuery(Query[V | None], Generic[K, V]):
 
     @classmethod
     def with_key(cls, key: K) -> KeyQuery[K, V]:
-        return cls(key)
+        if cls is not KeyQuery or key is None:
+            return cls(key)  # a subclass's own __init__; None is refused there
+        return _key_query(key)  # one per lookup: no __init__ frame
 
     def skip_cache(self) -> KeyQuery[K, V]:
         """The same query, answered from the store beneath the cache."""
         return KeyQuery(self.key, True)
 
 
-_new_object = object.__new__
-_set_key = KeyQuery.__dict__["key"].__set__
-_set_skip_cache = KeyQuery.__dict__["is_skip_cache"].__set__
-
-
-def key_query_of(key: Any, skip_cache: bool) -> KeyQuery[Any, Any]:
-    """Build a `KeyQuery` without the argument checks; for layers re-keying a checked query."""
-    query: KeyQuery[Any, Any] = _new_object(KeyQuery)
-    _set_key(query, key)
-    _set_skip_cache(query, skip_cache)
-    return query
+key_query_of: Callable[[Any, bool], KeyQuery[Any, Any]] = slot_constructor(
+    KeyQuery, ("key", "is_skip_cache")
+)
+_key_query: Callable[[Any], KeyQuery[Any, Any]] = slot_constructor(
+    KeyQuery, ("key",), {"is_skip_cache": False}
+)
+"""`key_query_of(key, skip_cache)`: a `KeyQuery` without the argument checks, for callers
+that checked the key (`with_key`) and layers re-keying a checked query."""
 
 
 class ResultOrder(enum.Enum):

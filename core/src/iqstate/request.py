@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Generic, NoReturn, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from iqstate.errors import IqstateError
 from iqstate.position import PositionBound
 from iqstate.queries import Query
+from iqstate.slotted import slot_constructor
 
 R = TypeVar("R")
 
@@ -48,15 +49,12 @@ class StateQueryRequest(Generic[R]):
         require_active: bool,
         execution_info: bool,
     ) -> None:
-        """Every field at once, unchecked; build requests with `in_store(name).with_query(q)`."""
-        # The slots' own setters: a request is built per query, so this is the hot path's
-        # (about a third cheaper than `object.__setattr__` by name, six times a request).
-        _set_store_name(self, store)
-        _set_query(self, query)
-        _set_partition_set(self, partitions)
-        _set_position_bound(self, bound)
-        _set_require_active(self, require_active)
-        _set_execution_info(self, execution_info)
+        """Every field at once, unchecked; build requests with `in_store(name).with_query(q)`
+        (the options build their copies with `_new_request`, skipping this frame)."""
+        for setter, value in zip(
+            _SETTERS, (store, query, partitions, bound, require_active, execution_info), strict=True
+        ):
+            setter(self, value)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(
@@ -69,7 +67,7 @@ class StateQueryRequest(Generic[R]):
         """Start a request against the store `name`."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"StateQueryRequest.in_store needs a store name, got {name!r}")
-        return InStore(name)
+        return _new_in_store(name)
 
     def _replace(
         self,
@@ -78,7 +76,7 @@ class StateQueryRequest(Generic[R]):
         require_active: bool | None = None,
         execution_info: bool | None = None,
     ) -> StateQueryRequest[R]:
-        return StateQueryRequest(
+        return _new_request(
             self.store_name,
             self.query,
             self.partition_set,
@@ -91,12 +89,16 @@ class StateQueryRequest(Generic[R]):
         """Ask only these partitions (a copy of the iterable is kept)."""
         chosen = frozenset(partitions)
         for partition in chosen:
-            if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+            # `type(...) is int` first: the common case skips the isinstance calls.
+            not_int = type(partition) is not int and (
+                isinstance(partition, bool) or not isinstance(partition, int)
+            )
+            if not_int or partition < 0:
                 raise ValueError(
                     f"StateQueryRequest.with_partitions: partitions must be ints >= 0, "
                     f"got {partition!r}"
                 )
-        return StateQueryRequest(
+        return _new_request(
             self.store_name,
             self.query,
             chosen,
@@ -106,7 +108,7 @@ class StateQueryRequest(Generic[R]):
         )
 
     def with_all_partitions(self) -> StateQueryRequest[R]:
-        return StateQueryRequest(
+        return _new_request(
             self.store_name,
             self.query,
             None,
@@ -168,13 +170,29 @@ class StateQueryRequest(Generic[R]):
         )
 
 
-_slot = StateQueryRequest.__dict__
-_set_store_name = _slot["store_name"].__set__
-_set_query = _slot["query"].__set__
-_set_partition_set = _slot["partition_set"].__set__
-_set_position_bound = _slot["position_bound"].__set__
-_set_require_active = _slot["is_require_active"].__set__
-_set_execution_info = _slot["is_execution_info_enabled"].__set__
+_FIELDS = (
+    "store_name",
+    "query",
+    "partition_set",
+    "position_bound",
+    "is_require_active",
+    "is_execution_info_enabled",
+)
+_SETTERS = tuple(StateQueryRequest.__dict__[name].__set__ for name in _FIELDS)
+_new_request: Callable[..., StateQueryRequest[Any]] = slot_constructor(StateQueryRequest, _FIELDS)
+"""A request from its six fields in `__init__`'s order; how the options build their copies
+(one is built per query, most often twice)."""
+_new_plain_request: Callable[[str, Query[Any]], StateQueryRequest[Any]] = slot_constructor(
+    StateQueryRequest,
+    _FIELDS[:2],
+    {
+        "partition_set": None,
+        "position_bound": _UNBOUNDED,
+        "is_require_active": False,
+        "is_execution_info_enabled": False,
+    },
+)
+"""A request with `with_query`'s defaults: all partitions, unbounded, any replica."""
 
 
 class IncompleteRequestError(IqstateError, AttributeError):
@@ -213,4 +231,7 @@ class InStore:
     def with_query(self, query: Query[R]) -> StateQueryRequest[R]:
         if not isinstance(query, Query):
             raise TypeError(f"with_query needs a Query, got {type(query).__name__}")
-        return StateQueryRequest(self.store_name, query, None, _UNBOUNDED, False, False)
+        return _new_plain_request(self.store_name, query)
+
+
+_new_in_store: Callable[[str], InStore] = slot_constructor(InStore, ("store_name",))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from iqstate.errors import IllegalQueryResultAccess
 from iqstate.position import Position, PositionBound
+from iqstate.slotted import slot_constructor
 
 R = TypeVar("R")
 R2 = TypeVar("R2")
@@ -217,3 +219,18 @@ class StateQueryResult(Generic[R]):
 
     def __repr__(self) -> str:
         return f"StateQueryResult(partition_results={self._partition_results!r})"
+
+
+# The hot path's constructors (iqstate.slotted): a key lookup builds one of each, and
+# `__init__` would add a Python frame to both.
+success_of: Callable[[Any, Position | None], QueryResult[Any]] = slot_constructor(
+    QueryResult,
+    ("_result", "position"),
+    {"_failure": None, "_message": None, "_execution_info": None},
+)
+"""`success_of(result, position)`: what `QueryResult.for_result(result, position)` gives."""
+partition_results_of: Callable[[dict[int, QueryResult[Any]]], StateQueryResult[Any]] = (
+    slot_constructor(StateQueryResult, ("_partition_results",), {"_global_result": None})
+)
+"""`partition_results_of(results)`: what `StateQueryResult(results)` gives (the dict is
+kept, not copied)."""

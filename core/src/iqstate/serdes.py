@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import struct
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import msgspec
@@ -53,6 +54,20 @@ class Serde(ABC, Generic[T]):
         """
         return list(map(self.deserialize, data))
 
+    def quick_serializer(self) -> Callable[[T], bytes]:
+        """The cheapest callable giving `serialize`'s bytes for every value it accepts.
+
+        For the rest it may raise anything; the key lookup path, which serializes one key
+        per query with it, then calls `serialize` for the error to report. The default is
+        `serialize` itself; override it when a builtin does the same job without a frame.
+        """
+        return self.serialize
+
+    def quick_deserializer(self) -> Callable[[bytes], T]:
+        """The cheapest callable giving `deserialize`'s value for every `bytes` it decodes;
+        it may raise anything for the rest (callers then decode with `deserialize`)."""
+        return self.deserialize
+
     def _refuse(self, value: object, why: str = "") -> SerializationError:
         detail = f": {why}" if why else ""
         return SerializationError(
@@ -85,6 +100,12 @@ class StringSerde(Serde[str]):
 
     def deserialize(self, data: bytes) -> str:
         return str(data, "utf-8")
+
+    def quick_serializer(self) -> Callable[[str], bytes]:
+        return str.encode  # UTF-8; raises on anything but `str`, as `serialize` refuses
+
+    def quick_deserializer(self) -> Callable[[bytes], str]:
+        return bytes.decode  # UTF-8; raises on anything but `bytes`
 
     def serialize_many(self, values: list[str]) -> list[bytes]:
         return list(map(str.encode, values))  # UTF-8; raises on anything but `str`

@@ -41,7 +41,7 @@ from iqstate.queries import (
     VersionedKeyQuery,
     VersionedRangeQuery,
 )
-from iqstate.results import QueryResult
+from iqstate.results import QueryResult, success_of
 from iqstate.serdes import BytesSerde, Serde
 from iqstate.session_store import decode_session_key
 from iqstate.store import (
@@ -133,8 +133,11 @@ class StoreChain(ABC, Generic[Top]):
         self.typed.init(context)
         if self._can_fuse_key_lookup():
             # `Serdes.bytes()` decodes an engine's bytes to themselves: nothing to call.
-            identity = type(self.typed.value_serde) is BytesSerde
-            self._deserialize_value = None if identity else self.typed.value_deserializer
+            # Otherwise the serde's quick deserializer: where it raises, the fused lookup
+            # takes the layered path, which reports the serde's own error.
+            serde = self.typed.value_serde
+            identity = type(serde) is BytesSerde
+            self._deserialize_value = None if identity else serde.quick_deserializer()
             self.key_lookup = self._fused_key_lookup
 
     def close(self) -> None:
@@ -202,7 +205,7 @@ class StoreChain(ABC, Generic[Top]):
                 value = deserialize(value)
         except Exception:
             return self.typed.query(query, bound, config)
-        return QueryResult(value, position)
+        return success_of(value, position)
 
     # -- writing and committing -----------------------------------------------------------------
 
@@ -225,6 +228,11 @@ class StoreChain(ABC, Generic[Top]):
     def restore_position(self, position: Position) -> None:
         """Merge a restored record's position into the engine, beneath the layers."""
         self.engine.update_position(position)
+
+    def settle(self) -> None:
+        """The partition was just restored: the engine's `settle` (no layer buffers what a
+        restore writes, which goes to the engine beneath them)."""
+        self.engine.settle()
 
     def prepare_commit(self) -> None:
         """Push buffered writes down the chain (to the changelog) before offsets are taken."""
@@ -311,7 +319,7 @@ class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
         try:
             found = engine.version_at(key_bytes, getattr(query, "as_of_timestamp", None))
             if found is None:
-                return QueryResult(None, position)
+                return success_of(None, position)
             value = found[0]
             deserialize = self._deserialize_value
             if deserialize is not None:
@@ -319,8 +327,8 @@ class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
         except Exception:
             return self.typed.query(query, bound, config)
         if type(query) is KeyQuery:
-            return QueryResult(value, position)
-        return QueryResult(versioned_record(value, found[1], found[2]), position)
+            return success_of(value, position)
+        return success_of(versioned_record(value, found[1], found[2]), position)
 
     def query(self, query: Query[R], bound: PositionBound, config: QueryConfig) -> QueryResult[R]:
         if self._fused_ranges and type(query) in _VERSIONED_RANGES:

@@ -65,6 +65,11 @@ class FollowedPartition(Protocol):
         """Start over from an empty store (files moved aside, never deleted)."""
         ...
 
+    def settle(self) -> None:
+        """It was just restored (caught up after many records): let its engine move its
+        write buffers to their read-optimised form (`StateStore.settle`)."""
+        ...
+
 
 class FollowedPartitions(Protocol):
     """The partitions hosted here, as they are now (they change with the assignment)."""

@@ -236,6 +236,13 @@ class HostedPartition:
             self._offsets.load()
             self.fence = None
 
+    def settle(self) -> None:
+        """It was just restored: its engine moves its write buffers to their read-optimised
+        form (`StateStore.settle`, which does not wait for that to finish)."""
+        with self.lock:
+            if not self.closed:
+                self.chain.settle()
+
     def close(self, reason: str | None = None) -> None:
         """Close the partition; its subscriptions end with `reason` (default: it is no
         longer hosted here)."""

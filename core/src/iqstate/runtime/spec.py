@@ -76,12 +76,16 @@ class StoreSpec(ABC):
     """`partition_of(key, key_bytes)`: the store's partitioning rule (`partition_function`)."""
     store_factory: Callable[..., Any] = field(init=False, repr=False, compare=False)
     """The engine's factory for this type of store, loaded when the store is declared."""
+    quick_key_serializer: Callable[[Any], bytes] = field(init=False, repr=False, compare=False)
+    """The key serde's `quick_serializer()`: a key query's key bytes, or any exception
+    where `key_serde.serialize` would refuse the key."""
 
     def __post_init__(self) -> None:
-        # Chosen once: this runs for every key of every batch and key query.
+        # Chosen once: these run for every key of every batch and key query.
         object.__setattr__(
             self, "partition_of", partition_function(self.name, self.partitions, self.partitioner)
         )
+        object.__setattr__(self, "quick_key_serializer", self.key_serde.quick_serializer())
         # An engine registered by import path is imported here, when a store of it is
         # declared: a missing library fails at the declaration, naming plugin and engine.
         object.__setattr__(self, "store_factory", resolved(self._engine_factory()))

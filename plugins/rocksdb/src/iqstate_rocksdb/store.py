@@ -84,6 +84,30 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
         self._offsets_cf, self._offsets_handle = offsets_cf, handle
         return stored
 
+    @property
+    def memtable_entries(self) -> int:
+        """Entries in the memtables (the active one and those waiting to be flushed), not
+        yet in table files; 0 when the store is closed."""
+        db = self._db
+        if db is None:
+            return 0
+        return sum(
+            int(db.property_int_value(name) or 0)
+            for name in (
+                "rocksdb.num-entries-active-mem-table",
+                "rocksdb.num-entries-imm-mem-tables",
+            )
+        )
+
+    def settle(self) -> None:
+        """Flush the memtables, without waiting. After a restore they hold up to a write
+        buffer (16 MB) of records that every lookup searches first, with no Bloom filter:
+        measured on a restored 1M-record store (4 partitions), a raw get took 3.2 us
+        before the flush and 2.2-2.3 us after it. Atomic flush keeps data and offsets of
+        one commit together in the table files."""
+        if self._db is not None:
+            self._db.flush(False)
+
     def _close_storage(self, clean: bool) -> None:
         db, self._db = self._db, None
         if db is None:
