@@ -120,6 +120,31 @@ def test_key_lookup_over_all_partitions_asks_the_keys_partition(mixed_app: Appli
     assert explicit.partition_results[1].result is None
 
 
+@pytest.mark.parametrize("partition", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("active", [True, False])
+def test_a_key_lookup_naming_one_partition_answers_as_any_query_would(
+    mixed_app: Application, partition: int, active: bool
+) -> None:
+    """The key lookup's direct path gives each partition the answer, or the failure reason
+    and message, that the general path gives any query there."""
+    lookup = request(KeyQuery.with_key(key_in(0))).with_partitions({partition})
+    scan = request(RangeQuery.with_no_bounds()).with_partitions({partition})
+    if active:
+        lookup, scan = lookup.require_active(), scan.require_active()
+    got = mixed_app.query(lookup).partition_results[partition]
+    general = mixed_app.query(scan).partition_results[partition]
+    assert got.is_failure == general.is_failure
+    if got.is_failure:
+        assert (got.failure_reason, got.failure_message, got.position) == (
+            general.failure_reason,
+            general.failure_message,
+            general.position,
+        )
+    else:
+        assert got.result == ("zero" if partition == 0 else None)
+        assert got.position == general.position
+
+
 def test_merged_position_and_execution_info(make_app: MakeApp) -> None:
     app = make_app()
     app.key_value_store("s", 2)
