@@ -172,12 +172,27 @@ def test_a_range_over_a_damaged_block_fails_the_partition_instead_of_stopping_sh
     app, data_table = damaged_app(tmp_path)
     try:
         everything = RangeQuery.with_no_bounds()
-        for query in (everything, RangeQuery.with_no_bounds().with_descending_keys()):
+        # Bounded by keys that exist on both sides of the damage: the read stops at the
+        # damage, short of the bound, and must not be taken for the whole range.
+        bounded = RangeQuery.with_range("key-000000", "key-019999")
+        for query in (
+            everything,
+            RangeQuery.with_no_bounds().with_descending_keys(),
+            bounded,
+            bounded.with_descending_keys(),
+        ):
             result = app.query(StateQueryRequest.in_store("s").with_query(query))
             answer = result.partition_results[0]
             assert answer.is_failure and answer.failure_reason is FailureReason.STORE_EXCEPTION
             assert "CorruptStateError" in answer.failure_message
             assert data_table.name in answer.failure_message
+        before_damage = RangeQuery.with_range("key-000000", "key-000099")
+        for query in (before_damage, before_damage.with_descending_keys()):
+            answer = app.query(StateQueryRequest.in_store("s").with_query(query)).partition_results[
+                0
+            ]
+            with answer.result as pairs:
+                assert len(list(pairs)) == 100, "a range ending at its bound before the damage"
         first_key = StateQueryRequest.in_store("s").with_query(KeyQuery.with_key("key-000000"))
         first = app.query(first_key)
         assert first.only_partition_result().result == "v" * 100, "undamaged blocks still answer"

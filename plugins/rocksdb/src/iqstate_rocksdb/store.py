@@ -163,7 +163,11 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
                     pairs, complete = take_while_at_least(records, lower)
                     if complete:
                         return pairs
-            if len(pairs) == limit or self._ended(options, pairs, lower, reverse):
+            if (
+                len(pairs) == limit
+                or _reached_bound(pairs, lower, upper, reverse, upper_inclusive)
+                or self._ended(options, pairs, lower, reverse)
+            ):
                 return pairs
         except Exception as error:
             raise database_error(self._path, error) from error
@@ -228,6 +232,18 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
         """The position as last committed (for tests and tools)."""
         data = self._offsets_cf.get(POSITION_KEY)
         return decode_position(data) if data is not None else Position.empty()
+
+
+def _reached_bound(
+    pairs: list[Pair], lower: bytes | None, upper: bytes | None, reverse: bool, inclusive: bool
+) -> bool:
+    """Whether the last pair read is the range's inclusive far bound, so that nothing can be
+    left in range after it: `items` stops at damage but never skips past it, so the range
+    is complete without the raw seek of `_ended` (2.5 of a 100-key range's 23 us)."""
+    if not pairs:
+        return False
+    last = pairs[-1][0]
+    return last == lower if reverse else (inclusive and last == upper)
 
 
 class RocksDBWindowStore(PersistentWindowStore):
