@@ -130,6 +130,12 @@ class BytesSerde(Serde[bytes]):
     def deserialize(self, data: bytes) -> bytes:
         return bytes(data)
 
+    def quick_serializer(self) -> Callable[[bytes], bytes]:
+        return bytes.__bytes__  # `bytes` itself (a copy of a subclass); raises on the rest
+
+    def quick_deserializer(self) -> Callable[[bytes], bytes]:
+        return bytes.__bytes__
+
     def deserialize_many(self, data: list[bytes]) -> list[bytes]:
         if set(map(type, data)) <= _ONLY_BYTES:
             return data
