@@ -28,6 +28,7 @@ from iqstate import (
 from iqstate.runtime.offsets import CHECKPOINT_FILE, POSITION_FILE, write_offsets_file
 from iqstate.store import StateStore
 from iqstate.testing import StoreConformance, StoreFactory, make_context
+from iqstate.versioned_store import LayeredVersionedStore
 
 TP = TopicPartition("app-s-changelog", 0)
 
@@ -341,3 +342,23 @@ def test_settling_flushes_the_memtables_and_keeps_every_commit(tmp_path: Path) -
     reopened.close()
     reopened.settle()  # closed: nothing to do, no error
     assert reopened.memtable_entries == 0
+
+
+def test_store_types_kept_in_a_rocksdb_store_settle_it(tmp_path: Path) -> None:
+    """Versioned, session and window stores keep their data in the engine's key-value
+    store: settling one flushes that store's memtables."""
+    versioned = LayeredVersionedStore(RocksDBKeyValueStore("s"), 1_000)
+    context = make_context(tmp_path, "s", config={})
+    versioned.init(dataclasses.replace(context, sync_commits=False))
+    inner = versioned.key_value_store
+    assert isinstance(inner, RocksDBKeyValueStore)
+    versioned.put(b"k", b"v", 10)
+    versioned.commit({TP: 1})
+    assert inner.memtable_entries > 0
+    versioned.settle()
+    deadline = time.monotonic() + 30
+    while inner.memtable_entries and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert inner.memtable_entries == 0
+    assert versioned.get(b"k") is not None
+    versioned.close()
