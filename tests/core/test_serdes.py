@@ -177,3 +177,16 @@ def test_quick_serializers_raise_where_serialize_refuses(serde: object, bad: obj
 def test_the_quick_string_decoder_raises_where_bytes_are_not_utf8(bad: object) -> None:
     with pytest.raises((UnicodeDecodeError, TypeError)):
         Serdes.string().quick_deserializer()(bad)  # type: ignore[arg-type]
+
+
+def test_a_serde_subclass_keeps_its_own_coding_on_the_quick_path() -> None:
+    class Reversed(type(Serdes.string())):  # type: ignore[misc]
+        def serialize(self, value: str) -> bytes:
+            return value[::-1].encode()
+
+        def deserialize(self, data: bytes) -> str:
+            return data.decode()[::-1]
+
+    serde = Reversed()
+    assert serde.quick_serializer()("abc") == b"cba"
+    assert serde.quick_deserializer()(b"cba") == "abc"

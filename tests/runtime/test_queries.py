@@ -32,6 +32,7 @@ from iqstate import (
 from iqstate.engines.memory import MemoryKeyValueStore
 from iqstate.plugins import PluginRegistry, make_plugin_manager
 from iqstate.queries import LimitedRangeQuery
+from iqstate.serdes import StringSerde
 
 MakeApp = Callable[..., Application]
 HOST = HostInfo("localhost", 7070)
@@ -264,3 +265,42 @@ def test_a_limited_range_is_the_first_pairs_of_the_range_through_every_layer(
         expected = (keys[::-1] if descending else keys)[:limit]
         assert list(answer.result) == [(k, f"v{k}") for k in expected]
         assert answer.position == Position.from_map({"src": {0: 1}})
+
+
+class LowerCaseKeys(StringSerde):
+    """A string serde subclass that codes differently: keys are stored lower-cased."""
+
+    def serialize(self, value: str) -> bytes:
+        return super().serialize(value.lower())
+
+
+class UpperCaseValues(StringSerde):
+    def deserialize(self, data: bytes) -> str:
+        return super().deserialize(data).upper()
+
+
+@pytest.mark.parametrize("engine", ["memory", "rocksdb", "lmdb"])
+def test_key_lookups_code_keys_and_values_with_a_serde_subclass_own_methods(
+    make_app: MakeApp, engine: str
+) -> None:
+    app = make_app()
+    app.key_value_store(
+        "s", 4, engine=engine, key_serde=LowerCaseKeys(), value_serde=UpperCaseValues()
+    )
+    with app:
+        with app.begin_batch(position=AT, batch_id=1) as batch:
+            batch.put("s", "KEY", "hello")
+        only = app.query(request(KeyQuery.with_key("Key"))).only_partition_result()
+        assert only is not None and only.result == "HELLO"
+
+
+def test_a_bytes_key_given_as_a_bytearray_asks_only_its_partition(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 4, key_serde="bytes", value_serde="string")
+    with app:
+        with app.begin_batch(position=AT, batch_id=1) as batch:
+            batch.put("s", b"key", "value")
+        result = app.query(request(KeyQuery.with_key(bytearray(b"key"))))
+        assert len(result.partition_results) == 1
+        only = result.only_partition_result()
+        assert only is not None and only.result == "value"

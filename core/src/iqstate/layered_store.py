@@ -72,6 +72,7 @@ class KeySpaceStore(EngineStore):
         super().close()
 
     def settle(self) -> None:
+        """Settle the key-value store that holds this store's data."""
         self.key_value_store.settle()
 
     def update_position(self, position: Position) -> None:

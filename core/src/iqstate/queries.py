@@ -104,11 +104,12 @@ class KeyQuery(Query[V | None], Generic[K, V]):
 key_query_of: Callable[[Any, bool], KeyQuery[Any, Any]] = slot_constructor(
     KeyQuery, ("key", "is_skip_cache")
 )
+"""`key_query_of(key, skip_cache)`: a `KeyQuery` without the argument checks, for layers
+re-keying a checked query."""
 _key_query: Callable[[Any], KeyQuery[Any, Any]] = slot_constructor(
     KeyQuery, ("key",), {"is_skip_cache": False}
 )
-"""`key_query_of(key, skip_cache)`: a `KeyQuery` without the argument checks, for callers
-that checked the key (`with_key`) and layers re-keying a checked query."""
+"""`_key_query(key)`: `with_key`'s query once it has checked the key."""
 
 
 class ResultOrder(enum.Enum):

@@ -51,10 +51,13 @@ class StateQueryRequest(Generic[R]):
     ) -> None:
         """Every field at once, unchecked; build requests with `in_store(name).with_query(q)`
         (the options build their copies with `_new_request`, skipping this frame)."""
-        for setter, value in zip(
-            _SETTERS, (store, query, partitions, bound, require_active, execution_info), strict=True
-        ):
-            setter(self, value)
+        set_store, set_query, set_partitions, set_bound, set_active, set_info = _SETTERS
+        set_store(self, store)
+        set_query(self, query)
+        set_partitions(self, partitions)
+        set_bound(self, bound)
+        set_active(self, require_active)
+        set_info(self, execution_info)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(
@@ -235,3 +238,4 @@ class InStore:
 
 
 _new_in_store: Callable[[str], InStore] = slot_constructor(InStore, ("store_name",))
+"""`in_store`'s `InStore`, once it has checked the name."""

@@ -58,8 +58,10 @@ class Serde(ABC, Generic[T]):
         """The cheapest callable giving `serialize`'s bytes for every value it accepts.
 
         For the rest it may raise anything; the key lookup path, which serializes one key
-        per query with it, then calls `serialize` for the error to report. The default is
-        `serialize` itself; override it when a builtin does the same job without a frame.
+        per query with it, then serializes the key with `serialize`, which gives the bytes
+        or the error to report. The default is `serialize` itself; override it when a
+        builtin does the same job without a frame (and return `serialize` from a subclass
+        that may code differently).
         """
         return self.serialize
 
@@ -102,9 +104,13 @@ class StringSerde(Serde[str]):
         return str(data, "utf-8")
 
     def quick_serializer(self) -> Callable[[str], bytes]:
+        if type(self) is not StringSerde:  # a subclass may code differently
+            return self.serialize
         return str.encode  # UTF-8; raises on anything but `str`, as `serialize` refuses
 
     def quick_deserializer(self) -> Callable[[bytes], str]:
+        if type(self) is not StringSerde:
+            return self.deserialize
         return bytes.decode  # UTF-8; raises on anything but `bytes`
 
     def serialize_many(self, values: list[str]) -> list[bytes]:
@@ -131,9 +137,15 @@ class BytesSerde(Serde[bytes]):
         return bytes(data)
 
     def quick_serializer(self) -> Callable[[bytes], bytes]:
-        return bytes.__bytes__  # `bytes` itself (a copy of a subclass); raises on the rest
+        if type(self) is not BytesSerde:  # a subclass may code differently
+            return self.serialize
+        # `bytes` itself (a copy of a subclass); raises on a bytearray or memoryview, which
+        # the key lookup then serializes with `serialize`
+        return bytes.__bytes__
 
     def quick_deserializer(self) -> Callable[[bytes], bytes]:
+        if type(self) is not BytesSerde:
+            return self.deserialize
         return bytes.__bytes__
 
     def deserialize_many(self, data: list[bytes]) -> list[bytes]:

@@ -24,8 +24,9 @@ def slot_constructor(
     cls: type[T], names: tuple[str, ...], fixed: Mapping[str, Any] | None = None
 ) -> Callable[..., T]:
     """A callable building `cls` from one value per slot of `names`, the slots of `fixed`
-    set to its values; `ValueError` when `cls` has its own `__new__` or is abstract, or a
-    name is not one of its slots or is named twice."""
+    set to its values; `ValueError` when `cls` has its own `__new__`, a `__dict__` or is
+    abstract, or a name is not one of its slots or is named twice; `TypeError` when `cls`
+    is not a class or a name not a `str`."""
     try:
         from iqstate_speedups.slots import constructor
     except ImportError:
@@ -38,12 +39,19 @@ def python_slot_constructor(
     cls: type[T], names: tuple[str, ...], fixed: Mapping[str, Any] | None = None
 ) -> Callable[..., T]:
     """`slot_constructor` without the C extension: the same checks and the same objects."""
-    if cls.__new__ is not object.__new__ or getattr(cls, "__abstractmethods__", None):
+    if not isinstance(cls, type):
+        raise TypeError(f"constructor needs a class, not {type(cls).__name__}")
+    plain = cls.__new__ is object.__new__ and not cls.__dictoffset__
+    if not plain or getattr(cls, "__abstractmethods__", None):
         raise ValueError(
-            f"{cls.__name__} is not a plain class (it has its own __new__ or is abstract)"
+            f"{cls.__name__} is not a plain class (it has its own __new__, a __dict__ or is "
+            "abstract)"
         )
     fixed = dict(fixed or {})
     every = (*names, *fixed)
+    for name in every:
+        if type(name) is not str:
+            raise TypeError(f"slot names are str, not {type(name).__name__}")
     slots = [_slot(cls, name) for name in every]
     for index, name in enumerate(every):
         if slots[index] in slots[:index]:
@@ -54,7 +62,9 @@ def python_slot_constructor(
     count = len(setters)
     new = object.__new__
 
-    def construct(*values: Any) -> T:
+    def construct(*values: Any, **keywords: Any) -> T:
+        if keywords:
+            raise TypeError(f"the constructor of {cls.__name__} takes no keyword values")
         if len(values) != count:
             raise TypeError(
                 f"the constructor of {cls.__name__} takes {count} positional values "
@@ -75,7 +85,7 @@ def _slot(cls: type, name: str) -> MemberDescriptorType:
     for klass in cls.__mro__:
         if name in vars(klass):
             found = vars(klass)[name]
-            if isinstance(found, MemberDescriptorType):
+            if isinstance(found, MemberDescriptorType) and issubclass(cls, found.__objclass__):
                 return found
             break
     raise ValueError(f"{cls.__name__} has no slot {name!r}")

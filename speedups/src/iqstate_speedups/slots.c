@@ -8,9 +8,10 @@
  * request twice, the partition's result and the request's result); through `__init__`
  * each costs a Python frame and a setter call per field.
  *
- * Only plain classes qualify: `object`'s own `__new__`, not abstract, and every name a
- * writable object slot of `cls` or a base, named once. Anything else is refused when the constructor
- * is made, so a call has nothing left to check but the number of values.
+ * Only plain classes qualify: `object`'s own `__new__`, not abstract, no `__dict__`, and
+ * every name an exact `str` naming a writable object slot of `cls` or a base, once.
+ * Anything else is refused when the constructor is made, so a call has nothing left to
+ * check but the number of values.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,8 +31,14 @@ construct(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kw
 {
     Constructor *self = (Constructor *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs != self->count || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
-        PyErr_Format(PyExc_TypeError, "the constructor of %.100s takes %zd positional values (%zd given)",
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0) {
+        PyErr_Format(PyExc_TypeError, "the constructor of %.100s takes no keyword values",
+                     self->cls->tp_name);
+        return NULL;
+    }
+    if (nargs != self->count) {
+        PyErr_Format(PyExc_TypeError,
+                     "the constructor of %.100s takes %zd positional values (%zd given)",
                      self->cls->tp_name, self->count, nargs);
         return NULL;
     }
@@ -88,14 +95,23 @@ static PyTypeObject ConstructorType = {
     .tp_doc = "Builds an instance of a slotted class from one value per named slot.",
 };
 
-/* The offset of `cls`'s writable object slot `name`; -1 with an error otherwise. */
-static Py_ssize_t
-slot_offset(PyTypeObject *cls, PyObject *name)
+/* 0 when `name` is an exact `str` (whose lookup in a type runs no Python code); -1 with a
+ * TypeError otherwise. */
+static int
+check_name(PyObject *name)
 {
-    if (!PyUnicode_Check(name)) {
+    if (!PyUnicode_CheckExact(name)) {
         PyErr_Format(PyExc_TypeError, "slot names are str, not %.100s", Py_TYPE(name)->tp_name);
         return -1;
     }
+    return 0;
+}
+
+/* The offset of `cls`'s writable object slot `name` (an exact str); -1 with an error
+ * otherwise. */
+static Py_ssize_t
+slot_offset(PyTypeObject *cls, PyObject *name)
+{
     PyObject *found = _PyType_Lookup(cls, name); /* borrowed */
     if (found == NULL || !Py_IS_TYPE(found, &PyMemberDescr_Type)) {
         PyErr_Format(PyExc_ValueError, "%.100s has no slot %R", cls->tp_name, name);
@@ -146,9 +162,10 @@ constructor(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyTypeObject *cls = (PyTypeObject *)args[0];
     if (cls->tp_new != PyBaseObject_Type.tp_new || (cls->tp_flags & Py_TPFLAGS_IS_ABSTRACT) ||
-        cls->tp_alloc == NULL) {
+        cls->tp_dictoffset != 0 || cls->tp_alloc == NULL) {
         PyErr_Format(PyExc_ValueError,
-                     "%.100s is not a plain class (it has its own __new__ or is abstract)",
+                     "%.100s is not a plain class (it has its own __new__, a __dict__ or is "
+                     "abstract)",
                      cls->tp_name);
         return NULL;
     }
@@ -156,38 +173,54 @@ constructor(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "constructor needs a tuple of slot names and a dict");
         return NULL;
     }
-    PyObject *names = args[1], *fixed = args[2];
-    Py_ssize_t count = PyTuple_GET_SIZE(names), fixed_count = PyDict_GET_SIZE(fixed);
-    Constructor *made =
-        PyObject_GC_NewVar(Constructor, &ConstructorType, count + fixed_count);
+    PyObject *names = args[1];
+    /* A list of (name, value) tuples owned here: checking the names cannot change it. */
+    PyObject *fixed = PyDict_Items(args[2]);
+    if (fixed == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(names), fixed_count = PyList_GET_SIZE(fixed);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (check_name(PyTuple_GET_ITEM(names, i)) < 0) {
+            Py_DECREF(fixed);
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < fixed_count; i++) {
+        if (check_name(PyTuple_GET_ITEM(PyList_GET_ITEM(fixed, i), 0)) < 0) {
+            Py_DECREF(fixed);
+            return NULL;
+        }
+    }
+    /* From here on no Python code runs: exact str names hash and compare in C. */
+    Constructor *made = PyObject_GC_NewVar(Constructor, &ConstructorType, count + fixed_count);
     if (made == NULL) {
+        Py_DECREF(fixed);
         return NULL;
     }
     made->vectorcall = construct;
     made->cls = (PyTypeObject *)Py_NewRef(cls);
     made->count = count;
+    made->fixed = NULL;
+    for (Py_ssize_t i = 0; i < count + fixed_count; i++) {
+        PyObject *name = i < count ? PyTuple_GET_ITEM(names, i)
+                                   : PyTuple_GET_ITEM(PyList_GET_ITEM(fixed, i - count), 0);
+        if (add_slot(made, i, name) < 0) {
+            Py_DECREF(fixed);
+            Py_DECREF(made);
+            return NULL;
+        }
+    }
     made->fixed = PyTuple_New(fixed_count);
     if (made->fixed == NULL) {
+        Py_DECREF(fixed);
         Py_DECREF(made);
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (add_slot(made, i, PyTuple_GET_ITEM(names, i)) < 0) {
-            Py_DECREF(made);
-            return NULL;
-        }
+    for (Py_ssize_t i = 0; i < fixed_count; i++) {
+        PyTuple_SET_ITEM(made->fixed, i, Py_NewRef(PyTuple_GET_ITEM(PyList_GET_ITEM(fixed, i), 1)));
     }
-    /* Nothing below runs Python code, so the dict cannot change while it is read. */
-    Py_ssize_t position = 0, i = 0;
-    PyObject *name, *value;
-    while (PyDict_Next(fixed, &position, &name, &value)) {
-        if (add_slot(made, count + i, name) < 0) {
-            Py_DECREF(made);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(made->fixed, i, Py_NewRef(value));
-        i++;
-    }
+    Py_DECREF(fixed);
     PyObject_GC_Track(made);
     return (PyObject *)made;
 }

@@ -69,8 +69,8 @@ class SerdeLayer(WrappedStore[S], Generic[S, K, V]):
         self._serialize_key = key_serde.serialize
         self._deserialize_key = key_serde.deserialize
         self.value_deserializer = value_serde.deserialize
-        """The value serde's `deserialize`, for callers that decode many values (the store
-        chain's fused key lookup); raises whatever the serde raises."""
+        """The value serde's `deserialize`, for callers that decode many values; raises
+        whatever the serde raises."""
         self.metrics = StoreMetrics(wrapped.name)
         self._commit_sensor = self.metrics.sensor("commit")
 

@@ -238,7 +238,9 @@ class HostedPartition:
 
     def settle(self) -> None:
         """It was just restored: its engine moves its write buffers to their read-optimised
-        form (`StateStore.settle`, which does not wait for that to finish)."""
+        form (`StateStore.settle`, which does not wait for that to finish). Under the lock,
+        so that no commit or close runs meanwhile; RocksDB may hold it a moment, as its
+        flush first waits until starting one would not stall writes."""
         with self.lock:
             if not self.closed:
                 self.chain.settle()

@@ -70,6 +70,15 @@ def key_bytes_of(spec: StoreSpec, key: Any) -> bytes | None:
     try:
         return spec.quick_key_serializer(key)
     except Exception:
+        return key_bytes_by_serde(spec, key)
+
+
+def key_bytes_by_serde(spec: StoreSpec, key: Any) -> bytes | None:
+    """The key serialized with the serde's own `serialize` (it may take keys its quick
+    serializer does not); `None` when it refuses the key."""
+    try:
+        return spec.key_serde.serialize(key)
+    except Exception:
         return None
 
 
@@ -166,7 +175,7 @@ def execute(
         try:
             key_bytes = spec.quick_key_serializer(key)
         except Exception:
-            key_bytes = None
+            key_bytes = key_bytes_by_serde(spec, key)
         named = request.partition_set
         if key_bytes is not None and (named is None or len(named) == 1):
             if named is None:

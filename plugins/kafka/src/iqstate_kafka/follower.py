@@ -83,9 +83,9 @@ with 0-10 ms, at the same CPU a record; the follower restoring into RocksDB went
 to 259-277k records/s. 10 ms keeps the fetcher from spinning on a full queue."""
 
 SETTLE_AFTER = 50_000
-"""Records a replica must have applied while catching up for its engine to be settled
-(`FollowedPartition.settle`) once it reaches the end of its changelog: after a restore, not
-after the few records a replica at the tail applies each loop."""
+"""Records a replica must have applied in its restore (from when it was tracked or rebuilt
+until it first reached the end of its changelog) for its engine to be settled then
+(`FollowedPartition.settle`): once per restore, never for what it applies at the tail."""
 
 _LOGGED_REFUSALS = 5
 """Refused records logged one by one per commit; the rest are counted in one line."""
@@ -118,8 +118,9 @@ class _Followed:
     refresh_at: float = 0.0
     retry_at: float = 0.0
     failures: _Backoff | None = None
-    catching_up: int = 0
-    """Records applied since the replica was last caught up (or since it was tracked)."""
+    restored: int | None = 0
+    """Records applied in the replica's restore; None once it first reached the end of its
+    changelog (0 again when it is rebuilt)."""
 
 
 class Follower:
@@ -432,6 +433,7 @@ class Follower:
                 *watermarks,
             )
             hosted.rebuild()
+            followed.restored = 0
             committed = None
             with self._lock:
                 self._offsets[key].rebuilt()
@@ -503,7 +505,8 @@ class Follower:
         with self._lock:
             self._offsets[key].committed_to(commit.next_offset)
             self._applied[key] = self._applied.get(key, 0) + len(commit.entries)
-        followed.catching_up += len(commit.entries)
+        if followed.restored is not None:
+            followed.restored += len(commit.entries)
 
     def _refuse(
         self, key: StorePartition, followed: _Followed, refused: tuple[Refusal, ...]
@@ -570,6 +573,7 @@ class Follower:
             followed.changelog,
         )
         followed.hosted.rebuild()
+        followed.restored = 0
         followed.assigned = False  # the reader dropped it; the next loop assigns it again
         with self._lock:
             self._offsets[key].rebuilt()
@@ -594,22 +598,22 @@ class Follower:
     # -- 4. caught up ----------------------------------------------------------------------------
 
     def _settle_restored(self) -> None:
-        """Settle each replica that reached the end of its changelog after applying at least
-        `SETTLE_AFTER` records (a restore); a replica at the tail starts counting again
-        after each loop. A failure to settle only costs query speed: logged, not retried."""
+        """Settle each replica that reached the end of its changelog for the first time
+        since it was tracked or rebuilt, when its restore applied at least `SETTLE_AFTER`
+        records. A failure to settle only costs query speed: logged, not retried."""
         for key, followed in self._followed.items():
-            if not followed.catching_up:
+            if followed.restored is None:
                 continue
             with self._lock:
-                lag = self._offsets[key].lag
-            if lag != 0:
-                continue  # still behind, or the end is not known yet
-            if followed.catching_up >= SETTLE_AFTER:
+                at_end = self._offsets[key].at_end
+            if not at_end:
+                continue
+            if followed.restored >= SETTLE_AFTER:
                 try:
                     followed.hosted.settle()
                 except Exception:
                     logger.exception("settling store %r partition %d after a restore failed", *key)
-            followed.catching_up = 0
+            followed.restored = None
 
     def _announce(self) -> None:
         with self._lock:

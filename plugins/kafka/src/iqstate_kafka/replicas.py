@@ -59,6 +59,15 @@ class ReplicaOffsets:
         return max(0, self.end - position)
 
     @property
+    def at_end(self) -> bool:
+        """Whether the replica has read (or committed) up to the end offset known now; records
+        that cannot be applied (a batch whose marker has not come) count as read."""
+        positions = [offset for offset in (self.next_offset, self.read) if offset is not None]
+        if not positions or self.end is None or not self.end_known:
+            return False
+        return max(positions) >= self.end
+
+    @property
     def caught_up(self) -> bool:
         if self.active:
             return self.reached

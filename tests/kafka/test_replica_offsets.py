@@ -1,0 +1,35 @@
+"""`ReplicaOffsets.at_end`: when a replica has read its changelog to the end known now (what
+the follower waits for to settle a restored replica)."""
+
+from __future__ import annotations
+
+from iqstate_kafka.reader import Watermarks
+from iqstate_kafka.replicas import ReplicaOffsets
+
+
+def test_the_end_is_not_reached_before_the_broker_has_told_it() -> None:
+    offsets = ReplicaOffsets()
+    offsets.committed_to(500)
+    assert not offsets.at_end, "a commit alone says nothing of where the changelog ends"
+    offsets.saw(Watermarks(0, 1_000))
+    assert not offsets.at_end
+    offsets.committed_to(1_000)
+    assert offsets.at_end
+
+
+def test_records_read_but_not_applicable_count_as_read() -> None:
+    """A batch whose marker never came cannot be committed: the reader's position decides."""
+    offsets = ReplicaOffsets()
+    offsets.saw(Watermarks(0, 1_000))
+    offsets.committed_to(900)
+    offsets.read_to(950)
+    assert not offsets.at_end
+    offsets.read_to(1_000)
+    assert offsets.at_end and offsets.lag == 100
+
+
+def test_an_empty_changelog_is_at_its_end_once_known() -> None:
+    offsets = ReplicaOffsets()
+    assert not offsets.at_end
+    offsets.saw(Watermarks(0, 0))
+    assert offsets.at_end
