@@ -432,11 +432,8 @@ class Follower:
                 followed.changelog,
                 *watermarks,
             )
-            hosted.rebuild()
-            followed.restored = 0
+            self._start_over(key, followed)
             committed = None
-            with self._lock:
-                self._offsets[key].rebuilt()
         reader.assign(
             followed.changelog, committed if committed is not None else watermarks.earliest
         )
@@ -572,9 +569,13 @@ class Follower:
             event.offset,
             followed.changelog,
         )
+        self._start_over(key, followed)
+        followed.assigned = False  # the reader dropped it; the next loop assigns it again
+
+    def _start_over(self, key: StorePartition, followed: _Followed) -> None:
+        """Rebuild the replica from an empty store: its offsets and its restore start again."""
         followed.hosted.rebuild()
         followed.restored = 0
-        followed.assigned = False  # the reader dropped it; the next loop assigns it again
         with self._lock:
             self._offsets[key].rebuilt()
 
