@@ -134,6 +134,14 @@ def test_unknown_engine_error_lists_installed_engines() -> None:
         registry.engine("cassandra", store="counts")
     message = str(error.value)
     assert "store 'counts'" in message and "'cassandra'" in message and "memory" in message
+    assert "pip install iqstate-cassandra" in message
+
+
+def test_a_misspelt_engine_is_pointed_at_the_installed_one() -> None:
+    registry = registry_of(load_entry_points=False)
+    with pytest.raises(UnknownEngineError, match="Did you mean 'memory'") as error:
+        registry.engine("memroy", store="counts")
+    assert "pip install" not in str(error.value)
 
 
 class _DuplicateEngine:

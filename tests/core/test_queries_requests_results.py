@@ -120,7 +120,11 @@ def test_query_result_failure() -> None:
         result.swap_result(1)
     unknown = QueryResult.for_unknown_query_type(KeyQuery.with_key("k"), object())
     assert unknown.failure_reason is FailureReason.UNKNOWN_QUERY_TYPE
-    assert "KeyQuery" in unknown.failure_message
+    assert "KeyQuery" in unknown.failure_message and "It answers" not in unknown.failure_message
+    told = QueryResult.for_unknown_query_type(
+        WindowKeyQuery.with_key_and_window_start_range("k", 0, 1), object(), [RangeQuery, KeyQuery]
+    )
+    assert "It answers KeyQuery, RangeQuery." in told.failure_message
     position = Position.from_map({"t": {0: 1}})
     bound = PositionBound.at(Position.from_map({"t": {0: 9}}))
     behind = QueryResult.not_up_to_bound(position, bound, 3)
@@ -147,7 +151,7 @@ def test_state_query_result() -> None:
     assert combined.position == Position.from_map({"t": {0: 5, 1: 7}})
     second = QueryResult.for_result(2)
     combined.add_result(3, second)
-    with pytest.raises(ValueError, match="exactly one"):
+    with pytest.raises(ValueError, match=r"exactly one.*partitions \[0, 3\].*partition_results"):
         combined.only_partition_result()
     global_result = QueryResult.for_result(9)
     global_result.position = Position.from_map({"g": {0: 1}})

@@ -39,6 +39,15 @@ def test_getters_and_options_name_the_missing_with_query(use: object) -> None:
         use(incomplete)  # type: ignore[operator]
 
 
+def test_with_partitions_names_what_it_takes() -> None:
+    request = StateQueryRequest.in_store("s").with_query(KeyQuery.with_key("k"))
+    with pytest.raises(
+        TypeError, match=r"an iterable of partition numbers \(for example \{0\}\), got 0"
+    ):
+        request.with_partitions(0)  # type: ignore[arg-type]
+    assert request.with_partitions([1, 1]).partitions == frozenset({1})
+
+
 def test_it_is_still_an_attribute_error_for_hasattr_and_getattr() -> None:
     incomplete = StateQueryRequest.in_store("words")
     assert not hasattr(incomplete, "query")

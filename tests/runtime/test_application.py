@@ -22,6 +22,7 @@ from iqstate import (
     Serdes,
     StateDirectoryLockedError,
     StateQueryRequest,
+    StreamsStoppedError,
     UnknownEngineError,
 )
 
@@ -136,7 +137,10 @@ def test_second_application_on_the_same_directory_fails_at_once(make_app: MakeAp
     first = make_app()
     first.start()
     second = make_app()
-    with pytest.raises(StateDirectoryLockedError, match=f"process {os.getpid()}"):
+    with pytest.raises(
+        StateDirectoryLockedError,
+        match=f"process {os.getpid()}; another Application in this process",
+    ):
         second.start()
     assert second.state is AppState.CREATED
     first.close()
@@ -180,6 +184,18 @@ def test_queries_through_the_application(make_app: MakeApp) -> None:
         result = app.query(StateQueryRequest.in_store("s").with_query(KeyQuery.with_key("k")))
         only = result.only_partition_result()
         assert only is not None and only.result == {"v": 1}
+
+
+def test_a_closed_application_cannot_be_entered_again(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 1)
+    app.start()
+    with app:  # a started application is entered as it is
+        assert app.state is AppState.RUNNING
+    assert app.state is AppState.NOT_RUNNING
+    with pytest.raises(StreamsStoppedError, match="closed \\(NOT_RUNNING\\).*new Application"):
+        with app:
+            pass
 
 
 def test_serving_false_is_for_a_writer_of_a_cluster(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from iqstate import (
     QueryableStoreTypes,
     RangeQuery,
     Serdes,
+    SerializationError,
     StateQueryRequest,
     StaticAssignment,
     StoreQueryParameters,
@@ -73,6 +74,9 @@ def test_key_value_facade_across_partitions(make_app: MakeApp) -> None:
         assert store.approximate_num_entries() == 9
         with pytest.raises(AttributeError):
             store.put("k", 1)  # type: ignore[attr-defined]
+        # a key the store's serde refuses is named with the store, as in writes and ranges
+        with pytest.raises(SerializationError, match="store 's': serde .* the key 5 of type int"):
+            store.get(5)
         one = app.store(StoreQueryParameters.from_name_and_type("s", KV).with_partition(0))
         in_zero = [k for k, _ in one.all()]
         assert in_zero and all(partition_for_bytes(k.encode(), 3) == 0 for k in in_zero)

@@ -54,6 +54,8 @@ def test_demo_runs_the_batches_asked_for_and_stops_quietly_on_ctrl_c(tmp_path: P
     first = run_to_end(state, tmp_path / "first.err", "--batches", "3")
     assert batch_ids(first) == [0, 1, 2]
     assert "done: 3 word-count batches" in first
+    # both queries finished every file: the per-minute store is through the last batch too
+    assert "(through batch 2)\ndone:" in first
 
     restarted = run_to_end(state, tmp_path / "restart.err", "--batches", "2")
     assert batch_ids(restarted) == [3, 4]

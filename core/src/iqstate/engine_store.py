@@ -159,6 +159,6 @@ class EngineStore(StateStore):
         return result
 
     def _unknown(self, query: Query[Any]) -> QueryResult[Any]:
-        result: QueryResult[Any] = QueryResult.for_unknown_query_type(query, self)
+        result: QueryResult[Any] = QueryResult.for_unknown_query_type(query, self, self._handlers)
         result.position = self.current_position
         return result

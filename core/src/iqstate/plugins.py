@@ -18,6 +18,7 @@ Environment:
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import os
@@ -235,9 +236,16 @@ class PluginRegistry:
         if engine is None:
             who = f"store {store!r} names engine {name!r}" if store else f"engine {name!r}"
             installed = ", ".join(sorted(self.engines)) or "none"
+            close = difflib.get_close_matches(name, self.engines, n=1)
+            hint = (
+                f"Did you mean {close[0]!r}?"
+                if close
+                else "Install the plugin that provides it (for example "
+                f"`pip install iqstate-{name}`)."
+            )
             raise UnknownEngineError(
                 f"{who}, which no installed plugin provides; installed engines: {installed}. "
-                f"Install the plugin that provides it (for example `pip install iqstate-{name}`)."
+                + hint
             )
         return engine
 

@@ -90,7 +90,13 @@ class StateQueryRequest(Generic[R]):
 
     def with_partitions(self, partitions: Iterable[int]) -> StateQueryRequest[R]:
         """Ask only these partitions (a copy of the iterable is kept)."""
-        chosen = frozenset(partitions)
+        try:
+            chosen = frozenset(partitions)
+        except TypeError:
+            raise TypeError(
+                "StateQueryRequest.with_partitions takes an iterable of partition numbers "
+                f"(for example {{0}}), got {partitions!r}"
+            ) from None
         for partition in chosen:
             # `type(...) is int` first: the common case skips the isinstance calls.
             not_int = type(partition) is not int and (

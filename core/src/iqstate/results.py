@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from iqstate.errors import IllegalQueryResultAccess
@@ -76,12 +76,18 @@ class QueryResult(Generic[R]):
         return instance
 
     @classmethod
-    def for_unknown_query_type(cls, query: object, store: object) -> QueryResult[Any]:
+    def for_unknown_query_type(
+        cls, query: object, store: object, answered: Iterable[type] = ()
+    ) -> QueryResult[Any]:
+        """Kafka's message, and the query types the store does answer where it knows them."""
+        kinds = sorted(kind.__name__ for kind in answered)
+        it_answers = f" It answers {', '.join(kinds)}." if kinds else ""
         return cls.for_failure(
             FailureReason.UNKNOWN_QUERY_TYPE,
             f"This store ({describe_store(store)}) doesn't know how to execute the given "
-            f"query ({query!r}). Contact the store maintainer if you need support for a "
-            "new query type, or install a plugin that registers a handler for it.",
+            f"query ({query!r}).{it_answers} Contact the store maintainer if you need "
+            "support for a new query type, or install a plugin that registers a handler "
+            "for it.",
         )
 
     @classmethod
@@ -201,11 +207,19 @@ class StateQueryResult(Generic[R]):
             if result._failure is None and result._result is not None:
                 if found is not None:
                     raise ValueError(
-                        "The query did not return exactly one partition result: "
-                        f"{self._partition_results}"
+                        "The query did not return exactly one partition result: partitions "
+                        f"{self._partitions_with_values()} each returned one; read "
+                        "`partition_results` for a query answered by several partitions"
                     )
                 found = result
         return found
+
+    def _partitions_with_values(self) -> list[int]:
+        return sorted(
+            partition
+            for partition, result in self._partition_results.items()
+            if result._failure is None and result._result is not None
+        )
 
     @property
     def position(self) -> Position:

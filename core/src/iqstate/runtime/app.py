@@ -443,8 +443,16 @@ class Application:
                 self._transition(AppState.NOT_RUNNING)
 
     def __enter__(self) -> Application:
-        if self._state is AppState.CREATED:
+        """Start a CREATED application (a started one is entered as it is); a closed one
+        cannot start again."""
+        state = self._state
+        if state is AppState.CREATED:
             self.start()
+        elif not state.is_queryable:
+            raise StreamsStoppedError(
+                f"Cannot enter the application: it has been closed ({state.name}) and cannot "
+                "start again; create a new Application on the same state directory instead."
+            )
         return self
 
     def __exit__(

@@ -17,6 +17,7 @@ from iqstate.iterators import KeyValueIterator
 from iqstate.queries import Windowed
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec, StoreType, WindowStoreSpec
+from iqstate.serdes import encoding_error
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -106,7 +107,11 @@ class _Composite:
             return read(hosted.chain.typed)
 
     def _key_partition(self, key: Any) -> HostedPartition | None:
-        key_bytes = self._spec.key_serde.serialize(key)
+        serde = self._spec.key_serde
+        try:
+            key_bytes = serde.serialize(key)
+        except Exception as exc:
+            raise encoding_error(self._spec.name, serde, key, "key", exc) from exc
         partition = self._spec.partition_of(key, key_bytes)
         return next((h for h in self._partitions() if h.partition == partition), None)
 

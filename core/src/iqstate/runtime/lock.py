@@ -28,9 +28,14 @@ class DirectoryLock:
         except BlockingIOError:
             holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
             os.close(fd)
+            who = (
+                "another Application in this process with the same application_id and "
+                "state_dir is running: close it first"
+                if holder == str(os.getpid())
+                else "another Application with the same application_id and state_dir is running"
+            )
             raise StateDirectoryLockedError(
-                f"state directory {self.path.parent} is locked by process {holder}; "
-                "another Application with the same application_id and state_dir is running"
+                f"state directory {self.path.parent} is locked by process {holder}; {who}"
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode("ascii"))

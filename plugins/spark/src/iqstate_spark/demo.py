@@ -10,10 +10,13 @@ Structured Streaming queries read the folder, one file per micro-batch:
   store `words-per-minute`.
 
 After each batch the demo prints IQv2 query results: a key lookup with its position, the
-top words, and the busiest words of the latest minute. `--batches N` runs N word-count
-batches (N new input files) and exits; `--duration` and `--files` also make it exit by
-itself; Ctrl-C stops it cleanly. Restarting it with the same `--dir` resumes from Spark's
-checkpoint and iqstate's stores, exactly once.
+top words, and the busiest words of the latest minute. The two queries commit on their
+own, so each progress line says which batch the per-minute store has reached (often the
+one before); a last line, once both have processed every file, shows the two stores
+complete. `--batches N` runs N word-count batches (N new input files) and exits;
+`--duration` and `--files` also make it exit by itself; Ctrl-C stops it cleanly.
+Restarting it with the same `--dir` resumes from Spark's checkpoint and iqstate's stores,
+exactly once.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -153,6 +157,8 @@ class Reporter:
         self.rows = 0
         self.started = time.monotonic()
         self.lock = threading.Lock()
+        self.minute_batch: Callable[[], int | None] = lambda: None
+        """The last batch the per-minute query wrote (set when the queries start)."""
 
     def after_batch(self, batch_id: int, rows: int) -> None:
         with self.lock:
@@ -165,7 +171,8 @@ class Reporter:
             elapsed = time.monotonic() - self.started
             print(
                 f"batch {batch_id:>4} | rows {self.rows:>8,} | word-counts: {len(counts):>3} keys"
-                f" | words-per-minute: {len(windows):>5} windows | {elapsed:6.1f} s",
+                f" | words-per-minute: {len(windows):>5} windows ({self._minute_progress()})"
+                f" | {elapsed:6.1f} s",
                 flush=True,
             )
             if self.quiet:
@@ -185,6 +192,23 @@ class Reporter:
                 label = datetime.fromtimestamp(latest / 1000, UTC).strftime("%H:%M")
                 print(f"   minute {label}: " + ", ".join(f"{w}={c}" for w, c in minute[:5]))
 
+    def _minute_progress(self) -> str:
+        minute_batch = self.minute_batch()
+        return "no batch yet" if minute_batch is None else f"through batch {minute_batch}"
+
+    def summary(self) -> None:
+        """Both stores once both queries have processed every file written."""
+        with self.lock:
+            keys = len(all_pairs(self.app, "word-counts", RangeQuery.with_no_bounds()))
+            windows = all_pairs(
+                self.app, "words-per-minute", WindowRangeQuery.with_window_start_range(0, 2**62)
+            )
+            print(
+                f"final: word-counts {keys} keys, words-per-minute {len(windows)} windows "
+                f"({self._minute_progress()})",
+                flush=True,
+            )
+
 
 def start_queries(
     spark: Any, app: Application, directory: Path, generator: Generator, reporter: Reporter
@@ -201,6 +225,9 @@ def start_queries(
     counts_sink = to_store(app, "word-counts", key="word", value="count", source_names=[SOURCE])
     minute_sink = to_store(
         app, "words-per-minute", key="word", value="count", source_names=[SOURCE]
+    )
+    reporter.minute_batch = lambda: (
+        None if minute_sink.last_batch is None else minute_sink.last_batch[0]
     )
 
     def write_counts(batch_df: Any, batch_id: int) -> None:
@@ -261,6 +288,7 @@ def run(args: argparse.Namespace) -> int:
             generator.join()
             for query in queries:
                 query.processAllAvailable()
+            reporter.summary()
         except KeyboardInterrupt:
             print("\ninterrupted again; stopping now", flush=True)
         finally:
