@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,9 +17,13 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from iqstate_kafka import LocalBroker
+from iqstate_kafka.errors import BrokerUnavailableError
+from iqstate_kafka.settings import ClusterSettings
+from iqstate_kafka.topics import EndOffsets
 from serving_support import running_everywhere, serving_pair, settled, wait_for
 
 from iqstate import Application
@@ -192,3 +197,31 @@ def test_after_a_broker_restart_a_dead_instance_still_fails_over(
             int(p): (lag["current"], lag["end"], lag["lag"])
             for p, lag in lags.json()["counts"].items()
         } == {p: (end, end, 0) for p, end in ends.items()}
+
+
+def test_end_offsets_wait_out_a_restarting_broker_for_as_long_as_asked(
+    broker: LocalBroker, unique_name: Callable[[str], str]
+) -> None:
+    """The distributed Spark sink lists a changelog's end offsets around each batch: a broker
+    restarting meanwhile (no partition leaders for a while) keeps the batch waiting for the
+    patience it gives, where it used to fail the streaming query after 5 s."""
+    topic = unique_name("end-offsets")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    for partition in (0, 0, 0, 1):
+        producer.produce(topic, b"v", partition=partition)
+    assert producer.flush(30) == 0
+    offsets = EndOffsets(ClusterSettings(broker.bootstrap_servers))
+    assert offsets.of(topic, 2) == [3, 1]
+    broker.stop()
+    restart = threading.Timer(3.0, broker.start)
+    try:
+        with pytest.raises(BrokerUnavailableError, match="did not answer within 1 s"):
+            offsets.of(topic, 2, patience=1.0)
+        restart.start()
+        assert offsets.of(topic, 2, patience=120.0) == [3, 1]
+    finally:
+        if restart.is_alive():
+            restart.join()
+        broker.start()  # the module's other tests use it (nothing to do when it runs)

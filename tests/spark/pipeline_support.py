@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +102,7 @@ class Driver:
     executors (`local-cluster`), in a session of its own; its batch lines are collected."""
 
     def __init__(self, bootstrap: str, app_id: str, topic: str, checkpoints: Path) -> None:
+        self.name = "driver"
         self.command = [
             sys.executable, "-m", "iqstate_spark.cluster_pipeline",
             "--bootstrap-servers", bootstrap, "--app-id", app_id, "--input-topic", topic,
@@ -172,6 +173,7 @@ class Instance:
     def __init__(self, bootstrap: str, app_id: str, state_dir: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.name = f"instance {self.url}"
         self.command = [
             sys.executable, "-m", "iqstate.cli", "serve", "--cluster", bootstrap,
             "--app-id", app_id, "--application-server", f"127.0.0.1:{self.port}",
@@ -180,13 +182,17 @@ class Instance:
         for option in cluster_pipeline.serve_store_options():
             self.command += ["--store", option]
         self.process: subprocess.Popen[bytes] | None = None
+        self.log = state_dir.parent / f"{state_dir.name}.log"
 
     def start(self) -> Instance:
-        self.process = subprocess.Popen(
-            self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         return self
+
+    def failure(self) -> str:
+        return "\n".join(self.log.read_text().splitlines()[-30:]) if self.log.exists() else ""
 
     def kill(self) -> None:
         assert self.process is not None
@@ -249,15 +255,50 @@ def read_all(client: RemoteQueryClient) -> Snapshot:
 def converged(client: RemoteQueryClient, truth: Input) -> Snapshot | None:
     """The snapshot once every partition answers with the ground truth at the input's end."""
     snapshot = read_all(client)
+    return snapshot if not gaps(snapshot, truth) else None
+
+
+def gaps(snapshot: Snapshot, truth: Input) -> list[str]:
+    """What `snapshot` still lacks of the ground truth at the input's end (nothing: converged)."""
+    found = []
     partitions = cluster_pipeline.COUNTS_PARTITIONS + cluster_pipeline.WINDOWS_PARTITIONS
-    done = (
-        not snapshot.failed
-        and len(snapshot.positions) == partitions
-        and snapshot.counts == dict(truth.counts)
-        and snapshot.windows == dict(truth.windows)
-        and all(p == truth.position() for p in snapshot.positions.values())
-    )
-    return snapshot if done else None
+    if snapshot.failed:
+        found.append(f"failed partitions {snapshot.failed}")
+    if len(snapshot.positions) + len(snapshot.failed) != partitions:
+        found.append(f"{len(snapshot.positions)} partitions answered of {partitions}")
+    if snapshot.counts != dict(truth.counts):
+        found.append(f"counts total {sum(snapshot.counts.values())} of {truth.produced}")
+    if snapshot.windows != dict(truth.windows):
+        found.append(f"windows total {sum(snapshot.windows.values())} of {truth.produced}")
+    behind = {
+        where: position.to_map()
+        for where, position in snapshot.positions.items()
+        if position != truth.position()
+    }
+    if behind:
+        found.append(f"positions {behind} where the input ends at {truth.position().to_map()}")
+    return found
+
+
+def wait_converged(
+    client: RemoteQueryClient,
+    truth: Input,
+    what: str,
+    timeout: float,
+    processes: Sequence[Driver | Instance] = (),
+) -> Snapshot:
+    """`converged`'s snapshot; after `timeout`, a failure saying what was still missing, with
+    the last log lines of `processes`."""
+    deadline = time.monotonic() + timeout
+    missing: list[str] = []
+    while time.monotonic() < deadline:
+        snapshot = read_all(client)
+        missing = gaps(snapshot, truth)
+        if not missing:
+            return snapshot
+        time.sleep(0.5)
+    logs = "".join(f"\n--- {process.name}'s log:\n{process.failure()}" for process in processes)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}: {'; '.join(missing)}{logs}")
 
 
 @contextmanager

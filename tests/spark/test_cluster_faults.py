@@ -14,7 +14,7 @@ from pathlib import Path
 from iqstate_http import RemoteQueryClient
 from iqstate_kafka import LocalBroker
 from iqstate_spark.cluster_pipeline import COUNTS
-from pipeline_support import converged, running_pipeline, wait_for
+from pipeline_support import running_pipeline, wait_converged, wait_for
 
 CONVERGE_TIMEOUT = 300.0  # a loaded 2-core machine runs Spark, Kafka and two instances
 
@@ -36,10 +36,12 @@ def test_an_executor_killed_mid_stream(
         os.kill(executors[0], signal.SIGKILL)  # its tasks fail; Spark runs them elsewhere
         source.produce(300)
         with RemoteQueryClient(instances[0].url) as client:
-            snapshot = wait_for(
+            snapshot = wait_converged(
+                client,
+                source,
                 "exact counts and positions after the executor died",
-                lambda: converged(client, source),
                 CONVERGE_TIMEOUT,
+                [driver, *instances],
             )
         assert sum(snapshot.counts.values()) == source.produced, "nothing lost or doubled"
         assert driver.process is not None and driver.process.poll() is None, driver.failure()
@@ -60,10 +62,12 @@ def test_the_broker_restarted_mid_stream(unique_name: Callable[[str], str], tmp_
             broker.restart()  # SIGTERM, then the same data and ports
             source.produce(300)
             with RemoteQueryClient(instances[0].url) as client:
-                snapshot = wait_for(
+                snapshot = wait_converged(
+                    client,
+                    source,
                     "exact counts and positions after the broker restarted",
-                    lambda: converged(client, source),
                     CONVERGE_TIMEOUT,
+                    [driver, *instances],
                 )
             assert sum(snapshot.counts.values()) == source.produced, "nothing lost or doubled"
             assert driver.process is not None and driver.process.poll() is None, driver.failure()

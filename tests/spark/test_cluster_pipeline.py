@@ -23,6 +23,7 @@ from pipeline_support import (
     converged,
     read_all,
     running_pipeline,
+    wait_converged,
     wait_for,
 )
 
@@ -51,10 +52,12 @@ def test_input_topic_to_three_serving_instances_exactly(
     assert driver.process.pid not in executors, "executors are processes of their own"
     source.produce(300)  # while the query runs
     with RemoteQueryClient(instances[0].url) as client:
-        snapshot = wait_for(
+        snapshot = wait_converged(
+            client,
+            source,
             "every count and position to match the input",
-            lambda: converged(client, source),
             CONVERGE_TIMEOUT,
+            [driver, *instances],
         )
     assert sum(snapshot.counts.values()) == source.produced
     batches = driver.batches(COUNTS)
@@ -80,10 +83,12 @@ def test_driver_and_a_serving_instance_killed_mid_stream(
         victim.start()
         resumed = wait_for("the restarted driver's batches", lambda: driver.batches(COUNTS))
         assert resumed[0][0] <= killed_at + 1, "Spark resumes from its checkpoint, not anew"
-        snapshot = wait_for(
+        snapshot = wait_converged(
+            client,
+            source,
             "exact counts and positions after both restarts",
-            lambda: converged(client, source),
             CONVERGE_TIMEOUT,
+            [driver, *instances],
         )
         assert sum(snapshot.counts.values()) == source.produced, "nothing lost or doubled"
         # The restarted instance rejoined: it hosts replicas again and routes queries too.

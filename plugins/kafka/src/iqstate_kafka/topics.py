@@ -242,14 +242,16 @@ class EndOffsets:
         self._cluster = cluster
         self._admin = AdminClient(cluster.client_settings())
 
-    def of(self, topic: str, partitions: int) -> list[int]:
+    def of(self, topic: str, partitions: int, patience: float | None = None) -> list[int]:
         """The end offset of each of `topic`'s `partitions`, in one request to the brokers.
 
-        Errors are retried until `cluster.timeout` (a topic created a moment ago answers with
-        leadership errors until its leaders settle), then raised as `BrokerUnavailableError`
-        naming the last one."""
+        Errors and requests that time out are retried for `patience` seconds (default
+        `cluster.timeout`): a topic created a moment ago, or a broker that just restarted,
+        answers with leadership errors until its leaders settle. Then the last one is
+        raised as `BrokerUnavailableError`."""
         cluster = self._cluster
-        deadline = time.monotonic() + cluster.timeout
+        waited = cluster.timeout if patience is None else patience
+        deadline = time.monotonic() + waited
         found: dict[int, int] = {}
         while True:
             wanted = {TopicPartition(topic, p): LATEST for p in range(partitions) if p not in found}
@@ -258,18 +260,15 @@ class EndOffsets:
             for partition, future in futures.items():
                 try:
                     found[partition.partition] = future.result(timeout=cluster.timeout).offset
-                except concurrent.futures.TimeoutError as exc:
-                    raise unavailable(
-                        cluster, f"listing the end offsets of {topic!r} timed out"
-                    ) from exc
-                except KafkaException as exc:
-                    error: KafkaError = exc.args[0]
+                except (concurrent.futures.TimeoutError, KafkaException) as exc:
+                    timed_out = isinstance(exc, concurrent.futures.TimeoutError)
                     if time.monotonic() >= deadline:
+                        why = "timed out" if timed_out else exc.args[0].str()
                         raise unavailable(
-                            cluster, f"listing the end offsets of {topic!r}: {error.str()}"
+                            cluster, f"listing the end offsets of {topic!r}: {why}", waited
                         ) from exc
                     settled = False
-                    stale |= error.code() in STALE_METADATA
+                    stale |= not timed_out and exc.args[0].code() in STALE_METADATA
             self._admin.poll(0)  # hands librdkafka's queued log lines to the client logger
             if settled:
                 return [found[p] for p in range(partitions)]
@@ -278,10 +277,14 @@ class EndOffsets:
             time.sleep(0.05)
 
 
-def unavailable(cluster: ClusterSettings, cause: object) -> BrokerUnavailableError:
-    """The error for a cluster that did not answer, with what to check."""
+def unavailable(
+    cluster: ClusterSettings, cause: object, waited: float | None = None
+) -> BrokerUnavailableError:
+    """The error for a cluster that did not answer (within `waited` seconds, by default its
+    `timeout`), with what to check."""
+    within = cluster.timeout if waited is None else waited
     return BrokerUnavailableError(
-        f"Kafka at {cluster.bootstrap_servers} did not answer within {cluster.timeout:g} s "
+        f"Kafka at {cluster.bootstrap_servers} did not answer within {within:g} s "
         f"({cause}); check bootstrap_servers, that the brokers run, and the security settings "
         "in client_config"
     )

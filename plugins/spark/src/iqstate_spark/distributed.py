@@ -110,7 +110,9 @@ class ClusterSink:
         ensure_changelog_topics(target.cluster, target.application_id, self._stores)
         self._topic = changelog_topic(target.application_id, declared.name)
         self._end_offsets = EndOffsets(target.cluster)
-        self._markers = BatchWriter(target.cluster, target.application_id)
+        self._markers = BatchWriter(
+            target.cluster, target.application_id, delivery_timeout=delivery_timeout
+        )
         self._allowed_paths = write_path
         self._delivery_timeout = delivery_timeout
         self._java_producer_options = _java_producer_options(target.cluster, delivery_timeout)
@@ -176,8 +178,10 @@ class ClusterSink:
     def _write_with_spark_sink(self, batch_df: Any, records: SparkRecords, batch_id: int) -> int:
         """Spark's Kafka sink writes the records; returns how many records the changelog
         gained (Spark's sink reports no count: the end offsets before and after tell it, and
-        count a retried task's duplicates too, which the replicas overwrite)."""
-        before = self._end_offsets.of(self._topic, self.store.partitions)
+        count a retried task's duplicates too, which the replicas overwrite). A broker that
+        restarts keeps the batch waiting as long as its writes would wait for it (the
+        delivery timeout), not failing the streaming query."""
+        before = self._end_offsets.of(self._topic, self.store.partitions, self._delivery_timeout)
         writer = (
             batch_df.select(*records.columns(batch_id))
             .write.format("kafka")
@@ -186,7 +190,7 @@ class ClusterSink:
         for name, value in self._java_producer_options.items():
             writer = writer.option(f"kafka.{name}", value)
         writer.save()
-        after = self._end_offsets.of(self._topic, self.store.partitions)
+        after = self._end_offsets.of(self._topic, self.store.partitions, self._delivery_timeout)
         return sum(after) - sum(before)
 
     def _write_with_producers(self, batch_df: Any, batch_id: int) -> int:
