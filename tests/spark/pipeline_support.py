@@ -38,14 +38,21 @@ WORDS = ["spark", "kafka", "state", "query", "replica", "standby", "window", "ba
 MINUTE = cluster_pipeline.WINDOW_MS
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 120.0) -> Any:
+def wait_for(
+    what: str,
+    check: Callable[[], Any],
+    timeout: float = 120.0,
+    why_not: Callable[[], str] = lambda: "",
+) -> Any:
+    """What `check` returns once it is truthy; after `timeout`, a failure naming `what`, and
+    what `why_not` says of the last check."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = check()
         if found:
             return found
         time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}{why_not()}")
 
 
 def _kill_group(process: subprocess.Popen[Any]) -> None:
@@ -289,16 +296,19 @@ def wait_converged(
 ) -> Snapshot:
     """`converged`'s snapshot; after `timeout`, a failure saying what was still missing, with
     the last log lines of `processes`."""
-    deadline = time.monotonic() + timeout
     missing: list[str] = []
-    while time.monotonic() < deadline:
+
+    def check() -> Snapshot | None:
         snapshot = read_all(client)
-        missing = gaps(snapshot, truth)
-        if not missing:
-            return snapshot
-        time.sleep(0.5)
-    logs = "".join(f"\n--- {process.name}'s log:\n{process.failure()}" for process in processes)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}: {'; '.join(missing)}{logs}")
+        missing[:] = gaps(snapshot, truth)
+        return None if missing else snapshot
+
+    def why_not() -> str:
+        logs = (f"\n--- {process.name}'s log:\n{process.failure()}" for process in processes)
+        return f": {'; '.join(missing)}" + "".join(logs)
+
+    snapshot: Snapshot = wait_for(what, check, timeout, why_not)
+    return snapshot
 
 
 @contextmanager

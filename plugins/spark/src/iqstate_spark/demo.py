@@ -164,10 +164,7 @@ class Reporter:
         with self.lock:
             self.batches += 1
             self.rows += rows
-            counts = dict(all_pairs(self.app, "word-counts", RangeQuery.with_no_bounds()))
-            windows = all_pairs(
-                self.app, "words-per-minute", WindowRangeQuery.with_window_start_range(0, 2**62)
-            )
+            counts, windows = self._stores()
             elapsed = time.monotonic() - self.started
             print(
                 f"batch {batch_id:>4} | rows {self.rows:>8,} | word-counts: {len(counts):>3} keys"
@@ -192,6 +189,14 @@ class Reporter:
                 label = datetime.fromtimestamp(latest / 1000, UTC).strftime("%H:%M")
                 print(f"   minute {label}: " + ", ".join(f"{w}={c}" for w, c in minute[:5]))
 
+    def _stores(self) -> tuple[dict[Any, Any], list[tuple[Any, Any]]]:
+        """Every word count, and every per-minute window with its count."""
+        counts = dict(all_pairs(self.app, "word-counts", RangeQuery.with_no_bounds()))
+        windows = all_pairs(
+            self.app, "words-per-minute", WindowRangeQuery.with_window_start_range(0, 2**62)
+        )
+        return counts, windows
+
     def _minute_progress(self) -> str:
         minute_batch = self.minute_batch()
         return "no batch yet" if minute_batch is None else f"through batch {minute_batch}"
@@ -199,12 +204,9 @@ class Reporter:
     def summary(self) -> None:
         """Both stores once both queries have processed every file written."""
         with self.lock:
-            keys = len(all_pairs(self.app, "word-counts", RangeQuery.with_no_bounds()))
-            windows = all_pairs(
-                self.app, "words-per-minute", WindowRangeQuery.with_window_start_range(0, 2**62)
-            )
+            counts, windows = self._stores()
             print(
-                f"final: word-counts {keys} keys, words-per-minute {len(windows)} windows "
+                f"final: word-counts {len(counts)} keys, words-per-minute {len(windows)} windows "
                 f"({self._minute_progress()})",
                 flush=True,
             )
