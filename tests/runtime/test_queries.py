@@ -32,6 +32,7 @@ from iqstate import (
 from iqstate.engines.memory import MemoryKeyValueStore
 from iqstate.plugins import PluginRegistry, make_plugin_manager
 from iqstate.queries import LimitedRangeQuery
+from iqstate.runtime.assignment import PartitionRole, Role
 from iqstate.serdes import StringSerde
 
 MakeApp = Callable[..., Application]
@@ -83,6 +84,13 @@ def test_every_failure_reason_per_partition(mixed_app: Application) -> None:
     assert parts[0].position == AT and parts[1].position is not None, (
         "hosted partitions set positions"
     )
+
+
+def test_only_an_active_neither_restoring_nor_cut_off_is_running_active() -> None:
+    cut_off = PartitionRole(Role.ACTIVE, cut_off=True)
+    assert ACTIVE.is_running_active
+    assert not any(role.is_running_active for role in (ACTIVE_RESTORING, cut_off, STANDBY))
+    assert PartitionRole(Role.ACTIVE) == ACTIVE and "is_running_active" not in repr(ACTIVE)
 
 
 def test_standby_and_restoring_answer_without_require_active(mixed_app: Application) -> None:

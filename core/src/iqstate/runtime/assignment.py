@@ -13,7 +13,7 @@ import enum
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from iqstate.runtime.metadata import Departure, HostInfo
 
@@ -32,18 +32,19 @@ class PartitionRole:
     cut_off: bool = False
     """An active on an instance that has lost contact with its cluster for longer than the
     liveness timeout: the others will have moved the partition, so it is not running here."""
+    is_running_active: bool = field(init=False, repr=False, compare=False)
+    """An active, neither restoring nor cut off: the replica every query may read (a plain
+    attribute, read on every key lookup)."""
 
     def __post_init__(self) -> None:
         if (self.restoring or self.cut_off) and self.role is not Role.ACTIVE:
             raise ValueError("only an active replica can be restoring or cut off")
+        running = self.role is Role.ACTIVE and not self.restoring and not self.cut_off
+        object.__setattr__(self, "is_running_active", running)
 
     @property
     def is_active(self) -> bool:
         return self.role is Role.ACTIVE
-
-    @property
-    def is_running_active(self) -> bool:
-        return self.role is Role.ACTIVE and not self.restoring and not self.cut_off
 
     @property
     def state(self) -> str:

@@ -92,7 +92,9 @@ def query_partition(
     `key_bytes`, for a `KeyQuery` on a key-value store, is its key already serialized.
     """
     if hosted is not None and (not require_active or hosted.role.is_running_active):
-        with hosted.lock:
+        lock = hosted.lock
+        lock.acquire()  # not `with`: on a C lock it costs twice as much, on the hottest path
+        try:
             if not hosted.closed:
                 try:
                     if key_bytes is None:
@@ -100,6 +102,8 @@ def query_partition(
                     return hosted.chain.key_lookup(query, key_bytes, bound, config)  # type: ignore[arg-type]
                 except Exception as exc:  # a layer failing is this partition's failure
                     return failed(spec, hosted, partition, query, exc)
+        finally:
+            lock.release()
     return unanswered(spec, hosted, partition)
 
 
@@ -166,11 +170,14 @@ def execute(
         # A key the serde refuses takes the general path, where each partition reports
         # the serde's error.
         key = query.key  # type: ignore[attr-defined]
-        key_bytes = key_bytes_of(spec, key)
+        try:
+            key_bytes = spec.quick_key_serializer(key)  # `key_bytes_of`'s first step, inline
+        except Exception:
+            key_bytes = key_bytes_of(spec, key)
         named = request.partition_set
         if key_bytes is not None and (named is None or len(named) == 1):
             if named is None:
-                partition = spec.partition_of(key, key_bytes)
+                partition = 0 if spec.partitions == 1 else spec.partition_of(key, key_bytes)
                 owner = hosted.get(partition)
                 if owner is None:
                     return StateQueryResult()
