@@ -70,7 +70,11 @@ def key_bytes_of(spec: StoreSpec, key: Any) -> bytes | None:
     try:
         return spec.quick_key_serializer(key)
     except Exception:
-        pass  # `serialize` may take keys its quick serializer does not
+        return serialized_key(spec, key)  # `serialize` may take keys its quick serializer does not
+
+
+def serialized_key(spec: StoreSpec, key: Any) -> bytes | None:
+    """The key serialized with the key serde's `serialize`; `None` when it refuses the key."""
     try:
         return spec.key_serde.serialize(key)
     except Exception:
@@ -171,9 +175,9 @@ def execute(
         # the serde's error.
         key = query.key  # type: ignore[attr-defined]
         try:
-            key_bytes = spec.quick_key_serializer(key)  # `key_bytes_of`'s first step, inline
+            key_bytes = spec.quick_key_serializer(key)  # `key_bytes_of`, without its frame
         except Exception:
-            key_bytes = key_bytes_of(spec, key)
+            key_bytes = serialized_key(spec, key)
         named = request.partition_set
         if key_bytes is not None and (named is None or len(named) == 1):
             if named is None:
