@@ -159,6 +159,10 @@ def test_a_paused_broker_cuts_instances_off_and_they_recover(
             "both instances back in contact", lambda: all(_in_contact(u, PARTITIONS) for u in urls)
         )
         wait_for("every partition running again", lambda: settled(urls, PARTITIONS))
+        for instance in instances:  # an operator's log says both when and that it ended
+            output = instance.output()
+            assert "its active partitions are cut off until it does" in output
+            assert "hears from Kafka again: its actives are no longer cut off" in output
         after = _write(writer, 2)
         wait_for("batch 2 readable everywhere", lambda: all(_reads(u, after) for u in urls))
 

@@ -6,6 +6,8 @@ undecodable records skipped, and an unreachable broker reported quickly."""
 from __future__ import annotations
 
 import json
+import logging
+import re
 import socket
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from iqstate_kafka import BrokerUnavailableError, KafkaCluster, LocalBroker
+from iqstate_kafka import membership as membership_module
 from iqstate_kafka.assignor import Member
 from iqstate_kafka.errors import MembersTopicError
 from iqstate_kafka.heartbeats import Heartbeat, decode, encode
@@ -350,11 +353,12 @@ def test_a_liveness_timeout_shorter_than_three_heartbeats_is_refused(cluster: Ka
 
 
 def test_a_broker_restart_changes_nobodys_view_and_a_member_lost_meanwhile_is_dropped_after(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While the broker is away (longer than the liveness timeout), each member keeps its
-    view instead of declaring the others dead; once it is back, the live ones carry on and
-    one SIGKILLed during the outage is dropped after the liveness timeout.
+    view instead of declaring the others dead, and says so again and again in its log; its
+    heartbeats failing, it replaces its producer; once the broker is back, the live ones carry
+    on and one SIGKILLed during the outage is dropped after the liveness timeout.
 
     With the product's default liveness timeout (3 s): a member gets that long to be heard
     from once its own heartbeats come back, and a restarted broker's clients reconnect
@@ -370,14 +374,28 @@ def test_a_broker_restart_changes_nobodys_view_and_a_member_lost_meanwhile_is_dr
                     lambda m=membership: set(m.live()) == {"a", "b", "c"}, PATIENCE, "all live"
                 )
 
+            monkeypatch.setattr(membership_module, "BLIND_WARNING_EVERY", RESTART_LIVENESS / 2)
             broker.stop()
             stopped = time.monotonic()
             lost.kill()
             lost.wait()
-            while time.monotonic() - stopped < 2 * RESTART_LIVENESS:
-                assert set(first.live()) == {"a", "b", "c"}
-                assert set(second.live()) == {"a", "b", "c"}
-                time.sleep(0.05)
+            with caplog.at_level(logging.WARNING, logger="iqstate_kafka.membership"):
+                while time.monotonic() - stopped < 2 * RESTART_LIVENESS:
+                    assert set(first.live()) == {"a", "b", "c"}
+                    assert set(second.live()) == {"a", "b", "c"}
+                    time.sleep(0.05)
+            silences = [
+                int(found.group(1))
+                for record in caplog.records
+                if (
+                    found := re.search(r"heartbeats have not come back for (\d+) s", record.message)
+                )
+            ]
+            assert len(silences) >= 4 and max(silences) >= RESTART_LIVENESS, silences
+            # Their heartbeats time out meanwhile: each replaces its producer (one can stay
+            # stuck after a restart) and the new one delivers once the broker is back.
+            renewed = [r for r in caplog.records if "replacing its producer" in r.message]
+            assert len(renewed) >= 2, caplog.text
 
             views = len(first_reports.views)
             broker.start()

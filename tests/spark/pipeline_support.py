@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -175,7 +176,8 @@ class Driver:
 
 
 class Instance:
-    """A serving instance (`iqstate serve --cluster`) with one standby per partition."""
+    """A serving instance (`iqstate serve --cluster`) with one standby per partition, logging
+    at `info` (its assignment changes too) to `<state_dir>.log`."""
 
     def __init__(self, bootstrap: str, app_id: str, state_dir: Path) -> None:
         self.port = free_port()
@@ -184,7 +186,7 @@ class Instance:
         self.command = [
             sys.executable, "-m", "iqstate.cli", "serve", "--cluster", bootstrap,
             "--app-id", app_id, "--application-server", f"127.0.0.1:{self.port}",
-            "--state-dir", str(state_dir), "--standbys", "1",
+            "--state-dir", str(state_dir), "--standbys", "1", "--log-level", "info",
         ]  # fmt: skip
         for option in cluster_pipeline.serve_store_options():
             self.command += ["--store", option]
@@ -199,7 +201,15 @@ class Instance:
         return self
 
     def failure(self) -> str:
-        return "\n".join(self.log.read_text().splitlines()[-30:]) if self.log.exists() else ""
+        """What it says of itself now (health and each replica's role), then its last lines."""
+        found = []
+        for path in ("/v1/health", "/v1/partitions"):
+            try:
+                found.append(f"{path}: {httpx.get(self.url + path, timeout=5).text}")
+            except httpx.HTTPError as exc:
+                found.append(f"{path}: {exc!r}")
+        lines = self.log.read_text().splitlines()[-30:] if self.log.exists() else []
+        return "\n".join([*found, *lines])
 
     def kill(self) -> None:
         assert self.process is not None

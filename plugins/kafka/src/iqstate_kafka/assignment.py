@@ -252,6 +252,10 @@ class KafkaAssignment(AssignmentProvider):
                     contact.silence_s,
                     self._timeout,
                 )
+            elif was_cut_off and not cut_off:
+                logger.warning(
+                    "this instance hears from Kafka again: its actives are no longer cut off"
+                )
             live = self._membership.live()
             if cut_off == was_cut_off and not self._claims_echoed(live, previous):
                 continue  # recomputed when this instance's heartbeat comes back
@@ -270,6 +274,7 @@ class KafkaAssignment(AssignmentProvider):
                     self._calling = True
             if not announce:
                 continue
+            logger.info("this instance's assignment changed: %s", _described(mine))
             self._membership.beat_now()
             try:
                 self._announce(mine)
@@ -381,6 +386,14 @@ class KafkaAssignment(AssignmentProvider):
         return Heartbeat(
             Member(self._member_id, self._host, lags, actives), restoring, self._stores
         )
+
+
+def _described(assignment: Assignment) -> str:
+    """`store[partition]` of each role, grouped by its state (`RUNNING`, `STANDBY`, ...)."""
+    by_state: dict[str, list[str]] = {}
+    for store, partition, role in assignment.items():
+        by_state.setdefault(role.state, []).append(f"{store}[{partition}]")
+    return "; ".join(f"{state} {', '.join(names)}" for state, names in sorted(by_state.items()))
 
 
 def _as_reported(assignment: Assignment, running: frozenset[StorePartition] | None) -> Assignment:

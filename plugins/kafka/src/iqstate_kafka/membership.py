@@ -26,7 +26,9 @@ instead of declaring everyone dead; once its own heartbeats come back, every mem
 live before gets a fresh `liveness_timeout` to be heard from again. So a broker restart
 changes nobody's view, and a member that died meanwhile is dropped `liveness_timeout` after
 the topic flows again. A member whose own heartbeats do not get through while others' do is
-the odd one out: it keeps its view, the others drop it.
+the odd one out: it keeps its view, the others drop it. Its heartbeats failing to be
+delivered meanwhile, it replaces its producer once a liveness timeout (a librdkafka producer
+can stay stuck after a broker restart: `Membership._renew_stuck_producer`).
 
 **Joining.** A new member reads the topic from the beginning, writes its first heartbeat and
 waits (at most the cluster's `timeout`) until it reads it back. The topic stamps records with
@@ -79,6 +81,9 @@ LEAVING_GRACE = 3
 """Heartbeat intervals a member whose tombstone came has to heartbeat again (then the
 tombstone was not its own) before it counts as gone; also how recently a member must have
 been heard from for a newcomer claiming its endpoint to be reported as an impostor."""
+BLIND_WARNING_EVERY = 30.0
+"""Seconds between warnings while this member's own heartbeats do not come back (the first
+comes two heartbeat intervals after the last echo): a long outage stays visible in the log."""
 _POLL = 0.05
 
 
@@ -168,8 +173,16 @@ class Membership:
         self._leaving: dict[str, float] = {}
         """Members whose tombstone came (monotonic time): they leave unless they heartbeat
         within `LEAVING_GRACE` intervals (a tombstone someone else wrote)."""
-        self._blind_warned = False
+        self._blind_warned: float | None = None
+        """When the warning that this member's heartbeats do not come back was last logged."""
         self._producer: Producer | None = None
+        self._producer_since = 0.0
+        """When the producer was made (monotonic): a stuck one is replaced at most this often."""
+        self._undelivered: str | None = None
+        """Why the last heartbeat the producer failed to deliver failed (None: none since it
+        was made)."""
+        self._renewals = 0
+        """Producers replaced since this member's heartbeats last came back."""
         self._consumer: Consumer | None = None
         self._stop = threading.Event()
         self._beat = threading.Event()
@@ -199,6 +212,7 @@ class Membership:
             )
         )
         producer = self._producer = self._new_producer()
+        self._producer_since = time.monotonic()
         try:
             consumer.assign([KafkaTopicPartition(self._topic, 0, OFFSET_BEGINNING)])
             self._join()
@@ -320,6 +334,7 @@ class Membership:
                 messages = self._consume(max(0.0, min(_POLL, next_beat - now)))
                 self._receive(messages)
                 expired = self._expire()
+                self._renew_stuck_producer()
                 if (messages or expired) and self._publish():
                     self._on_change(self.live())
             except Exception:
@@ -406,7 +421,8 @@ class Membership:
         observed = self._clock.read(now)
         for entry in self._entries.values():
             entry.received = max(entry.received, observed)
-        self._blind_warned = False
+        self._blind_warned = None
+        self._renewals = 0
         logger.info(
             "members topic: this member's heartbeats come back again; %d members get %g s to be "
             "heard from",
@@ -427,12 +443,14 @@ class Membership:
                 logger.info("members topic: member %s left", member_id)
                 self._departs(gone.heartbeat.member.host, "left", now)
                 expired = True
-        if self._clock.blind(now) and not self._blind_warned:
-            self._blind_warned = True
+        if self._clock.blind(now) and (
+            self._blind_warned is None or now - self._blind_warned >= BLIND_WARNING_EVERY
+        ):
+            self._blind_warned = now
             logger.warning(
-                "members topic: this member's heartbeats have not come back for %g s (is the "
+                "members topic: this member's heartbeats have not come back for %.0f s (is the "
                 "broker reachable?); keeping the last view of %d members until they do",
-                2 * self._interval,
+                self._clock.since_echo(now),
                 len(self._entries),
             )
         observed = self._clock.read(now)
@@ -487,11 +505,47 @@ class Membership:
                     "enable.idempotence": False,
                     "acks": "all",
                     "message.timeout.ms": max(1, int(self._timeout * 1000)),
-                    "on_delivery": _delivered,
+                    "on_delivery": self._delivered,
                     "error_cb": _client_error,
                 },
             )
         )
+
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
+        """The producer's report of one record (on the thread that polls it)."""
+        if error is not None:
+            logger.debug("members topic: a record was not delivered: %s", error.str())
+            self._undelivered = error.str()
+
+    def _renew_stuck_producer(self) -> None:
+        """Replace the producer when this member's heartbeats fail to be delivered while they
+        do not come back, at most once a liveness timeout. A librdkafka producer can stay
+        stuck for good after a broker restart: once a metadata answer gave the members
+        partition no leader ("new leader-1 not found in cache"), it may never send to the
+        partition again, though the broker is back and every other client works (measured:
+        once in 26 broker restarts under load here; vectordotdev/vector#25375 reports
+        the same). A new
+        producer asks for fresh metadata. During a plain outage this costs one new producer
+        per liveness timeout, each failing as the old one did until the broker is back."""
+        now = time.monotonic()
+        if (
+            self._undelivered is None
+            or not self._clock.blind(now)
+            or now - self._producer_since < self._timeout
+        ):
+            return
+        assert self._producer is not None
+        (logger.warning if self._renewals == 0 else logger.info)(
+            "members topic: this member's heartbeats are not delivered (%s); replacing its "
+            "producer",
+            self._undelivered,
+        )
+        self._producer.purge()
+        self._producer.flush(0)
+        self._producer = self._new_producer()
+        self._producer_since = now
+        self._undelivered = None
+        self._renewals += 1
 
     def _send(self, member_id: str, value: bytes | None) -> None:
         assert self._producer is not None
@@ -533,8 +587,3 @@ def _client_error(error: KafkaError) -> None:
     """Client-wide errors (a broker down, for instance): librdkafka retries by itself, and
     what membership makes of an outage is logged by the heartbeat loop."""
     logger.debug("members topic: %s", error.str())
-
-
-def _delivered(error: KafkaError | None, message: Message) -> None:
-    if error is not None:
-        logger.debug("members topic: a record was not delivered: %s", error.str())

@@ -61,16 +61,18 @@ class WatermarkAsker:
         if not wanted:
             return
         timeout = self._cluster.timeout
-        self._earliest = self._admin.list_offsets(
+        earliest = self._admin.list_offsets(
             {tp: EARLIEST for tp in wanted}, request_timeout=timeout
         )
-        self._latest = self._admin.list_offsets(
-            {tp: LATEST for tp in wanted}, request_timeout=timeout
-        )
+        latest = self._admin.list_offsets({tp: LATEST for tp in wanted}, request_timeout=timeout)
+        self._earliest, self._latest = earliest, latest  # both or neither in flight
 
     def answers(self) -> dict[TopicPartition, Answer]:
         """The answers of the request in flight once all have arrived (then it is done),
         else nothing."""
+        # The client's librdkafka log lines wait in its queue until polled: hand them to the
+        # client logger (a broker that is down would otherwise grow that queue unseen).
+        self._admin.poll(0)
         futures = [*self._earliest.values(), *self._latest.values()]
         if not futures or not all(future.done() for future in futures):
             return {}
