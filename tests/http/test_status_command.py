@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -138,6 +139,11 @@ def run_in_terminal(
         if interrupt and process.poll() is None:
             process.send_signal(signal.SIGINT)
         read_until(time.monotonic() + 30, lambda _: False)
+        if process.poll() is None:
+            pytest.fail(
+                f"still running 30 s after SIGINT; {_process_state(process.pid)}; "
+                f"it wrote:\n{text()}"
+            )
         code = process.wait(timeout=30)
         while select.select([primary], [], [], 0.2)[0]:
             try:
@@ -152,6 +158,20 @@ def run_in_terminal(
             process.kill()
         os.close(primary)
     return code, text()
+
+
+def _process_state(pid: int) -> str:
+    """What Linux says of a process that does not end: its state and signal masks (`SigIgn`:
+    ignored) and its threads' names."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        threads = sorted(
+            (task / "comm").read_text().strip() for task in Path(f"/proc/{pid}/task").iterdir()
+        )
+    except OSError as exc:
+        return f"/proc unreadable: {exc}"
+    wanted = ("State:", "SigBlk:", "SigIgn:", "SigCgt:")
+    return f"{[line for line in status if line.startswith(wanted)]}, threads {threads}"
 
 
 def test_status_renders_in_a_terminal(served: str) -> None:
