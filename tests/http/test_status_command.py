@@ -121,12 +121,12 @@ def run_in_terminal(
     def text() -> str:
         return ANSI.sub("", bytes(output).decode(errors="replace"))
 
-    def read_until(deadline: float, done: Callable[[str], bool]) -> None:
+    def read_until(deadline: float, done: Callable[[str], bool] | None = None) -> None:
         """Keep reading what it writes (a terminal that is not read blocks its writes, and
         a blocked write would keep it from ending) until it ends, what it wrote is `done`,
         or `deadline` passes."""
         while time.monotonic() < deadline and process.poll() is None:
-            if done(text()):
+            if done is not None and done(text()):
                 return
             if select.select([primary], [], [], 0.1)[0]:
                 try:
@@ -138,7 +138,7 @@ def run_in_terminal(
         read_until(time.monotonic() + seconds, enough)
         if interrupt and process.poll() is None:
             process.send_signal(signal.SIGINT)
-        read_until(time.monotonic() + 30, lambda _: False)
+        read_until(time.monotonic() + 30)
         if process.poll() is None:
             pytest.fail(
                 f"still running 30 s after SIGINT; {_process_state(process.pid)}; "

@@ -523,10 +523,10 @@ class Membership:
         stuck for good after a broker restart: once a metadata answer gave the members
         partition no leader ("new leader-1 not found in cache"), it may never send to the
         partition again, though the broker is back and every other client works (measured:
-        once in 26 broker restarts under load here; vectordotdev/vector#25375 reports
-        the same). A new
-        producer asks for fresh metadata. During a plain outage this costs one new producer
-        per liveness timeout, each failing as the old one did until the broker is back."""
+        once in 26 broker restarts under load here; vectordotdev/vector#25375 reports the
+        same). A new producer asks for fresh metadata. During a plain outage this costs one
+        new producer per liveness timeout, each failing as the old one did until the broker
+        is back."""
         now = time.monotonic()
         if (
             self._undelivered is None
