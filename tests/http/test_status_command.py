@@ -100,6 +100,10 @@ def served(tmp_path: Any) -> Iterator[str]:
             server.stop()
 
 
+def _sigint_as_in_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_in_terminal(
     arguments: list[str],
     seconds: float,
@@ -114,6 +118,10 @@ def run_in_terminal(
         [sys.executable, "-m", "iqstate.cli", *arguments],
         stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary,
         env={**os.environ, "COLUMNS": "160", "TERM": "xterm-256color"},
+        # As in a terminal, Ctrl-C is not ignored: a test run started in the background by
+        # a non-interactive shell ignores SIGINT, and a child inherits that (measured: its
+        # SigIgn had SIGINT set and it never ended after Ctrl-C).
+        preexec_fn=_sigint_as_in_a_terminal,
     )  # fmt: skip
     os.close(secondary)
     output = bytearray()
@@ -138,13 +146,14 @@ def run_in_terminal(
         read_until(time.monotonic() + seconds, enough)
         if interrupt and process.poll() is None:
             process.send_signal(signal.SIGINT)
-        read_until(time.monotonic() + 30)
-        if process.poll() is None:
+        read_until(time.monotonic() + 30)  # returns early once the terminal closes
+        try:
+            code = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
             pytest.fail(
                 f"still running 30 s after SIGINT; {_process_state(process.pid)}; "
                 f"it wrote:\n{text()}"
             )
-        code = process.wait(timeout=30)
         while select.select([primary], [], [], 0.2)[0]:
             try:
                 chunk = os.read(primary, 65536)
