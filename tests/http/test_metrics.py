@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,7 +14,18 @@ from iqstate_http import start_background
 from iqstate_http.metrics import ServiceMetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from iqstate import Application, KeyQuery, StateQueryRequest, WindowKeyQuery
+from iqstate import (
+    ACTIVE,
+    STANDBY,
+    Application,
+    Assignment,
+    HostInfo,
+    KeyQuery,
+    RangeQuery,
+    StateQueryRequest,
+    StaticAssignment,
+    WindowKeyQuery,
+)
 
 KEY_ROUTE = "/v1/stores/{store}/keys/{key}"
 
@@ -94,6 +106,33 @@ def test_scraping_after_known_traffic_finds_its_counts(http: httpx.Client) -> No
                   role="RUNNING") == 0
         )  # fmt: skip
     assert value(after, "iqstate_forwarded_requests_total") == 0
+
+
+def test_a_query_some_of_whose_partitions_failed_counts_each_outcome(tmp_path: Path) -> None:
+    """While partitions move in a cluster a query often fails on some partitions and is
+    answered by the rest: each partition's outcome is counted."""
+    here = HostInfo("127.0.0.1", 7070)
+    layout = StaticAssignment({here: Assignment({"counts": {0: ACTIVE, 1: ACTIVE, 2: STANDBY}})})
+    app = Application("moving", tmp_path, str(here), assignment=layout)
+    app.key_value_store("counts", 3, value_serde="int64")
+    with app:
+        metrics = ServiceMetrics(app, lambda: 0)
+        ranged = StateQueryRequest.in_store("counts").with_query(RangeQuery.with_no_bounds())
+        answers = metrics.query(ranged.require_active()).partition_results
+        assert {p: answer.is_failure for p, answer in answers.items()} == {
+            0: False,
+            1: False,
+            2: True,
+        }
+        samples = {
+            (sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(metrics.document().decode())
+            for sample in family.samples
+        }
+    labels = {"store": "counts", "query": "RangeQuery"}
+    assert value(samples, "iqstate_queries_total", outcome="success", **labels) == 2
+    assert value(samples, "iqstate_queries_total", outcome="not_active", **labels) == 1
+    assert value(samples, "iqstate_query_duration_seconds_count", **labels) == 1
 
 
 def test_metrics_need_the_token_when_one_is_set(app: Application) -> None:

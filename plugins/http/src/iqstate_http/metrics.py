@@ -125,7 +125,10 @@ class ServiceMetrics:
             outcome: int | _Failed = len(answers)
             for answer in answers.values():
                 if answer.is_failure:
-                    outcome = tuple(each.failure_reason for each in answers.values())
+                    outcome = tuple(
+                        each.failure_reason if each.is_failure else None
+                        for each in answers.values()
+                    )
                     break
             pending = self._pending_queries
             pending.append((request.store_name, type(request.query), seconds, outcome))
