@@ -393,7 +393,8 @@ def _described(assignment: Assignment) -> str:
     by_state: dict[str, list[str]] = {}
     for store, partition, role in assignment.items():
         by_state.setdefault(role.state, []).append(f"{store}[{partition}]")
-    return "; ".join(f"{state} {', '.join(names)}" for state, names in sorted(by_state.items()))
+    described = (f"{state} {', '.join(names)}" for state, names in sorted(by_state.items()))
+    return "; ".join(described) or "(none)"
 
 
 def _as_reported(assignment: Assignment, running: frozenset[StorePartition] | None) -> Assignment:

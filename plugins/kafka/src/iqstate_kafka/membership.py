@@ -416,6 +416,7 @@ class Membership:
     def _echoed(self, now: float) -> None:
         """This member's own heartbeat came back: the clock runs; after a stop, every member
         still counted live gets a fresh liveness timeout to be heard from."""
+        self._undelivered = None  # the producer delivers
         if not self._clock.echo(now):
             return
         observed = self._clock.read(now)
@@ -512,10 +513,14 @@ class Membership:
         )
 
     def _delivered(self, error: KafkaError | None, message: Message) -> None:
-        """The producer's report of one record (on the thread that polls it)."""
-        if error is not None:
-            logger.debug("members topic: a record was not delivered: %s", error.str())
-            self._undelivered = error.str()
+        """The producer's report of one record (on the thread that polls it): the reason
+        the last record failed, or `None` once one is delivered again (a failure from a
+        past outage must not make a later, healthy silence look like a stuck producer)."""
+        if error is None:
+            self._undelivered = None
+            return
+        logger.debug("members topic: a record was not delivered: %s", error.str())
+        self._undelivered = error.str()
 
     def _renew_stuck_producer(self) -> None:
         """Replace the producer when this member's heartbeats fail to be delivered while they
@@ -546,6 +551,7 @@ class Membership:
         self._producer_since = now
         self._undelivered = None
         self._renewals += 1
+        self._beat.set()  # the purged heartbeat again, from the new producer, at once
 
     def _send(self, member_id: str, value: bytes | None) -> None:
         assert self._producer is not None
