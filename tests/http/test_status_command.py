@@ -100,10 +100,6 @@ def served(tmp_path: Any) -> Iterator[str]:
             server.stop()
 
 
-def _sigint_as_in_a_terminal() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def run_in_terminal(
     arguments: list[str],
     seconds: float,
@@ -115,13 +111,13 @@ def run_in_terminal(
     codes removed."""
     primary, secondary = pty.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "iqstate.cli", *arguments],
-        stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary,
-        env={**os.environ, "COLUMNS": "160", "TERM": "xterm-256color"},
         # As in a terminal, Ctrl-C is not ignored: a test run started in the background by
         # a non-interactive shell ignores SIGINT, and a child inherits that (measured: its
-        # SigIgn had SIGINT set and it never ended after Ctrl-C).
-        preexec_fn=_sigint_as_in_a_terminal,
+        # SigIgn had SIGINT set and it never ended after Ctrl-C). GNU env restores it and
+        # execs the CLI (same process); a `preexec_fn` could deadlock a threaded parent.
+        ["env", "--default-signal=INT", sys.executable, "-m", "iqstate.cli", *arguments],
+        stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary,
+        env={**os.environ, "COLUMNS": "160", "TERM": "xterm-256color"},
     )  # fmt: skip
     os.close(secondary)
     output = bytearray()
