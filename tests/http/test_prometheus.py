@@ -58,12 +58,30 @@ def prometheus(app: Application, tmp_path: Path) -> Iterator[tuple[str, str]]:
          f"--web.listen-address=127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
     try:
-        yield f"http://127.0.0.1:{port}", server.url
+        wait_ready(url, process)
+        yield url, server.url
     finally:
         process.terminate()
         process.wait(timeout=30)
         server.stop()
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
+    """Until Prometheus says it is ready: while its storage opens, its API answers 503."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/-/ready", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass  # not listening yet
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            _, errors = process.communicate(timeout=30)
+            raise AssertionError(f"Prometheus was not ready within 60 s: {errors.decode()[-3000:]}")
+        time.sleep(0.2)
 
 
 def ask(prometheus_url: str, expr: str) -> dict[str, Any]:
