@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from iqstate_http import start_background
-from support.network import free_port
+from support.network import free_port, wait_until_ok
 
 from iqstate import Application
 
@@ -60,28 +60,13 @@ def prometheus(app: Application, tmp_path: Path) -> Iterator[tuple[str, str]]:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(url, process)
+        # While its storage opens, Prometheus listens but answers its API with a 503.
+        wait_until_ok(f"{url}/-/ready", process, 60, "Prometheus")
         yield url, server.url
     finally:
         process.terminate()
         process.wait(timeout=30)
         server.stop()
-
-
-def wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
-    """Until Prometheus says it is ready: while its storage opens, its API answers 503."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/-/ready", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass  # not listening yet
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            _, errors = process.communicate(timeout=30)
-            raise AssertionError(f"Prometheus was not ready within 60 s: {errors.decode()[-3000:]}")
-        time.sleep(0.2)
 
 
 def ask(prometheus_url: str, expr: str) -> dict[str, Any]:

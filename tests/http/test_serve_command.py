@@ -7,14 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 from iqstate_http.kafka_settings import KafkaSettingError, kafka_settings
 from iqstate_http.store_options import StoreOptionError, parse_store
-from support.network import free_port
+from support.network import free_port, wait_until_ok
 
 from iqstate import Application
 from iqstate.runtime.spec import KeyValueStoreSpec, WindowStoreSpec
@@ -124,15 +122,7 @@ def serve_until_sigint(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "iqstate serve did not start"
-            time.sleep(0.1)
+        wait_until_ok(f"http://127.0.0.1:{port}/v1/health", process, 30, "iqstate serve")
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=30)
     finally:

@@ -416,7 +416,6 @@ class Membership:
     def _echoed(self, now: float) -> None:
         """This member's own heartbeat came back: the clock runs; after a stop, every member
         still counted live gets a fresh liveness timeout to be heard from."""
-        self._undelivered = None  # the producer delivers
         if not self._clock.echo(now):
             return
         observed = self._clock.read(now)
