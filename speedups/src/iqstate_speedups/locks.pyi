@@ -1,0 +1,16 @@
+from types import TracebackType
+
+class Lock:
+    """A mutual-exclusion lock with `threading.Lock`'s interface and cheaper calls."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool: ...
+    def release(self) -> None: ...
+    def locked(self) -> bool: ...
+    def __enter__(self) -> bool: ...
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+        /,
+    ) -> None: ...
