@@ -30,6 +30,7 @@ import itertools
 import random
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,6 @@ from iqstate import (
     StateQueryRequest,
     StateQueryResult,
 )
-from iqstate.mutex import new_lock
 from iqstate.sealing import seal, unseal
 
 BATCH = 10_000
@@ -213,7 +213,7 @@ def bench_engine(
                     value = unseal(key, get_sealed(key))
                     StateQueryResult({0: QueryResult(value, position)}).only_partition_result()
 
-            partition_lock, reader_lock = new_lock(), new_lock()  # the locks iqstate takes
+            partition_lock, reader_lock = threading.Lock(), threading.Lock()
 
             def essential_work(part: slice) -> None:
                 enter, leave = partition_lock.acquire, partition_lock.release

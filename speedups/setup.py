@@ -16,11 +16,6 @@ setup(
             optional=True,
         ),
         Extension(
-            "iqstate_speedups.locks",
-            ["src/iqstate_speedups/locks.c"],
-            optional=True,
-        ),
-        Extension(
             "iqstate_speedups.pairs",
             ["src/iqstate_speedups/pairs.c"],
             optional=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -11,7 +12,6 @@ from iqstate.changelog import ChangelogReader, ChangelogWriter
 from iqstate.context import StateStoreContext
 from iqstate.errors import ClosedStoreError, CorruptStateError, LostStateError
 from iqstate.layers.chain import StoreChain
-from iqstate.mutex import Mutex, new_lock
 from iqstate.persistent import UncleanShutdownError
 from iqstate.position import Position, TopicPartition
 from iqstate.runtime.assignment import PartitionRole
@@ -62,7 +62,7 @@ class HostedPartition:
         self.partition = partition
         self.role = role
         self.context = context
-        self.lock: Mutex = new_lock()
+        self.lock = threading.Lock()
         self.chain: StoreChain[Any] = spec.build()
         self.fence_partition = fence_partition(partition)
         self.changelog_partition: TopicPartition | None = context.changelog_partition

@@ -10,6 +10,7 @@ environment (`iqstate_lmdb.environment`); LMDB's errors while reading become
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,7 +23,6 @@ from iqstate.codec import (
     offset_key,
 )
 from iqstate.context import StateStoreContext
-from iqstate.mutex import new_lock
 from iqstate.persistent import (
     CLOSED,
     OPEN,
@@ -72,7 +72,7 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         self._lock: DirectoryLock | None = None
         self._reader: Any = None
         """A read transaction reused by key reads until the next commit."""
-        self._reader_lock = new_lock()
+        self._reader_lock = threading.Lock()
         self._map_guard = MapGuard()
         """Other read transactions, counted so that the map grows only while none is open."""
         self._path = Path()
