@@ -168,3 +168,68 @@ def test_log_format_json_writes_one_object_a_line(tmp_path: Path) -> None:
     assert failure["level"] == "ERROR" and failure["logger"] == "logged_app"
     assert "ZeroDivisionError" in failure["exception"]
     assert all({"time", "level", "logger", "message"} <= entry.keys() for entry in lines)
+
+
+def serve_script_until_sigint(tmp_path: Path, *arguments: str) -> tuple[int, str]:
+    """Run the `iqstate` console script from `tmp_path`, as a user does, without
+    PYTHONPATH, until the port of `wait_port` answers, then SIGINT it."""
+    *options, wait_port = arguments
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    script = Path(sys.executable).with_name("iqstate")
+    process = subprocess.Popen(
+        ["env", "--default-signal=INT", str(script), "serve", *options],
+        cwd=tmp_path, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_until_ok(f"http://127.0.0.1:{wait_port}/v1/health", process, 30, "iqstate serve")
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return process.returncode, stderr
+
+
+def test_a_module_in_the_current_directory_is_served_on_its_application_server_port(
+    tmp_path: Path,
+) -> None:
+    """`iqstate serve module:app` from the module's folder imports it (as uvicorn does), and
+    listens on the port its `application_server` names, the address answers report."""
+    port = free_port()
+    (tmp_path / "here_app.py").write_text(
+        "from iqstate import Application\n"
+        f"app = Application('here', {str(tmp_path / 'state')!r}, "
+        f"application_server='127.0.0.1:{port}')\n"
+        "app.key_value_store('s', 1)\n"
+    )
+    code, stderr = serve_script_until_sigint(tmp_path, "here_app:app", str(port))
+    assert code == 0, stderr
+    assert "application_server" not in stderr, stderr
+
+
+def test_serving_on_another_port_than_application_server_is_warned_of(tmp_path: Path) -> None:
+    """Answers and metadata name `application_server`; a `--port` elsewhere would have other
+    instances and the routing client knock on the wrong door, so the log says so."""
+    (tmp_path / "elsewhere_app.py").write_text(
+        "from iqstate import Application\n"
+        f"app = Application('elsewhere', {str(tmp_path / 'state')!r})\n"
+        "app.key_value_store('s', 1)\n"
+    )
+    port = free_port()
+    code, stderr = serve_script_until_sigint(
+        tmp_path, "elsewhere_app:app", "--port", str(port), str(port)
+    )
+    assert code == 0, stderr
+    assert f"serving on port {port}, but the application's application_server is " in stderr
+    assert "localhost:7070" in stderr
+
+
+def test_a_target_that_is_not_an_application_is_refused_by_name(tmp_path: Path) -> None:
+    (tmp_path / "not_app.py").write_text("app = 42\n")
+    finished = subprocess.run(
+        [sys.executable, "-m", "iqstate.cli", "serve", "not_app:app"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert finished.returncode != 0
+    assert "not_app:app is a int, not an iqstate Application" in finished.stderr
+    assert "Traceback" not in finished.stderr

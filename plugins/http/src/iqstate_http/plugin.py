@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from iqstate_http.store_options import parse_store
 if TYPE_CHECKING:
     import argparse
 
+_log = logging.getLogger("iqstate_http")
 _LIMITS = {field.name: field for field in dataclasses.fields(ConnectionLimits)}
 
 
@@ -88,6 +90,9 @@ def load_application(target: str) -> Any:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise SystemExit(f"iqstate serve: expected 'module:attribute', got {target!r}")
+    here = os.getcwd()
+    if here not in sys.path:  # as uvicorn does: a module in the current directory imports
+        sys.path.insert(0, here)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -138,7 +143,19 @@ def _serve(args: argparse.Namespace) -> int:
                              "declare one with --cluster, --app-id, --application-server "
                              "and --store")  # fmt: skip
         app = load_application(args.target)
-        host, port = "127.0.0.1", 7070
+        if not isinstance(app, Application):
+            raise SystemExit(f"iqstate serve: {args.target} is a {type(app).__name__}, not an "
+                             "iqstate Application")  # fmt: skip
+        host, port = "127.0.0.1", app.host_info.port
+        if args.port is not None and args.port != port:
+            _log.warning(
+                "serving on port %d, but the application's application_server is %s: "
+                "answers and metadata name that address, and other instances and the "
+                "routing client go there; set application_server to where clients reach "
+                "this instance",
+                args.port,
+                app.host_info,
+            )
     if app.state.name == "CREATED":
         try:
             app.start()
