@@ -115,11 +115,22 @@ def serve_until_sigint(
     answers, then SIGINT it: its exit code, its stderr and its port."""
     (tmp_path / f"{module}.py").write_text(source)
     port = free_port()
-    process = subprocess.Popen(
+    code, stderr = until_sigint(
         [sys.executable, "-m", "iqstate.cli", "serve", f"{module}:app", "--port", str(port),
          *options],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        tmp_path, {**os.environ, "PYTHONPATH": str(tmp_path)}, port,
+    )  # fmt: skip
+    return code, stderr, port
+
+
+def until_sigint(
+    command: list[str], folder: Path, environment: dict[str, str], port: int
+) -> tuple[int, str]:
+    """Run `command` in `folder` until the server it starts answers on `port`, then SIGINT
+    it: its exit code and its stderr."""
+    process = subprocess.Popen(
+        command, cwd=folder, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
     )  # fmt: skip
     try:
         wait_until_ok(f"http://127.0.0.1:{port}/v1/health", process, 30, "iqstate serve")
@@ -128,7 +139,7 @@ def serve_until_sigint(
     finally:
         if process.poll() is None:
             process.kill()
-    return process.returncode, stderr, port
+    return process.returncode, stderr
 
 
 def test_serve_stops_quietly_on_sigint(tmp_path: Path) -> None:
@@ -176,18 +187,8 @@ def serve_script_until_sigint(tmp_path: Path, *arguments: str) -> tuple[int, str
     *options, wait_port = arguments
     environment = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     script = Path(sys.executable).with_name("iqstate")
-    process = subprocess.Popen(
-        ["env", "--default-signal=INT", str(script), "serve", *options],
-        cwd=tmp_path, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        wait_until_ok(f"http://127.0.0.1:{wait_port}/v1/health", process, 30, "iqstate serve")
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    return process.returncode, stderr
+    command = ["env", "--default-signal=INT", str(script), "serve", *options]
+    return until_sigint(command, tmp_path, environment, int(wait_port))
 
 
 def test_a_module_in_the_current_directory_is_served_on_its_application_server_port(
