@@ -181,14 +181,13 @@ def test_log_format_json_writes_one_object_a_line(tmp_path: Path) -> None:
     assert all({"time", "level", "logger", "message"} <= entry.keys() for entry in lines)
 
 
-def serve_script_until_sigint(tmp_path: Path, *arguments: str) -> tuple[int, str]:
-    """Run the `iqstate` console script from `tmp_path`, as a user does, without
-    PYTHONPATH, until the port of `wait_port` answers, then SIGINT it."""
-    *options, wait_port = arguments
+def serve_script_until_sigint(tmp_path: Path, port: int, *options: str) -> tuple[int, str]:
+    """Run `iqstate serve <options>` with the console script from `tmp_path`, as a user
+    does, without PYTHONPATH, until it answers on `port`, then SIGINT it."""
     environment = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     script = Path(sys.executable).with_name("iqstate")
     command = ["env", "--default-signal=INT", str(script), "serve", *options]
-    return until_sigint(command, tmp_path, environment, int(wait_port))
+    return until_sigint(command, tmp_path, environment, port)
 
 
 def test_a_module_in_the_current_directory_is_served_on_its_application_server_port(
@@ -203,7 +202,7 @@ def test_a_module_in_the_current_directory_is_served_on_its_application_server_p
         f"application_server='127.0.0.1:{port}')\n"
         "app.key_value_store('s', 1)\n"
     )
-    code, stderr = serve_script_until_sigint(tmp_path, "here_app:app", str(port))
+    code, stderr = serve_script_until_sigint(tmp_path, port, "here_app:app")
     assert code == 0, stderr
     assert "application_server" not in stderr, stderr
 
@@ -218,7 +217,7 @@ def test_serving_on_another_port_than_application_server_is_warned_of(tmp_path: 
     )
     port = free_port()
     code, stderr = serve_script_until_sigint(
-        tmp_path, "elsewhere_app:app", "--port", str(port), str(port)
+        tmp_path, port, "elsewhere_app:app", "--port", str(port)
     )
     assert code == 0, stderr
     assert f"serving on port {port}, but the application's application_server is " in stderr

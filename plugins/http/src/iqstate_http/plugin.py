@@ -85,8 +85,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def load_application(target: str) -> Any:
-    """`"package.module:app"` -> the object; the error names what could not be found."""
+def load_application(target: str) -> Application:
+    """`"package.module:app"` -> the Application; the error names what could not be found,
+    or what was found instead."""
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise SystemExit(f"iqstate serve: expected 'module:attribute', got {target!r}")
@@ -98,9 +99,13 @@ def load_application(target: str) -> Any:
     except ImportError as exc:
         raise SystemExit(f"iqstate serve: cannot import {module_name!r}: {exc}") from exc
     try:
-        return getattr(module, attribute)
+        found = getattr(module, attribute)
     except AttributeError:
         raise SystemExit(f"iqstate serve: module {module_name!r} has no {attribute!r}") from None
+    if not isinstance(found, Application):
+        raise SystemExit(f"iqstate serve: {target} is a {type(found).__name__}, not an iqstate "
+                         "Application")  # fmt: skip
+    return found
 
 
 def token_from_env(variable: str | None, command: str = "iqstate serve") -> str | None:
@@ -143,9 +148,6 @@ def _serve(args: argparse.Namespace) -> int:
                              "declare one with --cluster, --app-id, --application-server "
                              "and --store")  # fmt: skip
         app = load_application(args.target)
-        if not isinstance(app, Application):
-            raise SystemExit(f"iqstate serve: {args.target} is a {type(app).__name__}, not an "
-                             "iqstate Application")  # fmt: skip
         host, port = "127.0.0.1", app.host_info.port
         if args.port is not None and args.port != port:
             _log.warning(
