@@ -1,5 +1,6 @@
-"""Shared test configuration: hypothesis profiles (`--hypothesis-profile=long` for long runs),
-and a real Apache Kafka broker for the tests that ask for one."""
+"""Shared test configuration: the default hypothesis profile (no deadline; iqstate's pytest
+plugin defines `long`, for `--hypothesis-profile=long`), and a real Apache Kafka broker for
+the tests that ask for one."""
 
 from __future__ import annotations
 
@@ -10,15 +11,12 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 
 if TYPE_CHECKING:
     from iqstate_kafka.testing import LocalBroker
 
 settings.register_profile("default", deadline=None)
-settings.register_profile(
-    "long", max_examples=2_000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
 settings.load_profile("default")
 
 

@@ -6,6 +6,7 @@ A refusal is one line on stderr and exit code 2 (no traceback), and nothing is w
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from iqstate.cli import main
+from iqstate.scaffold import render
 
 CORE = Path(__file__).parent.parent.parent / "core"
 
@@ -105,3 +107,42 @@ def test_refuses_an_existing_folder(tmp_path: Path, capsys: pytest.CaptureFixtur
     message = refusal(tmp_path, capsys, "acme_store")
     assert f"{project} already exists; choose another name or --output-dir" in message
     assert (project / "src" / "iqstate_acme_store" / "store.py").read_text() == store
+
+
+def with_byte_code(template: Path) -> Path:
+    """`template` with byte code beside its modules, as an installer leaves it after
+    compiling the wheel's `store_template/`."""
+    (module,) = template.rglob("query.py")
+    cache = module.parent / "__pycache__"
+    cache.mkdir()
+    (cache / "query.cpython-311.pyc").write_bytes(b"\x00")
+    (module.parent / "stray.pyc").write_bytes(b"\x00")
+    return template
+
+
+def byte_code(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.name == "__pycache__" or p.suffix == ".pyc"]
+
+
+def test_rendering_leaves_out_byte_code(tmp_path: Path) -> None:
+    template = with_byte_code(
+        Path(shutil.copytree(CORE.parent / "cookiecutter-store", tmp_path / "template"))
+    )
+    project = render("clean-store", tmp_path / "out", template, taken=())
+    assert (project / "src" / "iqstate_clean_store" / "query.py").is_file()
+    assert byte_code(project) == []
+
+
+def test_wheels_leave_out_byte_code_of_the_template(tmp_path: Path) -> None:
+    checkout = tmp_path / "checkout"
+    shutil.copytree(CORE, checkout / "core")
+    with_byte_code(
+        Path(shutil.copytree(CORE.parent / "cookiecutter-store", checkout / "cookiecutter-store"))
+    )
+    wheel = build_wheel(checkout / "core", tmp_path / "wheel")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    assert any(name.endswith("store_template/cookiecutter.json") for name in names)
+    assert [
+        n for n in names if "store_template" in n and ("__pycache__" in n or n.endswith(".pyc"))
+    ] == []

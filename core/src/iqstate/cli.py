@@ -12,7 +12,7 @@ from typing import Any
 from iqstate.engine import Engine
 from iqstate.errors import PluginError
 from iqstate.lazy import resolved
-from iqstate.plugins import PluginRegistry, default_registry
+from iqstate.plugins import Command, PluginRegistry, default_registry
 from iqstate.scaffold import ScaffoldError, render
 from iqstate.session_store import LayeredSessionStore
 from iqstate.versioned_store import LayeredVersionedStore
@@ -87,6 +87,11 @@ def describe_plugins(registry: PluginRegistry) -> dict[str, Any]:
     ]
     return {
         "plugins": registry.plugin_names,
+        "unavailable_plugins": [
+            {"name": f.name, "distribution": f.distribution, "error": f.error}
+            for f in registry.failed_plugins.values()
+        ],
+        "blocked_plugins": registry.blocked_plugins,
         "engines": engines,
         "query_types": queries,
         "serdes": {name: registry.serde_owners[name] for name in sorted(registry.serdes)},
@@ -95,6 +100,13 @@ def describe_plugins(registry: PluginRegistry) -> dict[str, Any]:
 
 def _print_plugins(report: dict[str, Any]) -> None:
     print("Plugins: " + ", ".join(report["plugins"]))
+    for failed in report["unavailable_plugins"]:
+        print(
+            f"  {failed['name']}  (unavailable: distribution {failed['distribution']} failed "
+            f"to load: {failed['error']})"
+        )
+    if report["blocked_plugins"]:
+        print("Blocked (IQSTATE_BLOCK_PLUGINS): " + ", ".join(report["blocked_plugins"]))
     print("\nEngines:")
     for engine in report["engines"]:
         durability = "persistent" if engine["persistent"] else "in-memory"
@@ -117,7 +129,7 @@ def _print_plugins(report: dict[str, Any]) -> None:
 
 def new_store(name: str, output_dir: str, template: str | None, registry: PluginRegistry) -> int:
     """Render the store plugin template for `name`; a refused name is one line and exit code 2."""
-    taken = set(registry.engines) | set(registry.plugin_names)
+    taken = set(registry.engines) | set(registry.plugin_names) | set(registry.failed_plugins)
     try:
         created = render(name, Path(output_dir), Path(template) if template else None, taken)
     except ScaffoldError as error:
@@ -127,7 +139,23 @@ def new_store(name: str, output_dir: str, template: str | None, registry: Plugin
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _add_plugin_command(commands: Any, command: Command) -> None:
+    """Add a plugin's subcommand. One whose `add_arguments` fails (its module does not
+    import, say) is reported and left unusable, so the other subcommands keep working."""
+    subparser = commands.add_parser(command.name, help=command.help)
+    try:
+        command.add_arguments(subparser)
+    except Exception as error:
+        reason = (
+            f"the command {command.name!r} of plugin {command.plugin!r} is unavailable: "
+            f"{type(error).__name__}: {error}"
+        )
+        print(f"iqstate: warning: {reason}", file=sys.stderr)
+        subparser.set_defaults(iqstate_unavailable_command=reason)
+
+
+def build_parser(registry: PluginRegistry) -> argparse.ArgumentParser:
+    """The `iqstate` parser: the built-in subcommands, then those of the plugins."""
     parser = argparse.ArgumentParser(prog="iqstate", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     plugins = commands.add_parser(
@@ -140,10 +168,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     scaffold.add_argument(
         "--template", default=None, help="another template (default: the one iqstate ships)"
     )
-    registry = default_registry()
     for command in registry.commands.values():
-        command.add_arguments(commands.add_parser(command.name, help=command.help))
-    args = parser.parse_args(argv)
+        _add_plugin_command(commands, command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    registry = default_registry()
+    args = build_parser(registry).parse_args(argv)
+    unavailable = getattr(args, "iqstate_unavailable_command", None)
+    if unavailable is not None:
+        print(f"iqstate {args.command}: {unavailable}", file=sys.stderr)
+        return 2
     if args.command == "new-store":
         return new_store(args.name, args.output_dir, args.template, registry)
     if args.command in registry.commands:

@@ -52,22 +52,21 @@ class QueryHandlerRegistry:
         ):
             raise PluginError(
                 f"plugin {plugin!r} registered a handler for {kind!r}, which is neither a "
-                "store kind nor a StateStore class"
+                "store kind nor a StateStore class; the arguments are "
+                "register(query_type, store_kind_or_class, handler)"
             )
         if not (isinstance(query_type, type) and issubclass(query_type, Query)):
             raise PluginError(
                 f"plugin {plugin!r} registered a handler for {query_type!r}, which is not a "
-                "Query subclass"
+                "Query subclass; the arguments are "
+                "register(query_type, store_kind_or_class, handler)"
             )
         if not callable(handler):
             raise PluginError(f"plugin {plugin!r} registered a non-callable handler {handler!r}")
         owner = self._owners.get((kind, query_type))
         if owner is not None:
-            raise PluginError(
-                f"plugins {owner!r} and {plugin!r} both register a handler for "
-                f"{query_type.__name__} on store kind {_target_name(kind)!r}; block one of "
-                "them (IQSTATE_BLOCK_PLUGINS) or uninstall it"
-            )
+            what = f"a handler for {query_type.__name__} on store kind {_target_name(kind)!r}"
+            raise PluginError(conflict_message(what, owner, plugin))
         self._owners[(kind, query_type)] = plugin
         self._tables.setdefault(kind, {})[query_type] = handler
 
@@ -104,11 +103,25 @@ class QueryHandlerRegistry:
             _target_name(target) for target, table in self._tables.items() if query_type in table
         )
 
+    def registrations(self) -> list[tuple[str | type, type[Query[Any]], str]]:
+        """Every registration: `(kind or store class, query type, plugin)`."""
+        return [(target, query, owner) for (target, query), owner in self._owners.items()]
+
     def owner(self, kind: str | type, query_type: type[Query[Any]]) -> str | None:
         for target, query in self._owners:
             if query is query_type and _target_name(target) == _target_name(kind):
                 return self._owners[(target, query)]
         return None
+
+
+def conflict_message(what: str, owner: str, plugin: str) -> str:
+    """The error for `plugin` registering `what`, which `owner` (loaded first: a built-in
+    before any installed plugin) already registered; the advice is about the newcomer."""
+    return (
+        f"plugins {owner!r} and {plugin!r} both register {what}: {owner!r} registered it "
+        f"first, so {plugin!r} must rename or drop its own; or uninstall {plugin!r}, or "
+        f"stop loading it with IQSTATE_BLOCK_PLUGINS={plugin}"
+    )
 
 
 def _target_name(target: str | type) -> str:
@@ -141,9 +154,22 @@ def answer(
             f"failed to handle query "
             f"{query!r}: {type(exc).__name__}: {exc}",
         )
+    if not isinstance(result, QueryResult):
+        result = _not_a_result(store, query, result)
     if result.position is None:
         result.position = position
     return result
+
+
+def _not_a_result(store: StateStore, query: Query[Any], returned: object) -> QueryResult[Any]:
+    """The failure for a handler that returned something other than a `QueryResult` (a
+    plain value, usually: `QueryResult.for_result(value)` was meant)."""
+    return QueryResult.for_failure(
+        FailureReason.STORE_EXCEPTION,
+        f"the handler for {type(query).__name__} on {describe_store(store)} returned "
+        f"{type(returned).__name__}, not a QueryResult (wrap a value in "
+        "QueryResult.for_result(value))",
+    )
 
 
 def note_execution(

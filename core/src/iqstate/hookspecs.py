@@ -41,6 +41,8 @@ def iqstate_register_query_handlers(register: Any) -> None:
     on stores whose `kind` is `store_kind` (for example `"memory.key_value"`,
     `"rocksdb.key_value"` or a layer such as `"metered.key_value"`). The handler may be
     an import path (`"module:function"`), imported when a store first answers with it.
+    An engine store's handler that returns anything but a `QueryResult` fails the query
+    with `STORE_EXCEPTION`.
     """
 
 
@@ -55,7 +57,8 @@ def iqstate_register_commands(register: Any) -> None:
 
     `add_arguments(parser)` adds the command's options to an `argparse` parser;
     `run(args) -> int` runs it and returns the exit code. Either may be an import path
-    (`"module:function"`), imported only by the `iqstate` command.
+    (`"module:function"`), imported only by the `iqstate` command. A name `iqstate`
+    itself uses (`plugins`, `new-store`) or another plugin registered first is refused.
     """
 
 

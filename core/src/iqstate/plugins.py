@@ -10,6 +10,11 @@ Every application loads every installed plugin, so registering must stay cheap: 
 factories, handlers, commands and codecs may be registered as import paths
 (`"module:attribute"`, see `iqstate.lazy`), imported when first used.
 
+An entry point that fails to import or to register (a typo in its path, an exception in its
+module, a hook pluggy refuses) is skipped with a logged warning: the other plugins keep
+working, `iqstate plugins` lists it as unavailable, and a store of an engine it would have
+provided fails saying why.
+
 Environment:
 * `IQSTATE_BLOCK_PLUGINS`: comma-separated plugin names to block (entry-point names,
   or a default plugin's name such as `memory`);
@@ -20,17 +25,19 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.metadata
 import inspect
+import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
 
 from iqstate import hookspecs
-from iqstate.dispatch import QueryHandler, QueryHandlerRegistry
+from iqstate.dispatch import QueryHandler, QueryHandlerRegistry, conflict_message
 from iqstate.engine import Engine
 from iqstate.errors import PluginError, UnknownEngineError
 from iqstate.lazy import lazy
@@ -47,9 +54,94 @@ DEFAULT_PLUGINS: dict[str, str] = {
 }
 """Default plugins by name: module to import."""
 
+BUILTIN_COMMANDS = frozenset({"plugins", "new-store"})
+"""The subcommands of `iqstate` itself, which no plugin command may shadow."""
+
+STORE_TYPE_KINDS = ("key_value", "window", "versioned", "session")
+"""The kind suffixes of an engine's stores (`<engine>.key_value`, ...)."""
+
+logger = logging.getLogger(__name__)
+
 
 def blocked_from_env() -> set[str]:
     return {name.strip() for name in os.environ.get(BLOCK_ENV, "").split(",") if name.strip()}
+
+
+@dataclass(frozen=True)
+class PluginLoadFailure:
+    """An entry point that could not be imported or registered, and why."""
+
+    name: str
+    distribution: str
+    error: str
+
+    def describe(self) -> str:
+        where = f"plugin {self.name!r} (distribution {self.distribution!r})"
+        return f"{where} failed to load: {self.error}"
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager for the `iqstate` hooks, remembering the entry points that failed
+    to load (so the registry can list them and explain what they would have provided)."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT)
+        self.add_hookspecs(hookspecs)
+        self.load_failures: dict[str, PluginLoadFailure] = {}
+
+    def load_entry_points(self, group: str = ENTRY_POINT_GROUP) -> None:
+        """Register the installed entry points of `group` one by one; one that fails is
+        skipped with a warning, so one broken plugin does not stop every application."""
+        for distribution in importlib.metadata.distributions():
+            for entry_point in distribution.entry_points:
+                if (
+                    entry_point.group != group
+                    or self.has_plugin(entry_point.name)
+                    or self.is_blocked(entry_point.name)
+                ):
+                    continue
+                try:
+                    self._register_entry_point(entry_point)
+                except Exception as error:
+                    self._skip(entry_point.name, distribution.name, error)
+
+    def _register_entry_point(self, entry_point: importlib.metadata.EntryPoint) -> None:
+        """Import and register one entry point; undone when its hooks are refused."""
+        plugin = entry_point.load()
+        try:
+            self.register(plugin, name=entry_point.name)
+            self._check_hooks_known(plugin)
+        except Exception:
+            if self.has_plugin(entry_point.name):
+                self.unregister(name=entry_point.name)
+            raise
+
+    def _check_hooks_known(self, plugin: object) -> None:
+        """Refuse a plugin implementing a hook iqstate does not have (a misspelt name would
+        otherwise register nothing, silently)."""
+        for caller in self.get_hookcallers(plugin) or []:
+            if caller.has_spec() or all(
+                impl.optionalhook for impl in caller.get_hookimpls() if impl.plugin is plugin
+            ):
+                continue
+            close = difflib.get_close_matches(caller.name, _hook_names(), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise pluggy.PluginValidationError(plugin, f"unknown hook {caller.name!r}{hint}")
+
+    def _skip(self, name: str, distribution: str, error: Exception) -> None:
+        failure = PluginLoadFailure(name, distribution, f"{type(error).__name__}: {error}")
+        self.load_failures[name] = failure
+        logger.warning(
+            "iqstate: %s; skipping it. Fix or uninstall %r, or stop loading it with %s=%s",
+            failure.describe(),
+            distribution,
+            BLOCK_ENV,
+            name,
+        )
+
+
+def _hook_names() -> list[str]:
+    return [name for name in vars(hookspecs) if name.startswith("iqstate_register_")]
 
 
 def make_plugin_manager(
@@ -57,14 +149,14 @@ def make_plugin_manager(
     load_entry_points: bool | None = None,
     blocked: Iterable[str] | None = None,
     extra_plugins: Iterable[tuple[str, object]] = (),
-) -> pluggy.PluginManager:
+) -> PluginManager:
     """A plugin manager with the default plugins, installed entry points and `extra_plugins`.
 
     `blocked` defaults to `IQSTATE_BLOCK_PLUGINS`; entry points load unless
-    `IQSTATE_DISABLE_PLUGIN_AUTOLOAD` is set or `load_entry_points` is False.
+    `IQSTATE_DISABLE_PLUGIN_AUTOLOAD` is set or `load_entry_points` is False. An entry
+    point that fails to load is skipped (see `PluginManager.load_entry_points`).
     """
-    manager = pluggy.PluginManager(hookspecs.PROJECT)
-    manager.add_hookspecs(hookspecs)
+    manager = PluginManager()
     for name in blocked_from_env() if blocked is None else set(blocked):
         manager.set_blocked(name)
     for name, module in DEFAULT_PLUGINS.items():
@@ -73,7 +165,7 @@ def make_plugin_manager(
     if load_entry_points is None:
         load_entry_points = not os.environ.get(DISABLE_AUTOLOAD_ENV)
     if load_entry_points:
-        manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        manager.load_entry_points()
     for name, plugin in extra_plugins:
         manager.register(plugin, name=name)
     manager.check_pending()
@@ -122,19 +214,25 @@ class PluginRegistry:
     plugin_names: list[str] = field(default_factory=list)
     commands: dict[str, Command] = field(default_factory=dict)
     query_codecs: dict[str, QueryCodec] = field(default_factory=dict)
+    blocked_plugins: list[str] = field(default_factory=list)
+    failed_plugins: dict[str, PluginLoadFailure] = field(default_factory=dict)
 
     @classmethod
     def from_plugin_manager(cls, manager: pluggy.PluginManager) -> PluginRegistry:
         registry = cls()
-        registry.plugin_names = sorted(
-            name for name, plugin in manager.list_name_plugin() if plugin is not None
-        )
+        names = manager.list_name_plugin()  # in registration order: defaults first
+        registry.plugin_names = sorted(name for name, plugin in names if plugin is not None)
+        registry.blocked_plugins = sorted(name for name, plugin in names if plugin is None)
+        if isinstance(manager, PluginManager):
+            registry.failed_plugins = dict(manager.load_failures)
+        order = {name: rank for rank, (name, _) in enumerate(names)}
         hook = manager.hook
-        _call_registering(hook.iqstate_register_engines, registry._engine_registrar)
-        _call_registering(hook.iqstate_register_query_handlers, registry._handler_registrar)
-        _call_registering(hook.iqstate_register_serdes, registry._serde_registrar)
-        _call_registering(hook.iqstate_register_commands, registry._command_registrar)
-        _call_registering(hook.iqstate_register_query_codecs, registry._codec_registrar)
+        _call_registering(hook.iqstate_register_engines, registry._engine_registrar, order)
+        _call_registering(hook.iqstate_register_query_handlers, registry._handler_registrar, order)
+        _call_registering(hook.iqstate_register_serdes, registry._serde_registrar, order)
+        _call_registering(hook.iqstate_register_commands, registry._command_registrar, order)
+        _call_registering(hook.iqstate_register_query_codecs, registry._codec_registrar, order)
+        registry._warn_unmatched_kinds()
         return registry
 
     def _codec_registrar(self, plugin: str) -> Callable[..., None]:
@@ -147,9 +245,7 @@ class PluginRegistry:
         ) -> None:
             if name in self.query_codecs:
                 owner = self.query_codecs[name].plugin
-                raise PluginError(
-                    f"plugins {owner!r} and {plugin!r} both register a query codec named {name!r}"
-                )
+                raise PluginError(conflict_message(f"a query codec named {name!r}", owner, plugin))
             role = f"plugin {plugin!r}, query codec {name!r}"
             self.query_codecs[name] = QueryCodec(
                 name,
@@ -171,8 +267,14 @@ class PluginRegistry:
             add_arguments: Callable[[Any], None] | str,
             run: Callable[[Any], int] | str,
         ) -> None:
-            if name in self.commands or name == "plugins":
-                raise PluginError(f"plugin {plugin!r} registers the command {name!r} a second time")
+            if name in BUILTIN_COMMANDS:
+                raise PluginError(
+                    f"plugin {plugin!r} registers the command {name!r}, which is a built-in "
+                    f"`iqstate {name}` command; the plugin must name its command otherwise"
+                )
+            if name in self.commands:
+                owner = self.commands[name].plugin
+                raise PluginError(conflict_message(f"the command {name!r}", owner, plugin))
             role = f"plugin {plugin!r}, command {name!r}"
             self.commands[name] = Command(
                 name,
@@ -193,10 +295,8 @@ class PluginRegistry:
                 )
             owner = self.engine_owners.get(engine.name)
             if owner is not None:
-                raise PluginError(
-                    f"plugins {owner!r} and {plugin!r} both register an engine named "
-                    f"{engine.name!r}; uninstall one or block it with {BLOCK_ENV}={plugin}"
-                )
+                what = f"an engine named {engine.name!r}"
+                raise PluginError(conflict_message(what, owner, plugin))
             self.engines[engine.name] = engine.registered_by(plugin)
             self.engine_owners[engine.name] = plugin
 
@@ -222,9 +322,7 @@ class PluginRegistry:
                 )
             owner = self.serde_owners.get(name)
             if owner is not None:
-                raise PluginError(
-                    f"plugins {owner!r} and {plugin!r} both register a serde named {name!r}"
-                )
+                raise PluginError(conflict_message(f"a serde named {name!r}", owner, plugin))
             self.serdes[name] = serde
             self.serde_owners[name] = plugin
 
@@ -236,18 +334,63 @@ class PluginRegistry:
         if engine is None:
             who = f"store {store!r} names engine {name!r}" if store else f"engine {name!r}"
             installed = ", ".join(sorted(self.engines)) or "none"
-            close = difflib.get_close_matches(name, self.engines, n=1)
-            hint = (
-                f"Did you mean {close[0]!r}?"
-                if close
-                else "Install the plugin that provides it (for example "
-                f"`pip install iqstate-{name}`)."
-            )
             raise UnknownEngineError(
                 f"{who}, which no installed plugin provides; installed engines: {installed}. "
-                + hint
+                + self._missing_engine_hint(name)
             )
         return engine
+
+    def _missing_engine_hint(self, name: str) -> str:
+        """Why engine `name` is missing when that is known (its plugin is blocked or failed
+        to load), else a close name or the plugin to install."""
+        failure = self.failed_plugins.get(name) or next(
+            (f for f in self.failed_plugins.values() if f.distribution == f"iqstate-{name}"),
+            None,
+        )
+        if failure is not None:
+            return f"The {failure.describe()}; fix or reinstall {failure.distribution!r}."
+        if name in self.blocked_plugins:
+            return (
+                f"The plugin providing it, {name!r}, is blocked by {BLOCK_ENV}; "
+                f"remove {name!r} from {BLOCK_ENV} to use it."
+            )
+        close = difflib.get_close_matches(name, self.engines, n=1)
+        if close:
+            return f"Did you mean {close[0]!r}?"
+        hint = f"Install the plugin that provides it (for example `pip install iqstate-{name}`)."
+        if self.failed_plugins:
+            failed = "; ".join(f.describe() for f in self.failed_plugins.values())
+            hint += f" Plugins that failed to load (one may provide it): {failed}."
+        return hint
+
+    def _known_kinds(self) -> set[str]:
+        """The store kinds known without importing anything: the installed engines' and
+        the layers' the built-in plugins register handlers for."""
+        known = {f"{engine}.{suffix}" for engine in self.engines for suffix in STORE_TYPE_KINDS}
+        known.update(
+            kind
+            for kind, _, owner in self.query_handlers.registrations()
+            if isinstance(kind, str) and owner in DEFAULT_PLUGINS
+        )
+        return known
+
+    def _warn_unmatched_kinds(self) -> None:
+        """Warn about handlers registered for a kind no installed engine or layer has, though
+        its engine or layer is installed (`dictengine.keyvalue` for `dictengine.key_value`):
+        they would never answer. Kinds of engines not installed here are left alone."""
+        known = self._known_kinds()
+        prefixes = {kind.partition(".")[0] for kind in known}
+        for kind, query_type, owner in self.query_handlers.registrations():
+            if isinstance(kind, str) and kind not in known and kind.partition(".")[0] in prefixes:
+                close = difflib.get_close_matches(kind, known, n=1)
+                logger.warning(
+                    "iqstate: plugin %r registered a handler for %s on store kind %r, which no "
+                    "installed engine or layer has, so it never answers%s",
+                    owner,
+                    query_type.__name__,
+                    kind,
+                    f"; did you mean {close[0]!r}?" if close else "",
+                )
 
     def serde(self, serde: str | Serde[Any], *, store: str | None = None) -> Serde[Any]:
         """Resolve a serde given by name (or pass a serde object through)."""
@@ -266,21 +409,29 @@ class PluginRegistry:
 
 
 def _call_registering(
-    hook: pluggy.HookCaller, registrar: Callable[[str], Callable[..., None]]
+    hook: pluggy.HookCaller,
+    registrar: Callable[[str], Callable[..., None]],
+    order: Mapping[str, int],
 ) -> None:
     """Call a registration hook through pluggy (so hook wrappers and tracing apply, as in
     pytest), with one `register` that tells which plugin's implementation is calling it:
-    conflicts and `iqstate plugins` name the plugin that registered each thing."""
+    conflicts and `iqstate plugins` name the plugin that registered each thing.
+
+    pluggy calls the last registered plugin first, so the calls are collected and applied
+    in the plugins' registration `order` (defaults first): a name belongs to the plugin
+    loaded first, and a conflict blames the newcomer, not the built-in."""
     owners = {impl.function.__code__: impl.plugin_name for impl in hook.get_hookimpls()}
-    registrars: dict[str, Callable[..., None]] = {}
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
     def register(*args: Any, **kwargs: Any) -> None:
-        plugin = _calling_plugin(owners)
+        calls.append((_calling_plugin(owners), args, kwargs))
+
+    hook(register=register)
+    registrars: dict[str, Callable[..., None]] = {}
+    for plugin, args, kwargs in sorted(calls, key=lambda call: order.get(call[0], len(order))):
         if plugin not in registrars:
             registrars[plugin] = registrar(plugin)
         registrars[plugin](*args, **kwargs)
-
-    hook(register=register)
 
 
 def _calling_plugin(owners: dict[Any, str]) -> str:

@@ -10,6 +10,8 @@ that iqstate or an installed plugin already uses.
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
 from collections.abc import Collection
 from pathlib import Path
 
@@ -21,6 +23,10 @@ PROJECT_NAMES = frozenset(
 """Engines and plugins of the iqstate project (`iqstate-<name>`), installed here or not."""
 
 _VALID = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+
+NOT_TEMPLATE = ("__pycache__", "*.pyc", "*.pyo")
+"""Files in a template folder that are not part of the template: byte code, which an
+installer writes next to the template's `.py` files when it compiles the wheel."""
 
 
 class ScaffoldError(IqstateError):
@@ -75,13 +81,17 @@ def render(name: str, output_dir: Path, template: Path | None, taken: Collection
         from cookiecutter.main import cookiecutter
     except ImportError:
         raise ScaffoldError("it needs cookiecutter: pip install 'iqstate[new-store]'") from None
-    try:
-        created = cookiecutter(
-            str(source),
-            no_input=True,
-            extra_context={"name": name, "hyphenated": engine},
-            output_dir=str(output_dir),
+    with tempfile.TemporaryDirectory(prefix="iqstate-template-") as scratch:
+        clean = shutil.copytree(
+            source, Path(scratch) / source.name, ignore=shutil.ignore_patterns(*NOT_TEMPLATE)
         )
-    except CookiecutterException as error:
-        raise ScaffoldError(f"cannot render {source}: {error}") from None
+        try:
+            created = cookiecutter(
+                str(clean),
+                no_input=True,
+                extra_context={"name": name, "hyphenated": engine},
+                output_dir=str(output_dir),
+            )
+        except CookiecutterException as error:
+            raise ScaffoldError(f"cannot render {source}: {error}") from None
     return Path(created)

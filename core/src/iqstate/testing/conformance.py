@@ -787,11 +787,8 @@ class StoreConformance:
             warnings.simplefilter("ignore", DeprecationWarning)
             run_state_machine_as_test(
                 machine,
-                settings=settings(
-                    max_examples=self.state_machine_examples,
-                    stateful_step_count=self.state_machine_steps,
-                    deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow],
+                settings=state_machine_settings(
+                    self.state_machine_examples, self.state_machine_steps
                 ),
             )
 
@@ -815,13 +812,23 @@ class StoreConformance:
         )
         run_state_machine_as_test(
             bound,
-            settings=settings(
-                max_examples=self.state_machine_examples,
-                stateful_step_count=self.state_machine_steps,
-                deadline=None,
-                suppress_health_check=[HealthCheck.too_slow],
-            ),
+            settings=state_machine_settings(self.state_machine_examples, self.state_machine_steps),
         )
+
+
+def state_machine_settings(examples: int, steps: int) -> settings:
+    """The state machines' settings: `examples` runs of up to `steps` steps, or more runs
+    when the active hypothesis profile asks for more than the `default` profile does (as
+    `--hypothesis-profile=long` does); the profile never shortens them."""
+    active = settings().max_examples
+    if active > settings.get_profile("default").max_examples:
+        examples = max(examples, active)
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
 
 
 CRASH_KEYS = 200
