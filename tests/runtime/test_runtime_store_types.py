@@ -278,6 +278,24 @@ def test_window_range_with_a_key_on_a_window_store(tmp_path: Path) -> None:
         ]
 
 
+def test_a_window_ending_past_the_latest_time_ends_at_it(tmp_path: Path, engine: str) -> None:
+    """As Kafka's window key schema does, a window whose end would overflow a long ends at
+    `Long.MAX_VALUE`, in every answer and announcement that names it."""
+    latest = (1 << 63) - 1
+    app = Application("windows", tmp_path / "app")
+    app.window_store("w", 1, 1_000, 1_000, value_serde="int64", engine=engine)
+    with app:
+        subscription = app.subscribe("w")
+        assert next(subscription).snapshot
+        with app.begin_batch() as batch:
+            batch.put("w", "k", 1, window_start=latest - 10)
+        window = Windowed("k", latest - 10, latest)
+        everything = WindowRangeQuery.with_window_start_range(-(1 << 63), latest)
+        assert ask(app, "w", everything) == [(window, 1)]
+        assert ask(app, "w", WindowRangeQuery.with_key("k")) == [(window, 1)]
+        assert [change.window for change in next(subscription).changes] == [(latest - 10, latest)]
+
+
 def test_a_put_the_versioned_store_drops_is_not_logged(tmp_path: Path) -> None:
     """A put older than the retention is dropped, and not logged either: logged under the
     kept version's key and time, compaction could keep it instead, and a replica restoring

@@ -17,6 +17,7 @@ from iqstate import (
     Assignment,
     Change,
     HostInfo,
+    InMemoryChangelog,
     InvalidCursorError,
     InvalidStateStorePartitionError,
     Position,
@@ -313,6 +314,48 @@ def test_a_fan_out_collects_no_garbage_where_collection_is_disabled(make_app: Ma
         gc.callbacks.remove(record)
         gc.enable()
     assert collections == []
+
+
+def test_puts_the_store_drops_as_too_old_are_neither_announced_nor_logged(
+    make_app: MakeApp,
+) -> None:
+    """A versioned, window or session store drops a put its retention is past (Kafka's
+    do too): a subscription announces only what the store kept, so the snapshot and the
+    changes after it add up to the store, and a replica following the changelog agrees."""
+    log = InMemoryChangelog()
+    app = make_app(changelog=log)
+    typed = {"value_serde": "int64", "logging": True}
+    app.versioned_key_value_store("v", 1, history_retention_ms=10, **typed)
+    app.window_store("w", 1, window_size_ms=1, retention_ms=10, **typed)
+    app.session_store("s", 1, retention_ms=10, **typed)
+    app.start()
+    subscriptions = {name: app.subscribe(name) for name in ("v", "w", "s")}
+    for subscription in subscriptions.values():
+        assert next(subscription).snapshot
+    with app.begin_batch(batch_id=1) as batch:  # each store's time moves to 30, then 5 is too old
+        batch.put("v", "a", 1, timestamp=30)
+        batch.put("v", "b", 2, timestamp=5)
+        batch.put("w", "a", 1, window_start=30)
+        batch.put("w", "b", 2, window_start=5)
+        batch.put("s", "a", 1, session=(29, 30))
+        batch.put("s", "b", 2, session=(4, 5))
+    with app.begin_batch(batch_id=2) as batch:  # nothing the stores keep
+        batch.put("v", "c", 3, timestamp=6)
+        batch.put("w", "c", 3, window_start=6)
+        batch.put("s", "c", 3, session=(5, 6))
+    with app.begin_batch(batch_id=3) as batch:
+        batch.put("v", "d", 4, timestamp=31)
+        batch.put("w", "d", 4, window_start=31)
+        batch.put("s", "d", 4, session=(30, 31))
+    announced = {
+        name: [[change.key for change in next(subscription).changes] for _ in range(2)]
+        for name, subscription in subscriptions.items()
+    }
+    assert announced == {name: [["a"], ["d"]] for name in ("v", "w", "s")}
+    for subscription in subscriptions.values():
+        assert subscription.poll() is None  # batch 2 changed nothing: not announced
+    logged = {part.topic.split("-")[-2]: len(log.records(part)) for part in log.partitions()}
+    assert logged == {"v": 2, "w": 2, "s": 2}  # a replica restores what the store kept
 
 
 def test_close_ends_an_iteration_that_waits(make_app: MakeApp) -> None:

@@ -21,7 +21,7 @@ from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import decode_window_key, encode_window_key
 from iqstate.layered_store import KeySpaceStore
 from iqstate.persistent import PersistentKeyValueStore
-from iqstate.queries import Windowed
+from iqstate.queries import Windowed, window_end
 from iqstate.serdes import Serdes
 from iqstate.store import WindowStore
 
@@ -72,6 +72,9 @@ class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
 
     def _expired(self, window_start: int) -> bool:
         return window_start <= self._stream_time - self._retention_ms
+
+    def keeps(self, window_start: int) -> bool:
+        return window_start > max(self._stream_time, window_start) - self._retention_ms
 
     def put(self, key: bytes, value: bytes | None, window_start: int) -> None:
         self._check_open()
@@ -131,7 +134,7 @@ class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
         for key, start in windows:
             value = self.key_value_store.get(_DATA + encode_window_key(key, start))
             if value is not None:
-                found.append((Windowed(key, start, start + size), value))
+                found.append((Windowed(key, start, window_end(start, size)), value))
         return KeyValueIterator(found)
 
     def approximate_num_entries(self) -> int:

@@ -209,6 +209,17 @@ class Windowed(Generic[K]):
     end_ms: int
 
 
+LATEST_MS = (1 << 63) - 1
+"""The latest time a window can end at (Kafka's `Long.MAX_VALUE`)."""
+
+
+def window_end(start_ms: int, size_ms: int) -> int:
+    """Where the window of `size_ms` from `start_ms` ends: at `LATEST_MS` when it would end
+    past it, as Kafka's window key schema truncates an end that overflows a long."""
+    end = start_ms + size_ms
+    return end if end <= LATEST_MS else LATEST_MS
+
+
 def _check_time_range(query: str, time_from: int, time_to: int) -> None:
     for label, value in (("time_from", time_from), ("time_to", time_to)):
         if isinstance(value, bool) or not isinstance(value, int):

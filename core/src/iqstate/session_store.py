@@ -86,6 +86,9 @@ class LayeredSessionStore(KeySpaceStore, SessionStore[bytes, bytes]):
     def _limit(self) -> int:
         return max(MIN_TIME, self._stream_time - self._retention)
 
+    def keeps(self, end_ms: int) -> bool:
+        return end_ms > max(MIN_TIME, max(self._stream_time, end_ms) - self._retention)
+
     def put(self, key: bytes, value: bytes | None, start_ms: int, end_ms: int) -> None:
         self._check_open()
         check_session(self.name, start_ms, end_ms)

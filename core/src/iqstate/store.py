@@ -220,6 +220,13 @@ class WindowStore(StateStore, Generic[K, V]):
     def put(self, key: K, value: V | None, window_start: int) -> None:
         """Set the value of `key` in the window starting at `window_start`; `None` deletes."""
 
+    @abstractmethod
+    def keeps(self, window_start: int) -> bool:
+        """Whether a put at `window_start` is kept now (False: with the stream time it
+        would set, the window is at or before `stream time - retention_ms` and the put
+        drops it, so a change-logging layer must not log it, nor a subscription announce
+        it)."""
+
     def put_all(self, entries: Iterable[tuple[K, int, V | None]]) -> None:
         """Apply many `(key, window_start, value)` puts in order."""
         for key, window_start, value in entries:
@@ -253,7 +260,8 @@ class VersionedKeyValueStore(StateStore, Generic[K, V]):
     @abstractmethod
     def keeps(self, timestamp: int) -> bool:
         """Whether a put at `timestamp` is kept now (False: it is older than the retention
-        and a put drops it, so a change-logging layer must not log it either)."""
+        and a put drops it, so a change-logging layer must not log it, nor a subscription
+        announce it)."""
 
     def put_all(self, entries: Iterable[tuple[K, int, V | None]]) -> None:
         """Apply many `(key, timestamp, value)` puts in order."""
@@ -295,6 +303,13 @@ class SessionStore(StateStore, Generic[K, V]):
     @abstractmethod
     def put(self, key: K, value: V | None, start_ms: int, end_ms: int) -> None:
         """Set the value of `key`'s session `[start_ms, end_ms]`; `None` removes it."""
+
+    @abstractmethod
+    def keeps(self, end_ms: int) -> bool:
+        """Whether a put of a session ending at `end_ms` is kept now (False: with the
+        stream time it would set, the session ended at or before `stream time -
+        retention_ms` and the put drops it, so a change-logging layer must not log it, nor
+        a subscription announce it)."""
 
     def put_all(self, entries: Iterable[tuple[K, int, int, V | None]]) -> None:
         """Apply many `(key, start_ms, end_ms, value)` puts in order."""

@@ -23,6 +23,7 @@ from iqstate.queries import (
     Windowed,
     WindowKeyQuery,
     WindowRangeQuery,
+    window_end,
 )
 from iqstate.results import QueryResult
 from iqstate.store import (
@@ -78,7 +79,10 @@ def answer_window_range_query(
         key = query.key
         return QueryResult.for_result(
             store.fetch(key, query.time_from, query.time_to).map(
-                lambda pair: (Windowed(key, pair[0], pair[0] + store.window_size_ms), pair[1])
+                lambda pair: (
+                    Windowed(key, pair[0], window_end(pair[0], store.window_size_ms)),
+                    pair[1],
+                )
             )
         )
     return QueryResult.for_result(store.fetch_all(query.time_from, query.time_to))

@@ -20,7 +20,7 @@ from iqstate.hookspecs import hookimpl
 from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import prefix_upper_bound
 from iqstate.position import TopicPartition
-from iqstate.queries import Windowed
+from iqstate.queries import Windowed, window_end
 from iqstate.store import KeyValueStore, WindowStore
 
 
@@ -148,6 +148,9 @@ class MemoryWindowStore(EngineStore, WindowStore[bytes, bytes]):
     def _expiry_limit(self) -> int:
         return self._observed_stream_time - self._retention_ms
 
+    def keeps(self, window_start: int) -> bool:
+        return window_start > max(self._observed_stream_time, window_start) - self._retention_ms
+
     def put(self, key: bytes, value: bytes | None, window_start: int) -> None:
         self._check_open()
         if window_start > self._observed_stream_time:
@@ -188,7 +191,10 @@ class MemoryWindowStore(EngineStore, WindowStore[bytes, bytes]):
             )
         )
         return KeyValueIterator(
-            [(Windowed(key, start, start + size), data[(key, start)]) for key, start in in_range]
+            [
+                (Windowed(key, start, window_end(start, size)), data[(key, start)])
+                for key, start in in_range
+            ]
         )
 
     def approximate_num_entries(self) -> int:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from itertools import compress
 from typing import Any, Generic, TypeVar
 
 from iqstate.context import StateStoreContext
 from iqstate.engine_store import EngineStore
 from iqstate.iterators import KeyValueIterator
+from iqstate.kept_puts import kept_puts
 from iqstate.keyspace import decode_window_key
 from iqstate.layers.caching import DEFAULT_CACHE_ENTRIES, CachingKeyValueStore
 from iqstate.layers.changelogging import (
@@ -213,6 +215,11 @@ class StoreChain(ABC, Generic[Top]):
     def write(self, entries: list[Any]) -> None:
         """Write serialized entries through the whole chain (a batch's writes)."""
 
+    def kept(self, entries: list[Any]) -> list[Any]:
+        """The entries of a batch about to be written that the store will keep (all of
+        them, unless its retention drops some): what a subscription announces."""
+        return entries
+
     @abstractmethod
     def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         """Write changelog `(key, value)` records into the engine, beneath the layers
@@ -261,6 +268,16 @@ class WindowStoreChain(StoreChain[MeteredWindowStore[Any, Any]]):
 
     def write(self, entries: list[tuple[bytes, int, bytes | None]]) -> None:
         self.typed.put_all_serialized(entries)
+
+    def kept(self, entries: list[tuple[bytes, int, bytes | None]]) -> list[Any]:
+        engine: Any = self.engine
+        flags = kept_puts(
+            [window_start for _, window_start, _ in entries],
+            engine.keeps,
+            engine.retention_ms,
+            kept_at_boundary=False,
+        )
+        return entries if flags is None else list(compress(entries, flags))
 
     def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         windows = []
@@ -365,6 +382,16 @@ class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
     def write(self, entries: list[tuple[bytes, bytes | None]]) -> None:
         self.typed.put_all_serialized([decode_version_record(k, v) for k, v in entries])
 
+    def kept(self, entries: list[tuple[bytes, bytes | None]]) -> list[Any]:
+        engine: Any = self.engine
+        flags = kept_puts(
+            [decode_version_record(k, v)[1] for k, v in entries],
+            engine.keeps,
+            engine.history_retention_ms,
+            kept_at_boundary=True,
+        )
+        return entries if flags is None else list(compress(entries, flags))
+
     def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         engine: Any = self.engine
         engine.put_all([decode_version_record(k, v) for k, v in records])
@@ -376,6 +403,16 @@ class SessionStoreChain(StoreChain[MeteredSessionStore[Any, Any]]):
 
     def write(self, entries: list[tuple[bytes, bytes | None]]) -> None:
         self.typed.put_all_serialized([_session_of(key, value) for key, value in entries])
+
+    def kept(self, entries: list[tuple[bytes, bytes | None]]) -> list[Any]:
+        engine: Any = self.engine
+        flags = kept_puts(
+            [decode_session_key(key)[2] for key, _ in entries],
+            engine.keeps,
+            engine.retention_ms,
+            kept_at_boundary=False,
+        )
+        return entries if flags is None else list(compress(entries, flags))
 
     def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         engine: Any = self.engine

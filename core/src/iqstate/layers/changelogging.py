@@ -97,7 +97,8 @@ class ChangeLoggingKeyValueStore(
 class ChangeLoggingWindowStore(
     WrappedStore[WindowStore[bytes, bytes]], _ChangeLogging, WindowStore[bytes, bytes]
 ):
-    """Logs window writes with the key `key + window start` (see `iqstate.keyspace`)."""
+    """Logs the window writes the store keeps, with the key `key + window start` (see
+    `iqstate.keyspace`); a window already expired is dropped by the store and not logged."""
 
     kind = "logging.window"
 
@@ -113,13 +114,21 @@ class ChangeLoggingWindowStore(
     def retention_ms(self) -> int:
         return self.wrapped.retention_ms
 
+    def keeps(self, window_start: int) -> bool:
+        return self.wrapped.keeps(window_start)
+
     def put(self, key: bytes, value: bytes | None, window_start: int) -> None:
+        kept = self.wrapped.keeps(window_start)  # a dropped window is not logged either
         self.wrapped.put(key, value, window_start)
-        self._writer.send(
-            ChangelogRecord(
-                self._changelog, encode_window_key(key, window_start), value, self.wrapped.position
+        if kept:
+            self._writer.send(
+                ChangelogRecord(
+                    self._changelog,
+                    encode_window_key(key, window_start),
+                    value,
+                    self.wrapped.position,
+                )
             )
-        )
 
     def fetch(self, key: bytes, time_from: int, time_to: int) -> KeyValueIterator[int, bytes]:
         return self.wrapped.fetch(key, time_from, time_to)
@@ -181,7 +190,8 @@ class ChangeLoggingVersionedStore(
 class ChangeLoggingSessionStore(
     WrappedStore[SessionStore[bytes, bytes]], _ChangeLogging, SessionStore[bytes, bytes]
 ):
-    """Logs session writes with the key `key + start + end` (`encode_session_key`)."""
+    """Logs the session writes the store keeps, with the key `key + start + end`
+    (`encode_session_key`); a session already expired is dropped by the store and not logged."""
 
     kind = "logging.session"
 
@@ -193,16 +203,21 @@ class ChangeLoggingSessionStore(
     def retention_ms(self) -> int:
         return self.wrapped.retention_ms
 
+    def keeps(self, end_ms: int) -> bool:
+        return self.wrapped.keeps(end_ms)
+
     def put(self, key: bytes, value: bytes | None, start_ms: int, end_ms: int) -> None:
+        kept = self.wrapped.keeps(end_ms)  # an expired session is not logged either
         self.wrapped.put(key, value, start_ms, end_ms)
-        self._writer.send(
-            ChangelogRecord(
-                self._changelog,
-                encode_session_key(key, start_ms, end_ms),
-                value,
-                self.wrapped.position,
+        if kept:
+            self._writer.send(
+                ChangelogRecord(
+                    self._changelog,
+                    encode_session_key(key, start_ms, end_ms),
+                    value,
+                    self.wrapped.position,
+                )
             )
-        )
 
     def fetch_sessions(
         self, key: bytes | None, time_from: int, time_to: int

@@ -272,6 +272,9 @@ class MeteredWindowStore(SerdeLayer[WindowStore[bytes, bytes], K, V], WindowStor
     def retention_ms(self) -> int:
         return self.wrapped.retention_ms
 
+    def keeps(self, window_start: int) -> bool:
+        return self.wrapped.keeps(window_start)
+
     def put(self, key: K, value: V | None, window_start: int) -> None:
         start = _now()
         self.wrapped.put(self.encode_key(key), self.encode_value(value), window_start)

@@ -323,6 +323,8 @@ class HostedPartition:
             chain = self.chain
             if position is not None:
                 chain.update_position(position)
+            feed = self.changes
+            announced = chain.kept(entries) if feed.live and entries else entries
             if entries:
                 chain.write(entries)
             changes: dict[TopicPartition, int | None] = {}
@@ -332,9 +334,8 @@ class HostedPartition:
                 if end is not None:
                     changes[self.changelog_partition] = end
             self._commit(batch_id, changes)
-            feed = self.changes
             if feed.live:
-                feed.publish(entries, chain.position)
+                feed.publish(announced, chain.position)
             return True
 
     def _commit(self, batch_id: int | None, changes: dict[TopicPartition, int | None]) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from iqstate.keyspace import decode_window_key, prefix_upper_bound
 from iqstate.layers.chain import StoreChain
+from iqstate.queries import window_end
 from iqstate.runtime.spec import StoreSpec
 from iqstate.serdes import Serdes
 from iqstate.session_store import decode_session_key, encode_session_key
@@ -56,7 +57,9 @@ def decoder_for(spec: StoreSpec) -> Decoder:
                 key, start, value = entry
             else:
                 (key, start), value = decode_window_key(entry[0]), entry[1]
-            return key, Change(key_of(key), value_of(value), window=(start, start + size))
+            return key, Change(
+                key_of(key), value_of(value), window=(start, window_end(start, size))
+            )
 
         return windowed
     if kind == "versioned_key_value":

@@ -549,6 +549,8 @@ class StoreConformance:
         store.put(b"k", b"old", 0)
         store.put(b"k", b"new", RETENTION_MS + 5_000)
         assert list(store.fetch(b"k", 0, 10 * RETENTION_MS)) == [(RETENTION_MS + 5_000, b"new")]
+        assert not store.keeps(1_000), "keeps says which puts the store drops"
+        assert store.keeps(5_001) and not store.keeps(5_000)  # the limit is itself expired
         store.put(b"k", b"late", 1_000)
         assert list(store.fetch(b"k", 0, 2_000)) == [], "a window already expired is not stored"
 
@@ -651,6 +653,7 @@ class StoreConformance:
             "the current version is provable at any time after it started (Kafka's rule)"
         )
         assert store.get(b"k", 100) == VersionedRecord(b"mid", 50, None)
+        assert store.keeps(100) and not store.keeps(99), "keeps says which puts are dropped"
         store.put(b"k", b"late", 99)  # older than the retention: dropped
         assert store.get(b"k") == VersionedRecord(b"mid", 50, None)
         store.put(b"k", b"new", 150)
@@ -748,6 +751,8 @@ class StoreConformance:
         store = open_session()
         store.put(b"k", b"old", 0, 1_000)
         store.put(b"k", b"new", 10_500, 11_000)  # stream time 11,000: ends at <= 1,000 go
+        assert not store.keeps(900), "keeps says which puts the store drops"
+        assert store.keeps(11_000 - RETENTION_MS + 1) and not store.keeps(11_000 - RETENTION_MS)
         store.put(b"k", b"late", 500, 900)  # dropped as it arrives
         with store.fetch_sessions(None, MIN_TIME, 1 << 40) as sessions:
             assert list(sessions) == [(Windowed(b"k", 10_500, 11_000), b"new")]

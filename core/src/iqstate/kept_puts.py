@@ -1,0 +1,47 @@
+"""Which puts of a batch a store with a retention keeps: what a subscription announces.
+
+Window, session and versioned stores drop a put whose time is too far behind the newest
+time they have seen (Kafka's stores drop them too), so announcing a batch's entries as they
+were written would announce changes the store never made. The store's `keeps(time)` answers
+for its state before the batch; within the batch, each put's time raises the stream time
+the later ones are judged against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+
+def kept_puts(
+    times: Sequence[int],
+    keeps: Callable[[int], bool],
+    retention_ms: int,
+    *,
+    kept_at_boundary: bool,
+) -> list[bool] | None:
+    """For puts at `times` applied in order, whether the store keeps each; None when it
+    keeps them all (the usual case, told apart in one pass).
+
+    A put is kept when `keeps` says so (the stream time before the batch) and its time is
+    within `retention_ms` of every earlier time of the batch: `kept_at_boundary` says
+    whether a time exactly `retention_ms` behind is (versioned stores) or not (window and
+    session stores)."""
+    if not times:
+        return None
+    oldest, newest_of_all = min(times), max(times)
+    behind = newest_of_all - oldest
+    if keeps(oldest) and (behind <= retention_ms if kept_at_boundary else behind < retention_ms):
+        return None  # `keeps` rises with the time: the oldest kept, all are
+    flags: list[bool] = []
+    newest: int | None = None
+    dropped = False
+    for time in times:
+        kept = keeps(time) and (
+            newest is None
+            or (time >= newest - retention_ms if kept_at_boundary else time > newest - retention_ms)
+        )
+        flags.append(kept)
+        dropped = dropped or not kept
+        if newest is None or time > newest:
+            newest = time
+    return flags if dropped else None
