@@ -32,6 +32,7 @@ from iqstate import (
     StreamsStoppedError,
     TopicPartition,
     UnknownStateStoreError,
+    ValueAndTimestamp,
     Windowed,
 )
 from iqstate.runtime import partition_for_bytes
@@ -99,6 +100,32 @@ def test_window_facade(make_app: MakeApp) -> None:
             (Windowed("b", 10, 20), 3),
         ]
         assert len(list(windows.all())) == 3
+
+
+def test_a_timestamped_store_read_as_a_key_value_store_has_plain_values(
+    make_app: MakeApp,
+) -> None:
+    """As in Kafka: `key_value_store()` strips the timestamps, as IQv2's `KeyQuery` does;
+    `timestamped_key_value_store()` keeps them, and refuses a plain store."""
+    app = make_app()
+    app.timestamped_key_value_store("prices", 2, value_serde="float64")
+    app.key_value_store("plain", 1)
+    with app:
+        with app.begin_batch() as batch:
+            batch.put("prices", "AAPL", 1.5, timestamp=5)
+            batch.put("prices", "MSFT", 2.5, timestamp=7)
+        plain = app.store(StoreQueryParameters.from_name_and_type("prices", KV))
+        assert plain.get("AAPL") == 1.5
+        assert plain.get("NONE") is None
+        assert sorted(plain.range("A", "Z")) == [("AAPL", 1.5), ("MSFT", 2.5)]
+        assert sorted(plain.all()) == [("AAPL", 1.5), ("MSFT", 2.5)]
+        timestamped_type = QueryableStoreTypes.timestamped_key_value_store()
+        stamped = app.store(StoreQueryParameters.from_name_and_type("prices", timestamped_type))
+        assert stamped.get("MSFT") == ValueAndTimestamp(2.5, 7)
+        with pytest.raises(
+            InvalidStateStoreError, match=r"\[timestamped_key_value\].*\[key_value\]"
+        ):
+            app.store(StoreQueryParameters.from_name_and_type("plain", timestamped_type))
 
 
 def test_facade_errors(make_app: MakeApp, two_hosts: StaticAssignment) -> None:

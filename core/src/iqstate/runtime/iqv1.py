@@ -14,9 +14,15 @@ from typing import Any, Generic, TypeVar
 
 from iqstate.errors import InvalidStateStoreError
 from iqstate.iterators import KeyValueIterator
-from iqstate.queries import Windowed
+from iqstate.queries import ValueAndTimestamp, Windowed
 from iqstate.runtime.hosted import HostedPartition
-from iqstate.runtime.spec import KeyValueStoreSpec, StoreSpec, StoreType, WindowStoreSpec
+from iqstate.runtime.spec import (
+    KeyValueStoreSpec,
+    StoreSpec,
+    StoreType,
+    TimestampedKeyValueStoreSpec,
+    WindowStoreSpec,
+)
 from iqstate.serdes import encoding_error
 
 T = TypeVar("T")
@@ -48,7 +54,13 @@ class QueryableStoreTypes:
 
     @staticmethod
     def key_value_store() -> QueryableStoreType[CompositeReadOnlyKeyValueStore]:
-        return QueryableStoreType(KeyValueStoreSpec, CompositeReadOnlyKeyValueStore)
+        """A key-value store; a timestamped one is read without its timestamps, as in Kafka."""
+        return QueryableStoreType(KeyValueStoreSpec, key_value_facade)
+
+    @staticmethod
+    def timestamped_key_value_store() -> QueryableStoreType[CompositeReadOnlyKeyValueStore]:
+        """A timestamped key-value store, its values `ValueAndTimestamp`."""
+        return QueryableStoreType(TimestampedKeyValueStoreSpec, CompositeReadOnlyKeyValueStore)
 
     @staticmethod
     def window_store() -> QueryableStoreType[CompositeReadOnlyWindowStore]:
@@ -159,6 +171,31 @@ class CompositeReadOnlyKeyValueStore(_Composite):
             self._read(hosted, lambda store: store.approximate_num_entries())
             for hosted in self._partitions()
         )
+
+
+class TimestampsStrippedKeyValueStore(CompositeReadOnlyKeyValueStore):
+    """A timestamped store read as a plain key-value store: its values without their
+    timestamps (Kafka's facade for a timestamped store asked for as `keyValueStore()`)."""
+
+    def get(self, key: Any) -> Any:
+        found = super().get(key)
+        return None if found is None else found.value
+
+    def _concatenate(
+        self, open_one: Callable[[Any], KeyValueIterator[Any, Any]]
+    ) -> KeyValueIterator[Any, Any]:
+        return super()._concatenate(open_one).map(_without_timestamp)
+
+
+def _without_timestamp(pair: tuple[Any, ValueAndTimestamp[Any]]) -> tuple[Any, Any]:
+    return pair[0], pair[1].value
+
+
+def key_value_facade(spec: StoreSpec, resolve: PartitionResolver) -> CompositeReadOnlyKeyValueStore:
+    """The facade `QueryableStoreTypes.key_value_store()` gives for `spec`."""
+    if isinstance(spec, TimestampedKeyValueStoreSpec):
+        return TimestampsStrippedKeyValueStore(spec, resolve)
+    return CompositeReadOnlyKeyValueStore(spec, resolve)
 
 
 class CompositeReadOnlyWindowStore(_Composite):
