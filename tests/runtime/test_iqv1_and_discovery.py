@@ -212,6 +212,8 @@ def test_metadata_across_instances(make_app: MakeApp, two_hosts: StaticAssignmen
             app.query_metadata_for_key("s", "x", partitioner=lambda key, n: 2)
         with pytest.raises(ValueError, match="None"):
             app.query_metadata_for_key("s", None)
+        with pytest.raises(SerializationError, match="store 's': serde int64 cannot encode"):
+            app.query_metadata_for_key("s", "k", serializer=Serdes.int64())
 
 
 def test_lags_from_the_changelog_and_the_provider(

@@ -30,7 +30,9 @@ def check_timestamp(store: str, timestamp: Any) -> int:
     """`timestamp` if it is an int of ms in the signed 64-bit range; an error naming the
     store otherwise."""
     if isinstance(timestamp, bool) or not isinstance(timestamp, int):
-        raise TypeError(f"store {store!r}: put needs timestamp=<ms> (an int), got {timestamp!r}")
+        raise TypeError(
+            f"store {store!r}: put and delete need timestamp=<ms> (an int), got {timestamp!r}"
+        )
     if not MIN_MS <= timestamp <= MAX_MS:
         raise ValueError(
             f"store {store!r}: timestamp={timestamp} is outside the signed 64-bit range of ms"

@@ -554,7 +554,8 @@ class Application:
             )
         raise StreamsStoppedError(
             f"Cannot {what}: the application has been stopped ({state.name}) and can no "
-            "longer serve queries."
+            "longer serve queries or take writes; a new Application on the same state "
+            "directory can."
         )
 
     def _spec(self, name: str) -> StoreSpec:

@@ -22,7 +22,7 @@ from iqstate.runtime.metadata import (
 from iqstate.runtime.partitioner import Partitioner, partition_function
 from iqstate.runtime.partitions import HostedPartitions, changelog_partition
 from iqstate.runtime.spec import StoreSpec
-from iqstate.serdes import Serde
+from iqstate.serdes import Serde, encoding_error
 
 
 class MetadataState:
@@ -72,11 +72,16 @@ class MetadataState:
         if partitioner is not None:
             choose = partition_function(spec.name, spec.partitions, partitioner)
             partition = choose(key, b"")  # a partitioner reads the key, never its bytes
-        elif serializer is not None:
-            choose = partition_function(spec.name, spec.partitions, None)
-            partition = choose(key, serializer.serialize(key))
         else:
-            partition = spec.partition_of(key, spec.key_serde.serialize(key))
+            serde = spec.key_serde if serializer is None else serializer
+            try:
+                key_bytes = serde.serialize(key)
+            except Exception as exc:
+                raise encoding_error(spec.name, serde, key, "key", exc) from exc
+            if serializer is None:
+                partition = spec.partition_of(key, key_bytes)
+            else:
+                partition = partition_function(spec.name, spec.partitions, None)(key, key_bytes)
         active = HostInfo.unavailable()
         standbys: set[HostInfo] = set()
         for host, assignment in self._assignment.cluster().items():

@@ -201,8 +201,8 @@ class WindowStoreSpec(StoreSpec):
         window_start = put.window_start
         if isinstance(window_start, bool) or not isinstance(window_start, int):
             raise TypeError(
-                f"store {self.name!r} is a window store: put needs window_start=<ms> (an int), "
-                f"got {window_start!r}"
+                f"store {self.name!r} is a window store: put and delete need "
+                f"window_start=<ms> (an int), got {window_start!r}"
             )
         return key_bytes, window_start, value_bytes
 
@@ -314,8 +314,8 @@ class SessionStoreSpec(StoreSpec):
         session = put.session
         if not isinstance(session, tuple) or len(session) != 2:
             raise TypeError(
-                f"store {self.name!r} is a session store: put needs session=(start_ms, end_ms), "
-                f"got {session!r}"
+                f"store {self.name!r} is a session store: put and delete need "
+                f"session=(start_ms, end_ms), got {session!r}"
             )
         start, end = session
         check_session(self.name, start, end)
