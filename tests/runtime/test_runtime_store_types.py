@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from iqstate import (
     Application,
+    FailureReason,
     InMemoryChangelog,
     KeyQuery,
     MultiVersionedKeyQuery,
@@ -28,6 +29,7 @@ from iqstate import (
     VersionedRangeQuery,
     VersionedRecord,
     Windowed,
+    WindowKeyQuery,
     WindowRangeQuery,
 )
 from iqstate.testing.type_models import SessionModel, VersionedModel
@@ -282,6 +284,25 @@ def test_window_range_with_a_key_on_a_window_store(tmp_path: Path) -> None:
             (Windowed("a", 0, 10), 1),
             (Windowed("a", 20, 30), 2),
         ]
+
+
+def test_a_query_no_layer_answers_names_the_store_and_what_its_layers_answer(
+    tmp_path: Path,
+) -> None:
+    """UNKNOWN_QUERY_TYPE names the store as declared and the query types any of its layers
+    answers: a timestamped store's come from its top layer, not from the engine beneath."""
+    app = Application("unknown", tmp_path / "app")
+    app.timestamped_key_value_store("prices", 1, value_serde="float64")
+    with app:
+        request = StateQueryRequest.in_store("prices").with_query(
+            WindowKeyQuery.with_key_and_window_start_range("a", 0, 1)
+        )
+        failed = app.query(request).partition_results[0]
+        assert failed.failure_reason is FailureReason.UNKNOWN_QUERY_TYPE
+        assert "(metered.timestamped_key_value store 'prices')" in failed.failure_message
+        assert "TimestampedKeyQuery" in failed.failure_message
+        assert "TimestampedRangeQuery" in failed.failure_message
+        assert failed.position == Position.empty()
 
 
 def test_a_window_ending_past_the_latest_time_ends_at_it(tmp_path: Path, engine: str) -> None:

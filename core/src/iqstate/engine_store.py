@@ -104,6 +104,9 @@ class EngineStore(StateStore):
         """Whether this store has a handler for `query_type`."""
         return query_type in self._handlers
 
+    def query_types(self) -> frozenset[type]:
+        return frozenset(self._handlers)
+
     @property
     def key_query_is_get(self) -> bool:
         """True iff a `KeyQuery` here is answered exactly as `get(key)` at

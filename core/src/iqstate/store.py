@@ -103,6 +103,10 @@ class StateStore(ABC):
         result.position = self.position
         return result
 
+    def query_types(self) -> frozenset[type]:
+        """The query types this store answers itself (a layer: not those it passes down)."""
+        return frozenset()
+
     @property
     @abstractmethod
     def position(self) -> Position:

@@ -43,7 +43,7 @@ from iqstate.queries import (
     VersionedKeyQuery,
     VersionedRangeQuery,
 )
-from iqstate.results import QueryResult, success_of
+from iqstate.results import FailureReason, QueryResult, success_of
 from iqstate.serdes import BytesSerde, Serde
 from iqstate.session_store import decode_session_key
 from iqstate.store import (
@@ -69,6 +69,7 @@ Top = TypeVar(
 )
 
 _UNBOUNDED = PositionBound.unbounded()
+_UNKNOWN_QUERY_TYPE = FailureReason.UNKNOWN_QUERY_TYPE
 _VERSIONED_RANGES = (VersionedRangeQuery, LimitedVersionedRangeQuery)
 
 
@@ -160,7 +161,21 @@ class StoreChain(ABC, Generic[Top]):
     # -- reading -------------------------------------------------------------------------------
 
     def query(self, query: Query[R], bound: PositionBound, config: QueryConfig) -> QueryResult[R]:
-        return self.typed.query(query, bound, config)
+        result = self.typed.query(query, bound, config)
+        if result.is_success or result.failure_reason is not _UNKNOWN_QUERY_TYPE:
+            return result
+        return self._unknown(query, result)
+
+    def _unknown(self, query: Query[R], failed: QueryResult[R]) -> QueryResult[R]:
+        """The failure for a query no layer answers, naming the store as the caller sees it
+        (its top layer) and every query type one of its layers answers (the engine, which
+        failed it, knows only its own)."""
+        answered = set(self.engine.query_types())
+        for layer in (self.typed, *self._between):
+            answered.update(layer.query_types())
+        result: QueryResult[R] = QueryResult.for_unknown_query_type(query, self.typed, answered)
+        result.position = failed.position
+        return result
 
     def _can_fuse_key_lookup(self) -> bool:
         engine = self.engine
@@ -350,7 +365,7 @@ class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
     def query(self, query: Query[R], bound: PositionBound, config: QueryConfig) -> QueryResult[R]:
         if self._fused_ranges and type(query) in _VERSIONED_RANGES:
             return self._fused_range(query, bound, config)
-        return self.typed.query(query, bound, config)
+        return super().query(query, bound, config)
 
     def _fused_range(
         self, query: Any, bound: PositionBound, config: QueryConfig

@@ -75,6 +75,9 @@ class WrappedStore(StateStore, Generic[S]):
         """Whether this layer answers `query_type` itself (else it passes it down)."""
         return query_type in self._handlers
 
+    def query_types(self) -> frozenset[type]:
+        return frozenset(self._handlers)
+
     @property
     def manages_offsets(self) -> bool:
         return self.wrapped.manages_offsets
