@@ -24,6 +24,7 @@ from iqstate import (
     InMemoryChangelog,
     KeyQuery,
     LostStateError,
+    PluginError,
     Position,
     RangeQuery,
     StateQueryRequest,
@@ -62,6 +63,7 @@ class TestEngines:
     def iqstate_register_engines(self, register: Any) -> None:
         register(Engine("nonatomic", NonAtomicRocksDB, persistent=True))
         register(Engine("recording", ContextRecordingStore))
+        register(Engine("claims-persistence", MemoryKeyValueStore, persistent=True))
 
     @hookimpl
     def iqstate_register_query_handlers(self, register: Any) -> None:
@@ -154,6 +156,22 @@ def test_crashed_store_without_atomic_commits_is_rebuilt_from_its_changelog(
 
 
 # -- item 3: partitions that lost their files -----------------------------------------------
+
+
+def test_an_engine_whose_persistence_flag_its_stores_contradict_is_refused_by_name(
+    tmp_path: Path,
+) -> None:
+    """An engine registered as persistent over an in-memory store would keep nothing on
+    disk while the runtime records committed partitions: the next start would report the
+    files deleted. The mismatch is refused at start, naming the engine and its store."""
+    app = make_app(tmp_path, "claims-persistence")
+    claim = "engine 'claims-persistence' of plugin 'durability-test' is registered with "
+    contradiction = (
+        "persistent=True, but its store memory.key_value store 's' says persistent=False"
+    )
+    with pytest.raises(PluginError, match=claim + contradiction):
+        app.start()
+    assert app.state is AppState.ERROR
 
 
 @pytest.mark.parametrize("engine", ["rocksdb", "lmdb", "sqlite"])

@@ -10,10 +10,11 @@ from typing import Any, TypeVar
 
 from iqstate.changelog import ChangelogReader, ChangelogWriter
 from iqstate.context import StateStoreContext
-from iqstate.errors import ClosedStoreError, CorruptStateError, LostStateError
+from iqstate.errors import ClosedStoreError, CorruptStateError, LostStateError, PluginError
 from iqstate.layers.chain import StoreChain
 from iqstate.persistent import UncleanShutdownError
 from iqstate.position import Position, TopicPartition
+from iqstate.results import describe_store
 from iqstate.runtime.assignment import PartitionRole
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.durations import Durations
@@ -98,6 +99,7 @@ class HostedPartition:
             self._set_aside(untrusted)
             self.chain = self.spec.build()
             self.chain.init(self.context)
+        self._check_persistence_claim()
         self._offsets = OffsetKeeper(self.chain, self.context.directory)
         self._offsets.load()
         self.fence = self._offsets.committed_offset(self.fence_partition)
@@ -114,6 +116,23 @@ class HostedPartition:
             self.rebuilt = True
         if self._changelog is not None:
             self._restore(self._changelog)
+
+    def _check_persistence_claim(self) -> None:
+        """An engine registered as persistent must build stores that keep their data (the
+        runtime records which partitions committed data, and refuses to start one that
+        lost it); the reverse would keep nothing on disk a restart could find."""
+        engine = self.spec.engine
+        if self.chain.persistent == engine.persistent:
+            return
+        self.chain.close()
+        plugin = f" of plugin {engine.plugin!r}" if engine.plugin else ""
+        owner = f"engine {engine.name!r}{plugin}"
+        raise PluginError(
+            f"store {self.spec.name!r}: {owner} is registered with persistent="
+            f"{engine.persistent}, but its store {describe_store(self.chain.engine)} says "
+            f"persistent={self.chain.persistent}; the Engine's persistent flag must match "
+            "its stores"
+        )
 
     def _holds_nothing(self) -> bool:
         return (
