@@ -27,12 +27,13 @@ from iqstate import (
     UnknownStateStoreError,
 )
 from iqstate.context import StateStoreContext
+from iqstate.keyspace import encode_window_key
 from iqstate.plugins import default_registry
 from iqstate.position import TopicPartition
 from iqstate.runtime import ACTIVE
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.hosted import HostedPartition
-from iqstate.runtime.spec import StoreSpec
+from iqstate.runtime.spec import PutExtras, StoreSpec
 from iqstate.subscriptions.filters import KeyFilter
 from iqstate.subscriptions.subscription import Subscription
 
@@ -486,6 +487,49 @@ def test_a_replica_following_a_changelog_publishes_whole_batches(tmp_path: Path)
             ).poll()
             == batch
         )
+    finally:
+        hosted.close()
+
+
+@pytest.mark.parametrize("kind", ["window", "session", "versioned"])
+def test_a_replica_announces_only_the_records_its_store_keeps(tmp_path: Path, kind: str) -> None:
+    """In distributed mode the writer logs a batch's entries as they are: each replica,
+    restoring them, announces only what its store kept, as a local active does, and a
+    unit cut short holds only those too."""
+    app = Application("app", tmp_path)
+    spec = {
+        "window": lambda: app.window_store("t", 1, 1, 10, value_serde="int64"),
+        "session": lambda: app.session_store("t", 1, 10, value_serde="int64"),
+        "versioned": lambda: app.versioned_key_value_store("t", 1, 10, value_serde="int64"),
+    }[kind]()
+    extras = {
+        "window": lambda time: PutExtras(window_start=time),
+        "session": lambda time: PutExtras(session=(time - 1, time)),
+        "versioned": lambda time: PutExtras(timestamp=time),
+    }[kind]
+
+    def record(key: str, value: int, time: int) -> tuple[bytes, bytes | None]:
+        entry = spec.entry(
+            spec.key_serde.serialize(key), spec.value_serde.serialize(value), extras(time)
+        )
+        if len(entry) == 3:  # a window entry: its changelog key carries the window start
+            return encode_window_key(entry[0], entry[1]), entry[2]
+        return entry  # type: ignore[return-value]
+
+    hosted = followed_replica(spec, tmp_path / "app")
+    try:
+        subscription = Subscription(
+            "app", spec, {0: hosted}, keys=KeyFilter.build(spec, None, None, None, None)
+        )
+        assert next(subscription).snapshot
+        at_1 = Position.from_map({"t": {0: 1}})
+        hosted.apply_changelog([record("a", 1, 30), record("b", 2, 5)], 1, at_1, 3)
+        assert [change.key for change in next(subscription).changes] == ["a"]
+        hosted.apply_changelog([record("c", 3, 6), record("d", 4, 31)], None, None, 5)  # cut short
+        hosted.apply_changelog([record("e", 5, 7)], 2, Position.from_map({"t": {0: 2}}), 7)
+        assert [change.key for change in next(subscription).changes] == ["d"]
+        hosted.apply_changelog([record("f", 6, 8)], 3, Position.from_map({"t": {0: 3}}), 9)
+        assert subscription.poll() is None  # nothing kept: nothing announced
     finally:
         hosted.close()
 

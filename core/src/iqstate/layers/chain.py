@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from itertools import compress
 from typing import Any, Generic, TypeVar
 
 from iqstate.context import StateStoreContext
@@ -230,10 +229,14 @@ class StoreChain(ABC, Generic[Top]):
     def write(self, entries: list[Any]) -> None:
         """Write serialized entries through the whole chain (a batch's writes)."""
 
-    def kept(self, entries: list[Any]) -> list[Any]:
-        """The entries of a batch about to be written that the store will keep (all of
-        them, unless its retention drops some): what a subscription announces."""
-        return entries
+    def kept_entries(self, entries: list[Any]) -> list[bool] | None:
+        """For a batch's entries about to be written, whether the store keeps each; None
+        when it keeps them all (its retention drops none): what a subscription announces."""
+        return None
+
+    def kept_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[bool] | None:
+        """`kept_entries` for changelog records about to be restored."""
+        return None
 
     @abstractmethod
     def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
@@ -284,15 +287,15 @@ class WindowStoreChain(StoreChain[MeteredWindowStore[Any, Any]]):
     def write(self, entries: list[tuple[bytes, int, bytes | None]]) -> None:
         self.typed.put_all_serialized(entries)
 
-    def kept(self, entries: list[tuple[bytes, int, bytes | None]]) -> list[Any]:
+    def kept_entries(self, entries: list[tuple[bytes, int, bytes | None]]) -> list[bool] | None:
+        return self._kept_at([window_start for _, window_start, _ in entries])
+
+    def kept_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[bool] | None:
+        return self._kept_at([decode_window_key(key)[1] for key, _ in records])
+
+    def _kept_at(self, window_starts: list[int]) -> list[bool] | None:
         engine: Any = self.engine
-        flags = kept_puts(
-            [window_start for _, window_start, _ in entries],
-            engine.keeps,
-            engine.retention_ms,
-            kept_at_boundary=False,
-        )
-        return entries if flags is None else list(compress(entries, flags))
+        return kept_puts(window_starts, engine.keeps, engine.retention_ms, kept_at_boundary=False)
 
     def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         windows = []
@@ -397,15 +400,17 @@ class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
     def write(self, entries: list[tuple[bytes, bytes | None]]) -> None:
         self.typed.put_all_serialized([decode_version_record(k, v) for k, v in entries])
 
-    def kept(self, entries: list[tuple[bytes, bytes | None]]) -> list[Any]:
+    def kept_entries(self, entries: list[tuple[bytes, bytes | None]]) -> list[bool] | None:
+        return self.kept_records(entries)  # a batch's entries are changelog records
+
+    def kept_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[bool] | None:
         engine: Any = self.engine
-        flags = kept_puts(
-            [decode_version_record(k, v)[1] for k, v in entries],
+        return kept_puts(
+            [decode_version_record(k, v)[1] for k, v in records],
             engine.keeps,
             engine.history_retention_ms,
             kept_at_boundary=True,
         )
-        return entries if flags is None else list(compress(entries, flags))
 
     def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         engine: Any = self.engine
@@ -419,15 +424,17 @@ class SessionStoreChain(StoreChain[MeteredSessionStore[Any, Any]]):
     def write(self, entries: list[tuple[bytes, bytes | None]]) -> None:
         self.typed.put_all_serialized([_session_of(key, value) for key, value in entries])
 
-    def kept(self, entries: list[tuple[bytes, bytes | None]]) -> list[Any]:
+    def kept_entries(self, entries: list[tuple[bytes, bytes | None]]) -> list[bool] | None:
+        return self.kept_records(entries)  # a batch's entries are changelog records
+
+    def kept_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[bool] | None:
         engine: Any = self.engine
-        flags = kept_puts(
-            [decode_session_key(key)[2] for key, _ in entries],
+        return kept_puts(
+            [decode_session_key(key)[2] for key, _ in records],
             engine.keeps,
             engine.retention_ms,
             kept_at_boundary=False,
         )
-        return entries if flags is None else list(compress(entries, flags))
 
     def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         engine: Any = self.engine

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from itertools import compress
 from typing import Any, TypeVar
 
 from iqstate.changelog import ChangelogReader, ChangelogWriter
@@ -207,6 +208,7 @@ class HostedPartition:
                 return
             # where subscriptions' positions start from, read only when some follow here
             before = self.chain.position if self.changes.live else None
+            kept = self.chain.kept_records(entries) if before is not None and entries else None
             if entries:
                 self.chain.restore(entries)
             fenced = self.skips(batch_id)
@@ -220,24 +222,26 @@ class HostedPartition:
                         if position is None or fenced
                         else [(len(entries), position, next_offset)]
                     )
-                self._publish_changelog(entries, before, batches)
+                self._publish_changelog(entries, kept, before, batches)
 
     def _publish_changelog(
         self,
         entries: list[tuple[bytes, bytes | None]],
+        kept: list[bool] | None,
         before: Position,
         batches: Sequence[tuple[int, Position, int]],
     ) -> None:
         """Announce each applied batch to the subscriptions, at the position the partition
-        had after it; entries after the last batch's end are part of a batch whose marker
-        is still to come (a unit cut short), held until then."""
+        had after it, with the records the store kept (`kept`: None when it kept all);
+        entries after the last batch's end are part of a batch whose marker is still to
+        come (a unit cut short), held until then."""
         feed, start, position = self.changes, 0, before
         for end, marker_position, mark in batches:
             position = position.merge(marker_position)
-            feed.publish(entries[start:end], position, mark)
+            feed.publish(only_kept(entries, kept, start, end), position, mark)
             start = end
         if start < len(entries):
-            feed.hold(entries[start:])
+            feed.hold(only_kept(entries, kept, start, len(entries)))
 
     def rebuild(self) -> None:
         """Start over from an empty store (the changelog no longer holds what this replica
@@ -343,7 +347,7 @@ class HostedPartition:
             if position is not None:
                 chain.update_position(position)
             feed = self.changes
-            announced = chain.kept(entries) if feed.live and entries else entries
+            kept = chain.kept_entries(entries) if feed.live and entries else None
             if entries:
                 chain.write(entries)
             changes: dict[TopicPartition, int | None] = {}
@@ -354,7 +358,7 @@ class HostedPartition:
                     changes[self.changelog_partition] = end
             self._commit(batch_id, changes)
             if feed.live:
-                feed.publish(announced, chain.position)
+                feed.publish(only_kept(entries, kept, 0, len(entries)), chain.position)
             return True
 
     def _commit(self, batch_id: int | None, changes: dict[TopicPartition, int | None]) -> None:
@@ -384,3 +388,11 @@ class HostedPartition:
                 self.spec.name,
                 self.partition,
             )
+
+
+def only_kept(entries: list[Any], kept: list[bool] | None, start: int, end: int) -> list[Any]:
+    """The entries in `[start, end)` the store kept (`kept`: each entry's flag; None when
+    it kept all)."""
+    if kept is None:
+        return entries if start == 0 and end == len(entries) else entries[start:end]
+    return list(compress(entries[start:end], kept[start:end]))
