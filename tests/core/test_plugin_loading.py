@@ -140,6 +140,27 @@ def test_a_plugin_that_fails_to_import_is_skipped_and_the_others_keep_working(
     assert "RuntimeError: the plugin module is broken" in raising
 
 
+def test_an_entry_point_name_that_loads_from_one_distribution_is_not_reported_failed(
+    site: Path,
+) -> None:
+    """Two distributions with the same entry point name, one broken: whichever is found
+    first, the one that loads is the plugin, and it is not listed as unavailable."""
+    for distribution, target in (
+        ("broken", "iqstate_fake_nowhere"),
+        ("working", "iqstate_fake_dup"),
+    ):
+        info = site / f"iqstate_dup_{distribution}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: iqstate-dup-{distribution}\nVersion: 1.0\n"
+        )
+        (info / "entry_points.txt").write_text(f"[iqstate]\ndup = {target}\n")
+    (site / "iqstate_fake_dup.py").write_text(GOOD_PLUGIN)
+    loaded = registry()
+    assert "dup" in loaded.plugin_names and "good" in loaded.engines
+    assert "dup" not in loaded.failed_plugins
+
+
 def test_a_store_of_a_failed_plugins_engine_says_the_plugin_failed_and_why(
     install: Install, tmp_path: Path
 ) -> None:

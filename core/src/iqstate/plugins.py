@@ -10,10 +10,12 @@ Every application loads every installed plugin, so registering must stay cheap: 
 factories, handlers, commands and codecs may be registered as import paths
 (`"module:attribute"`, see `iqstate.lazy`), imported when first used.
 
-An entry point that fails to import or to register (a typo in its path, an exception in its
-module, a hook pluggy refuses) is skipped with a logged warning: the other plugins keep
-working, `iqstate plugins` lists it as unavailable, and a store of an engine it would have
-provided fails saying why.
+An entry point that fails to load (a typo in its path, an exception in its module, a hook
+pluggy refuses) is skipped with a logged warning: the other plugins keep working, `iqstate
+plugins` lists it as unavailable, and a store of an engine it would have provided fails
+saying why. A plugin that loads but registers something wrong (a bad `register` call, a
+name another plugin has) stops the registry with an error naming it: block it with
+`IQSTATE_BLOCK_PLUGINS` to start without it.
 
 Environment:
 * `IQSTATE_BLOCK_PLUGINS`: comma-separated plugin names to block (entry-point names,
@@ -104,6 +106,8 @@ class PluginManager(pluggy.PluginManager):
                     self._register_entry_point(entry_point)
                 except Exception as error:
                     self._skip(entry_point.name, distribution.name, error)
+                else:  # another distribution's entry point of that name may have failed
+                    self.load_failures.pop(entry_point.name, None)
 
     def _register_entry_point(self, entry_point: importlib.metadata.EntryPoint) -> None:
         """Import and register one entry point; undone when its hooks are refused."""

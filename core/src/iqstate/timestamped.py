@@ -26,12 +26,12 @@ def stamped(timestamp: int, value_bytes: bytes) -> bytes:
     return _ts(timestamp) + value_bytes
 
 
-def check_timestamp(store: str, timestamp: Any) -> int:
+def check_timestamp(store: str, timestamp: Any, writes: str = "a put") -> int:
     """`timestamp` if it is an int of ms in the signed 64-bit range; an error naming the
-    store otherwise."""
+    store (and `writes`, the writes that need it) otherwise."""
     if isinstance(timestamp, bool) or not isinstance(timestamp, int):
         raise TypeError(
-            f"store {store!r}: put and delete need timestamp=<ms> (an int), got {timestamp!r}"
+            f"store {store!r}: {writes} needs timestamp=<ms> (an int), got {timestamp!r}"
         )
     if not MIN_MS <= timestamp <= MAX_MS:
         raise ValueError(

@@ -554,8 +554,8 @@ class Application:
             )
         raise StreamsStoppedError(
             f"Cannot {what}: the application has been stopped ({state.name}) and can no "
-            "longer serve queries or take writes; a new Application on the same state "
-            "directory can."
+            "longer serve queries or take writes; close() it (it holds its state directory "
+            "until then) and start a new Application on the same state directory."
         )
 
     def _spec(self, name: str) -> StoreSpec:

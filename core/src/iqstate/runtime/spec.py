@@ -275,7 +275,9 @@ class VersionedKeyValueStoreSpec(StoreSpec):
     ) -> tuple[bytes, bytes]:
         self._refuse_extras("timestamp", put)
         return encode_version_record(
-            key_bytes, check_timestamp(self.name, put.timestamp), value_bytes
+            key_bytes,
+            check_timestamp(self.name, put.timestamp, "a put or delete (a tombstone version)"),
+            value_bytes,
         )
 
     def describe(self) -> dict[str, Any]:
