@@ -109,3 +109,16 @@ def test_two_plugins_with_the_same_command_are_both_named() -> None:
     assert str(error.value).startswith(
         "plugins 'spark-ish' and 'other' both register the command 'demo'"
     )
+
+
+def test_two_instances_of_one_plugin_class_are_two_plugins() -> None:
+    """The same hook method on two instances: each registration is credited to its own
+    instance, and a conflict between them names both."""
+    loaded = registry_with(("one", _Command("first")), ("two", _Command("second")))
+    assert {name: command.plugin for name, command in loaded.commands.items()} == {
+        "first": "one",
+        "second": "two",
+    }
+    with pytest.raises(PluginError) as error:
+        registry_with(("one", _Command("same")), ("two", _Command("same")))
+    assert str(error.value).startswith("plugins 'one' and 'two' both register the command 'same'")

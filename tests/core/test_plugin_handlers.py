@@ -55,6 +55,7 @@ class _MisspeltKind:
     def iqstate_register_query_handlers(self, register: Any) -> None:
         register(CountQuery, "memory.keyvalue", "somewhere:count")
         register(CountQuery, "metered.keyvalue", "somewhere:count")
+        register(CountQuery, "memory.versioned", "somewhere:count")  # it is layered.versioned
 
 
 class _KindOfAnotherEngine:
@@ -77,6 +78,7 @@ def test_a_handler_for_a_misspelt_store_kind_is_warned_about(
         for m in messages
     ), messages
     assert any("did you mean 'metered.key_value'" in m for m in messages), messages
+    assert any("'memory.versioned'" in m for m in messages), messages
 
 
 def test_handlers_for_real_kinds_or_engines_not_installed_are_not_warned_about(

@@ -59,9 +59,6 @@ DEFAULT_PLUGINS: dict[str, str] = {
 BUILTIN_COMMANDS = frozenset({"plugins", "new-store"})
 """The subcommands of `iqstate` itself, which no plugin command may shadow."""
 
-STORE_TYPE_KINDS = ("key_value", "window", "versioned", "session")
-"""The kind suffixes of an engine's stores (`<engine>.key_value`, ...)."""
-
 logger = logging.getLogger(__name__)
 
 
@@ -369,8 +366,20 @@ class PluginRegistry:
 
     def _known_kinds(self) -> set[str]:
         """The store kinds known without importing anything: the installed engines' and
-        the layers' the built-in plugins register handlers for."""
-        known = {f"{engine}.{suffix}" for engine in self.engines for suffix in STORE_TYPE_KINDS}
+        the layers' the built-in plugins register handlers for. An engine without a window,
+        versioned or session store of its own has no such kind (its versioned and session
+        stores are `layered.versioned` and `layered.session`)."""
+        known = {
+            f"{name}.{suffix}"
+            for name, engine in self.engines.items()
+            for suffix, factory in (
+                ("key_value", engine.key_value_store),
+                ("window", engine.window_store),
+                ("versioned", engine.versioned_store),
+                ("session", engine.session_store),
+            )
+            if factory is not None
+        }
         known.update(
             kind
             for kind, _, owner in self.query_handlers.registrations()
@@ -424,7 +433,9 @@ def _call_registering(
     pluggy calls the last registered plugin first, so the calls are collected and applied
     in the plugins' registration `order` (defaults first): a name belongs to the plugin
     loaded first, and a conflict blames the newcomer, not the built-in."""
-    owners = {impl.function.__code__: impl.plugin_name for impl in hook.get_hookimpls()}
+    owners: dict[Any, list[tuple[object, str]]] = {}
+    for impl in hook.get_hookimpls():
+        owners.setdefault(impl.function.__code__, []).append((impl.plugin, impl.plugin_name))
     calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
     def register(*args: Any, **kwargs: Any) -> None:
@@ -438,13 +449,18 @@ def _call_registering(
         registrars[plugin](*args, **kwargs)
 
 
-def _calling_plugin(owners: dict[Any, str]) -> str:
-    """The plugin whose hook implementation is on the call stack (registration only)."""
+def _calling_plugin(owners: dict[Any, list[tuple[object, str]]]) -> str:
+    """The plugin whose hook implementation is on the call stack (registration only):
+    found by the implementation's code, and among plugins sharing it (instances of one
+    class) by the instance the method runs on."""
     frame = inspect.currentframe()
     while frame is not None:
-        plugin = owners.get(frame.f_code)
-        if plugin is not None:
-            return plugin
+        candidates = owners.get(frame.f_code)
+        if candidates is not None:
+            instance = frame.f_locals.get("self")
+            return next(
+                (name for plugin, name in candidates if plugin is instance), candidates[0][1]
+            )
         frame = frame.f_back
     return "<unknown>"
 
