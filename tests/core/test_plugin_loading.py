@@ -72,6 +72,20 @@ def iqstate_register_commands(register):
              "iqstate_nowhere.tool:run")
 """
 
+SILENT_HOOKS_PLUGIN = """
+from iqstate.engine import Engine
+from iqstate.hookspecs import hookimpl
+
+
+def iqstate_register_engines(register):
+    register(Engine(name="unmarked", key_value_store="iqstate.engines.memory:MemoryKeyValueStore"))
+
+
+@hookimpl
+def iqstate_register_serdes():
+    pass
+"""
+
 Install = Callable[[str, str, str | None], None]
 
 
@@ -159,6 +173,23 @@ def test_an_entry_point_name_that_loads_from_one_distribution_is_not_reported_fa
     loaded = registry()
     assert "dup" in loaded.plugin_names and "good" in loaded.engines
     assert "dup" not in loaded.failed_plugins
+
+
+def test_hooks_that_would_do_nothing_silently_are_warned_about(
+    install: Install, caplog: pytest.LogCaptureFixture
+) -> None:
+    install("silent", "iqstate_fake_silent", SILENT_HOOKS_PLUGIN)
+    with caplog.at_level(logging.WARNING, logger="iqstate.plugins"):
+        loaded = registry()
+    assert "silent" in loaded.plugin_names and "unmarked" not in loaded.engines
+    warnings = [record.getMessage() for record in caplog.records]
+    assert any(
+        "plugin 'silent' defines iqstate_register_engines without @hookimpl" in m for m in warnings
+    ), warnings
+    assert any(
+        "plugin 'silent' implements iqstate_register_serdes without its register parameter" in m
+        for m in warnings
+    ), warnings
 
 
 def test_a_store_of_a_failed_plugins_engine_says_the_plugin_failed_and_why(

@@ -58,12 +58,17 @@ class ContextRecordingStore(MemoryKeyValueStore):
         super().init(context)
 
 
+def refuse_store_names(name: str) -> MemoryKeyValueStore:
+    raise ValueError(f"store names may not be {name!r} here")
+
+
 class TestEngines:
     @hookimpl
     def iqstate_register_engines(self, register: Any) -> None:
         register(Engine("nonatomic", NonAtomicRocksDB, persistent=True))
         register(Engine("recording", ContextRecordingStore))
         register(Engine("claims-persistence", MemoryKeyValueStore, persistent=True))
+        register(Engine("picky", refuse_store_names))
 
     @hookimpl
     def iqstate_register_query_handlers(self, register: Any) -> None:
@@ -172,6 +177,15 @@ def test_an_engine_whose_persistence_flag_its_stores_contradict_is_refused_by_na
     with pytest.raises(PluginError, match=claim + contradiction):
         app.start()
     assert app.state is AppState.ERROR
+
+
+def test_an_engine_that_refuses_a_store_is_named_in_its_error(tmp_path: Path) -> None:
+    app = make_app(tmp_path, "picky")
+    with pytest.raises(ValueError, match="store names may not be 's' here") as refused:
+        app.start()
+    assert refused.value.__notes__ == [
+        "store 's': engine 'picky' of plugin 'durability-test' refused to create it"
+    ]
 
 
 @pytest.mark.parametrize("engine", ["rocksdb", "lmdb", "sqlite"])

@@ -116,6 +116,28 @@ class PluginManager(pluggy.PluginManager):
             if self.has_plugin(entry_point.name):
                 self.unregister(name=entry_point.name)
             raise
+        self._warn_hooks_doing_nothing(plugin, entry_point.name)
+
+    def _warn_hooks_doing_nothing(self, plugin: object, name: str) -> None:
+        """Warn about hook functions pluggy registers silently as nothing: one named like a
+        hook but without `@hookimpl`, or one without the `register` parameter."""
+        hooks = set(_hook_names())
+        for attribute in dir(plugin):
+            if attribute not in hooks:
+                continue
+            if self.parse_hookimpl_opts(plugin, attribute) is None:
+                logger.warning(
+                    "iqstate: plugin %r defines %s without @hookimpl, so it is never called",
+                    name,
+                    attribute,
+                )
+            elif "register" not in inspect.signature(getattr(plugin, attribute)).parameters:
+                logger.warning(
+                    "iqstate: plugin %r implements %s without its register parameter, so it "
+                    "registers nothing",
+                    name,
+                    attribute,
+                )
 
     def _check_hooks_known(self, plugin: object) -> None:
         """Refuse a plugin implementing a hook iqstate does not have (a misspelt name would

@@ -90,6 +90,19 @@ class StoreSpec(ABC):
         # declared: a missing library fails at the declaration, naming plugin and engine.
         object.__setattr__(self, "store_factory", resolved(self._engine_factory()))
 
+    def create_store(self, *parameters: Any) -> Any:
+        """The engine's store for one partition of this store; an error the engine raises
+        (a store name it refuses, say) says which store and engine it came from."""
+        try:
+            return self.store_factory(self.name, *parameters)
+        except Exception as exc:
+            engine = self.engine
+            plugin = f" of plugin {engine.plugin!r}" if engine.plugin else ""
+            exc.add_note(
+                f"store {self.name!r}: engine {engine.name!r}{plugin} refused to create it"
+            )
+            raise
+
     @abstractmethod
     def _engine_factory(self) -> Callable[..., Any]:
         """The engine's factory (or the import path standing for it) for this store type."""
@@ -147,7 +160,7 @@ class KeyValueStoreSpec(StoreSpec):
 
     def build(self) -> StoreChain[Any]:
         return key_value_chain(
-            self.store_factory(self.name),
+            self.create_store(),
             self.key_serde,
             self.value_serde,
             caching=self.caching,
@@ -188,7 +201,7 @@ class WindowStoreSpec(StoreSpec):
 
     def build(self) -> StoreChain[Any]:
         return window_chain(
-            self.store_factory(self.name, self.window_size_ms, self.retention_ms),
+            self.create_store(self.window_size_ms, self.retention_ms),
             self.key_serde,
             self.value_serde,
             logging=self.logging,
@@ -218,7 +231,7 @@ class TimestampedKeyValueStoreSpec(KeyValueStoreSpec):
 
     def build(self) -> StoreChain[Any]:
         return key_value_chain(
-            self.store_factory(self.name),
+            self.create_store(),
             self.key_serde,
             self.value_serde,
             caching=self.caching,
@@ -264,7 +277,7 @@ class VersionedKeyValueStoreSpec(StoreSpec):
 
     def build(self) -> StoreChain[Any]:
         return versioned_chain(
-            self.store_factory(self.name, self.history_retention_ms),
+            self.create_store(self.history_retention_ms),
             self.key_serde,
             self.value_serde,
             logging=self.logging,
@@ -303,7 +316,7 @@ class SessionStoreSpec(StoreSpec):
 
     def build(self) -> StoreChain[Any]:
         return session_chain(
-            self.store_factory(self.name, self.retention_ms),
+            self.create_store(self.retention_ms),
             self.key_serde,
             self.value_serde,
             logging=self.logging,
