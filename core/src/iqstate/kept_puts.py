@@ -10,6 +10,12 @@ the later ones are judged against.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import compress
+from typing import Any, TypeVar
+
+from iqstate.store import SessionStore, VersionedKeyValueStore, WindowStore
+
+T = TypeVar("T")
 
 
 def kept_puts(
@@ -45,3 +51,33 @@ def kept_puts(
         if newest is None or time > newest:
             newest = time
     return flags if dropped else None
+
+
+def kept_windows(store: WindowStore[Any, Any], window_starts: Sequence[int]) -> list[bool] | None:
+    """`kept_puts` of a window store: a window at `stream time - retention` is dropped."""
+    return kept_puts(window_starts, store.keeps, store.retention_ms, kept_at_boundary=False)
+
+
+def kept_sessions(store: SessionStore[Any, Any], session_ends: Sequence[int]) -> list[bool] | None:
+    """`kept_puts` of a session store: a session ending at `stream time - retention` is
+    dropped."""
+    return kept_puts(session_ends, store.keeps, store.retention_ms, kept_at_boundary=False)
+
+
+def kept_versions(
+    store: VersionedKeyValueStore[Any, Any], timestamps: Sequence[int]
+) -> list[bool] | None:
+    """`kept_puts` of a versioned store: a version at `stream time - retention` is kept."""
+    return kept_puts(timestamps, store.keeps, store.history_retention_ms, kept_at_boundary=True)
+
+
+def only_kept(
+    entries: list[T], kept: list[bool] | None, start: int = 0, end: int | None = None
+) -> list[T]:
+    """The entries in `[start, end)` the store kept (`kept`: each entry's flag, as
+    `kept_puts` gives them; None when it kept all)."""
+    if end is None:
+        end = len(entries)
+    if kept is None:
+        return entries if start == 0 and end == len(entries) else entries[start:end]
+    return list(compress(entries[start:end], kept[start:end]))

@@ -70,9 +70,6 @@ class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
             store.abandon()
         self._open = False
 
-    def _expired(self, window_start: int) -> bool:
-        return window_start <= self._stream_time - self._retention_ms
-
     def keeps(self, window_start: int) -> bool:
         return window_start > max(self._stream_time, window_start) - self._retention_ms
 
@@ -82,7 +79,7 @@ class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
             self._stream_time = window_start
             self.key_value_store.put(_STREAM_TIME, _time.serialize(window_start))
             self._drop_expired()
-        if self._expired(window_start):
+        if not self.keeps(window_start):
             return
         data_key = _DATA + encode_window_key(key, window_start)
         time_key = _BY_TIME + _time.serialize(window_start) + key

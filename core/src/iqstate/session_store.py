@@ -97,7 +97,7 @@ class LayeredSessionStore(KeySpaceStore, SessionStore[bytes, bytes]):
             self._stream_time = end_ms
             store.put(_STREAM_TIME, _ts(end_ms))
             self._drop_expired()
-        if end_ms <= self._limit():
+        if not self.keeps(end_ms):
             return
         prefixed = length_prefixed(key)
         data_key = _DATA + prefixed + _ts(start_ms) + _ts(end_ms)

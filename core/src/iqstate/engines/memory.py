@@ -156,7 +156,7 @@ class MemoryWindowStore(EngineStore, WindowStore[bytes, bytes]):
         if window_start > self._observed_stream_time:
             self._observed_stream_time = window_start
             self._drop_expired()
-        if window_start <= self._expiry_limit():
+        if not self.keeps(window_start):
             return
         slot = (key, window_start)
         if value is None:

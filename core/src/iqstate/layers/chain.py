@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 from iqstate.context import StateStoreContext
 from iqstate.engine_store import EngineStore
 from iqstate.iterators import KeyValueIterator
-from iqstate.kept_puts import kept_puts
+from iqstate.kept_puts import kept_sessions, kept_versions, kept_windows
 from iqstate.keyspace import decode_window_key
 from iqstate.layers.caching import DEFAULT_CACHE_ENTRIES, CachingKeyValueStore
 from iqstate.layers.changelogging import (
@@ -295,7 +295,7 @@ class WindowStoreChain(StoreChain[MeteredWindowStore[Any, Any]]):
 
     def _kept_at(self, window_starts: list[int]) -> list[bool] | None:
         engine: Any = self.engine
-        return kept_puts(window_starts, engine.keeps, engine.retention_ms, kept_at_boundary=False)
+        return kept_windows(engine, window_starts)
 
     def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         windows = []
@@ -405,12 +405,7 @@ class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
 
     def kept_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[bool] | None:
         engine: Any = self.engine
-        return kept_puts(
-            [decode_version_record(k, v)[1] for k, v in records],
-            engine.keeps,
-            engine.history_retention_ms,
-            kept_at_boundary=True,
-        )
+        return kept_versions(engine, [decode_version_record(k, v)[1] for k, v in records])
 
     def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         engine: Any = self.engine
@@ -429,12 +424,7 @@ class SessionStoreChain(StoreChain[MeteredSessionStore[Any, Any]]):
 
     def kept_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[bool] | None:
         engine: Any = self.engine
-        return kept_puts(
-            [decode_session_key(key)[2] for key, _ in records],
-            engine.keeps,
-            engine.retention_ms,
-            kept_at_boundary=False,
-        )
+        return kept_sessions(engine, [decode_session_key(key)[2] for key, _ in records])
 
     def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         engine: Any = self.engine

@@ -7,13 +7,12 @@ the changelog ends at the same position as the store that wrote it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from itertools import compress
 
 from iqstate.changelog import ChangelogRecord, ChangelogWriter, changelog_topic
 from iqstate.context import StateStoreContext
 from iqstate.errors import IqstateError
 from iqstate.iterators import KeyValueIterator
-from iqstate.kept_puts import kept_puts
+from iqstate.kept_puts import kept_sessions, kept_windows, only_kept
 from iqstate.keyspace import encode_window_key
 from iqstate.layers.wrapped import WrappedStore
 from iqstate.position import TopicPartition
@@ -135,15 +134,11 @@ class ChangeLoggingWindowStore(
     def put_all(self, entries: Iterable[tuple[bytes, int, bytes | None]]) -> None:
         batch = list(entries)
         wrapped = self.wrapped
-        kept = kept_puts(
-            [start for _, start, _ in batch],
-            wrapped.keeps,
-            wrapped.retention_ms,
-            kept_at_boundary=False,
-        )  # one call in the usual case, where the store keeps every window
+        # one keeps() in the usual case, where the store keeps every window
+        kept = kept_windows(wrapped, [start for _, start, _ in batch])
         wrapped.put_all(batch)
         send, changelog, position = self._writer.send, self._changelog, wrapped.position
-        for key, window_start, value in batch if kept is None else compress(batch, kept):
+        for key, window_start, value in only_kept(batch, kept):
             send(ChangelogRecord(changelog, encode_window_key(key, window_start), value, position))
 
     def fetch(self, key: bytes, time_from: int, time_to: int) -> KeyValueIterator[int, bytes]:
@@ -238,15 +233,11 @@ class ChangeLoggingSessionStore(
     def put_all(self, entries: Iterable[tuple[bytes, int, int, bytes | None]]) -> None:
         batch = list(entries)
         wrapped = self.wrapped
-        kept = kept_puts(
-            [end for _, _, end, _ in batch],
-            wrapped.keeps,
-            wrapped.retention_ms,
-            kept_at_boundary=False,
-        )  # one call in the usual case, where the store keeps every session
+        # one keeps() in the usual case, where the store keeps every session
+        kept = kept_sessions(wrapped, [end for _, _, end, _ in batch])
         wrapped.put_all(batch)
         send, changelog, position = self._writer.send, self._changelog, wrapped.position
-        for key, start, end, value in batch if kept is None else compress(batch, kept):
+        for key, start, end, value in only_kept(batch, kept):
             send(ChangelogRecord(changelog, encode_session_key(key, start, end), value, position))
 
     def fetch_sessions(

@@ -6,12 +6,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from itertools import compress
 from typing import Any, TypeVar
 
 from iqstate.changelog import ChangelogReader, ChangelogWriter
 from iqstate.context import StateStoreContext
 from iqstate.errors import ClosedStoreError, CorruptStateError, LostStateError, PluginError
+from iqstate.kept_puts import only_kept
 from iqstate.layers.chain import StoreChain
 from iqstate.persistent import UncleanShutdownError
 from iqstate.position import Position, TopicPartition
@@ -241,7 +241,7 @@ class HostedPartition:
             feed.publish(only_kept(entries, kept, start, end), position, mark)
             start = end
         if start < len(entries):
-            feed.hold(only_kept(entries, kept, start, len(entries)))
+            feed.hold(only_kept(entries, kept, start))
 
     def rebuild(self) -> None:
         """Start over from an empty store (the changelog no longer holds what this replica
@@ -358,7 +358,7 @@ class HostedPartition:
                     changes[self.changelog_partition] = end
             self._commit(batch_id, changes)
             if feed.live:
-                feed.publish(only_kept(entries, kept, 0, len(entries)), chain.position)
+                feed.publish(only_kept(entries, kept), chain.position)
             return True
 
     def _commit(self, batch_id: int | None, changes: dict[TopicPartition, int | None]) -> None:
@@ -388,11 +388,3 @@ class HostedPartition:
                 self.spec.name,
                 self.partition,
             )
-
-
-def only_kept(entries: list[Any], kept: list[bool] | None, start: int, end: int) -> list[Any]:
-    """The entries in `[start, end)` the store kept (`kept`: each entry's flag; None when
-    it kept all)."""
-    if kept is None:
-        return entries if start == 0 and end == len(entries) else entries[start:end]
-    return list(compress(entries[start:end], kept[start:end]))
