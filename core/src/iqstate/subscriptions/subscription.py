@@ -226,10 +226,15 @@ class Subscription:
 
     def _earliest(self) -> tuple[_Partition, PublishedBatch] | None:
         best: tuple[_Partition, PublishedBatch] | None = None
+        empty: list[_Partition] = []
+        # The first `suspects` of the `empty` partitions were read before `best` was: each
+        # may have had a batch published since, and before `best`. (One found empty after
+        # `best` was read cannot: what is published there later follows `best`.)
+        suspects = 0
         for part in self._parts:
             if (known := part.peeked) is not None:
                 if best is None or known.order < best[1].order:
-                    best = (part, known)
+                    best, suspects = (part, known), 0
                 continue
             item, unread = part.feed.read(part.index)
             if item is FELL_OUT:
@@ -242,6 +247,14 @@ class Subscription:
                     f"the subscriber fell behind store {self.store!r} partition {part.number}: "
                     f"{unread} batches unread, more than max_pending={self._max_pending}"
                 )
+            if isinstance(item, PublishedBatch):
+                part.peeked = item
+                if best is None or item.order < best[1].order:
+                    best, suspects = (part, item), len(empty)
+            else:
+                empty.append(part)
+        for part in empty[:suspects]:
+            item, _ = part.feed.read(part.index)
             if isinstance(item, PublishedBatch):
                 part.peeked = item
                 if best is None or item.order < best[1].order:
