@@ -34,7 +34,6 @@ from iqstate.runtime import ACTIVE
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import PutExtras, StoreSpec
-from iqstate.subscriptions.feed import ChangeFeed
 from iqstate.subscriptions.filters import KeyFilter
 from iqstate.subscriptions.subscription import Subscription
 
@@ -116,44 +115,6 @@ def test_one_pipeline_batch_is_one_change_batch_per_partition_in_commit_order(
     assert sorted(batch.partition for batch in got if batch) == [0, 1, 2, 3]
     assert sorted(c.value for batch in got if batch for c in batch.changes) == list(range(40))
     assert all(batch.position == Position.from_map({"src": {0: 7}}) for batch in got if batch)
-
-
-def test_batches_published_while_a_subscriber_looks_come_in_commit_order(
-    make_app: MakeApp, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A commit to partition 0 and then one to partition 1, both published between the
-    subscriber finding partition 0 empty and reading partition 1: it still yields
-    partition 0's first, as a subscriber that reads later does."""
-    app = make_app()
-    app.key_value_store("s", 2, value_serde="int64")
-    app.start()
-
-    def partition_of(key: str) -> int:
-        metadata = app.query_metadata_for_key("s", key)
-        assert metadata is not None
-        return metadata.partition
-
-    first, second = (next(f"k{n}" for n in range(64) if partition_of(f"k{n}") == p) for p in (0, 1))
-    subscription = app.subscribe("s")
-    assert [subscription.poll() is not None for _ in range(2)] == [True, True]
-    reference = app.subscribe("s")
-    assert [reference.poll() is not None for _ in range(2)] == [True, True]
-    read = ChangeFeed.read
-    commits = [(first, 1), (second, 2)]
-
-    def read_while_committing(feed: ChangeFeed, index: int) -> tuple[object, int]:
-        item, unread = read(feed, index)
-        if item is None and commits:  # the committer runs right after this read
-            for key, number in commits:
-                with app.begin_batch({"src": {0: number}}, batch_id=number) as batch:
-                    batch.put("s", key, number)
-            commits.clear()
-        return item, unread
-
-    monkeypatch.setattr(ChangeFeed, "read", read_while_committing)
-    got = [(batch.partition, batch.changes[0].value) for batch in iter(subscription.poll, None)]
-    expected = [(batch.partition, batch.changes[0].value) for batch in iter(reference.poll, None)]
-    assert got == expected == [(0, 1), (1, 2)]
 
 
 def test_async_iteration_and_a_key_filter(make_app: MakeApp) -> None:

@@ -199,10 +199,17 @@ class ChangeFeed:
             return FELL_OUT, len(items) - offset
         try:
             item = items[offset]
+            if item.index == index:
+                return item, len(items) - offset
         except IndexError:
-            return None, 0  # not published yet (or just: `wait` then says so)
-        if item.index == index:
-            return item, len(items) - offset
+            # Past the end: not published yet, unless a publication moved the buffer
+            # since its base was read (evicting several batches shortens it).
+            try:
+                newest = items[-1].index
+            except IndexError:
+                return None, 0  # nothing published yet
+            if newest < index:
+                return None, 0
         with self._lock:  # the buffer moved between reading its base and the item
             offset = index - self._base
             unread = len(items) - offset

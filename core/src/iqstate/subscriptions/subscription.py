@@ -214,8 +214,12 @@ class Subscription:
                 if self._ready:
                     return self._snapshot_batch(self._ready.popleft())
                 found = self._earliest()
+                if found is None and self._ending():
+                    # A feed ends after its last publication: all of it is visible now.
+                    found = self._earliest()
+                    if found is None:
+                        self._check_ended()
                 if found is None:
-                    self._check_ended()
                     return None
                 part, item = found
                 part.index += 1
@@ -277,7 +281,10 @@ class Subscription:
         # batch: the first works it out, the others (a fan-out in step) take its result
         # and yield the same (read-only) batch.
         shared_as = self._cursor.text
-        shared = item.shared.get(shared_as)
+        # One read of the dict: a subscriber whose decoding drops this batch's results
+        # (`keep_decoded`) meanwhile gives it a new one, which this must not fill.
+        results = item.shared
+        shared = results.get(shared_as)
         if shared is None:
             cursor = self._cursor.advanced(part.number, Progress(part.feed.lineage, item.mark))
             changes = self._matching(part.feed, item)
@@ -289,8 +296,8 @@ class Subscription:
                 else None
             )
             shared = (cursor, batch)
-            if item.decoded is not None and len(item.shared) < SHARED_AT_MOST:
-                item.shared[shared_as] = shared
+            if item.decoded is not None and len(results) < SHARED_AT_MOST:
+                results[shared_as] = shared
         self._cursor, batch = shared
         return batch
 
@@ -315,6 +322,9 @@ class Subscription:
         changes = ReadOnlyChanges(decode(row)[1] for row in snapshot.rows)
         return ChangeBatch(part.number, snapshot.position, self._cursor.text, True, changes)
 
+    def _ending(self) -> bool:
+        return any(part.feed.ended is not None for part in self._parts)
+
     def _check_ended(self) -> None:
         for part in self._parts:
             reason = part.feed.ended
@@ -332,10 +342,13 @@ class Subscription:
         raise self._failure
 
     def _detach(self) -> None:
+        self._forget(self._waker)
+        if self._async_waker is not None:
+            self._forget(self._async_waker)
+
+    def _forget(self, waker: Waker) -> None:
         for part in self._parts:
-            part.feed.forget(self._waker)
-            if self._async_waker is not None:
-                part.feed.forget(self._async_waker)
+            part.feed.forget(waker)
 
     def _register(self, waker: Waker) -> bool:
         """Register `waker` with every feed; False when something is to be read already."""
@@ -384,7 +397,14 @@ class Subscription:
                 return batch
             self._ready_in_a_row = 0
             future: asyncio.Future[None] = loop.create_future()
-            waker = self._async_waker = Waker(loop=loop, future=future)
+            waker = self._async_waker
+            if waker is None or waker.loop is not loop:
+                if waker is not None:
+                    self._forget(waker)
+                waker = self._async_waker = Waker(loop=loop)
+            # One waker per loop, re-armed: a new one per wait stayed registered with every
+            # partition that published nothing meanwhile, one more per wake-up.
+            waker.arm(future)
             if self._register(waker) and not self._closed:
                 await future
 

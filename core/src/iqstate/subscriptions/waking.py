@@ -32,13 +32,15 @@ class Waker:
     __slots__ = ("_event", "_future", "loop")
 
     def __init__(
-        self,
-        event: threading.Event | None = None,
-        loop: asyncio.AbstractEventLoop | None = None,
-        future: asyncio.Future[None] | None = None,
+        self, event: threading.Event | None = None, loop: asyncio.AbstractEventLoop | None = None
     ) -> None:
         self._event = event
         self.loop = loop
+        self._future: asyncio.Future[None] | None = None
+
+    def arm(self, future: asyncio.Future[None]) -> None:
+        """Wait again, on `future` (an asyncio waker, on its loop's thread): a wake-up
+        queued for the previous wait wakes this one, and the subscriber looks again."""
         self._future = future
 
     def waits(self) -> bool:
