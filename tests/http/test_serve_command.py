@@ -109,32 +109,36 @@ def test_serve_refuses_bad_kafka_settings_by_name(tmp_path: Path) -> None:
 
 
 def serve_until_sigint(
-    tmp_path: Path, module: str, source: str, *options: str
+    tmp_path: Path, module: str, source: str, *options: str, stop: int = signal.SIGINT
 ) -> tuple[int, str, int]:
     """Run `iqstate serve <module>:app` (the module's `source` in `tmp_path`) until it
-    answers, then SIGINT it: its exit code, its stderr and its port."""
+    answers, then send it `stop`: its exit code, its stderr and its port."""
     (tmp_path / f"{module}.py").write_text(source)
     port = free_port()
     code, stderr = until_sigint(
         [sys.executable, "-m", "iqstate.cli", "serve", f"{module}:app", "--port", str(port),
          *options],
-        tmp_path, {**os.environ, "PYTHONPATH": str(tmp_path)}, port,
+        tmp_path, {**os.environ, "PYTHONPATH": str(tmp_path)}, port, stop,
     )  # fmt: skip
     return code, stderr, port
 
 
 def until_sigint(
-    command: list[str], folder: Path, environment: dict[str, str], port: int
+    command: list[str],
+    folder: Path,
+    environment: dict[str, str],
+    port: int,
+    stop: int = signal.SIGINT,
 ) -> tuple[int, str]:
-    """Run `command` in `folder` until the server it starts answers on `port`, then SIGINT
-    it: its exit code and its stderr."""
+    """Run `command` in `folder` until the server it starts answers on `port`, then send
+    it `stop`: its exit code and its stderr."""
     process = subprocess.Popen(
         command, cwd=folder, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
     try:
         wait_until_ok(f"http://127.0.0.1:{port}/v1/health", process, 30, "iqstate serve")
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         _, stderr = process.communicate(timeout=30)
     finally:
         if process.poll() is None:
@@ -142,16 +146,24 @@ def until_sigint(
     return process.returncode, stderr
 
 
-def test_serve_stops_quietly_on_sigint(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_serve_stops_quietly_and_closes_the_application(tmp_path: Path, stop: int) -> None:
+    """Ctrl-C, and SIGTERM as systemd, Docker and Kubernetes stop a service: the server
+    stops, then the application closes (in a cluster: its partitions move at once)."""
     code, stderr, _ = serve_until_sigint(
         tmp_path,
         "quiet_app",
+        "import atexit\n"
         "from iqstate import Application\n"
         f"app = Application('quiet', {str(tmp_path / 'state')!r})\n"
-        "app.key_value_store('s', 1)\n",
+        "app.key_value_store('s', 1)\n"
+        "atexit.register(lambda: print('application', app.state.name, flush=True,\n"
+        "                              file=__import__('sys').stderr))\n",
+        stop=stop,
     )
     assert code == 0, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert "application NOT_RUNNING" in stderr, stderr
 
 
 def test_log_format_json_writes_one_object_a_line(tmp_path: Path) -> None:

@@ -67,13 +67,17 @@ class Instance:
         os.kill(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=30)
 
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+    def stop(self) -> int | None:
+        """SIGTERM it, as systemd stops a service: its exit code (None: it was not running;
+        -9: it did not stop within 30 s and was killed)."""
+        if self.process is None or self.process.poll() is not None:
+            return None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.process.returncode
 
 
 def roles(url: str) -> list[dict[str, Any]]:

@@ -134,7 +134,7 @@ def test_three_instances_fail_over_and_rejoin(
         read_everything()
         # The survivors show the killed instance as down, its replicas gone (moved).
         wait_for("the survivors to show the killed instance as down",
-                 lambda: all(_down(url, killed.url) for url in survivors))  # fmt: skip
+                 lambda: all(_gone(url, killed.url, "silent") for url in survivors))  # fmt: skip
         if Path(CHROMIUM).exists():
             text = _state_browser_instances(url_a)
             assert f"127.0.0.1:{killed.port}" in text and "down: not heard from" in text, text
@@ -169,6 +169,14 @@ def test_three_instances_fail_over_and_rejoin(
             ).only_partition_result()
             assert found is not None and found.result == 5
         client.close()
+
+        # SIGTERM, as systemd stops a service: it leaves the cluster (a tombstone), where a
+        # killed instance goes silent.
+        leaving = others[0]
+        assert leaving.stop() == 0
+        stayed = (url_a, killed.url)
+        wait_for("the others to show the stopped instance as left",
+                 lambda: all(_gone(url, leaving.url, "left") for url in stayed))  # fmt: skip
     finally:
         for other in others:
             other.stop()
@@ -192,12 +200,13 @@ def _all_caught_up(url: str, urls: list[str]) -> bool:
     return len(replicas) == 2 * PARTITIONS and all(r["lag"] == 0 for r in replicas)
 
 
-def _down(url: str, killed: str) -> bool:
-    status = _cluster(url).get(killed)
+def _gone(url: str, instance: str, reason: str) -> bool:
+    """`url` shows `instance` as departed for `reason`, with no replicas left."""
+    status = _cluster(url).get(instance)
     return (
         status is not None
         and not status["live"]
-        and status["departure"]["reason"] == "silent"
+        and status["departure"]["reason"] == reason
         and status["replicas"] == []
     )
 

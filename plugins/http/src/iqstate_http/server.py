@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ipaddress
 import logging
+import signal
 import ssl
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from types import FrameType
 
 import uvicorn
 
@@ -115,9 +119,37 @@ def serve(
     scheme = "http" if tls is None else "https"
     log.info("serving %s on %s://%s:%d", app.application_id, scheme, host, port)
     try:
-        uvicorn.Server(_config(app, host, port, token, limits, service, tls)).run()
+        with _sigterm_returns():
+            uvicorn.Server(_config(app, host, port, token, limits, service, tls)).run()
     finally:  # also when uvicorn hands the Ctrl-C it caught back as KeyboardInterrupt
         log.info("stopped serving %s", app.application_id)
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived: the server stops, and `serve` returns."""
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_returns() -> Iterator[None]:
+    """Make SIGTERM (systemd's, Docker's and Kubernetes' stop) end `serve` by returning,
+    as Ctrl-C does, so that the caller closes the application: its partitions move to
+    their standbys at once and its stores close cleanly. uvicorn catches the signal to shut
+    down, then raises it again for the handler it found: the default one ended the process
+    there, before anything after `serve` ran."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only
+        return
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    except _Terminated:
+        log.info("SIGTERM: stopping")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @dataclass
