@@ -13,6 +13,7 @@ import pytest
 from iqstate_http import start_background
 from iqstate_http.metrics import ServiceMetrics
 from prometheus_client.parser import text_string_to_metric_families
+from two_instances import PARTITIONS, ROWS, two_instances
 
 from iqstate import (
     ACTIVE,
@@ -26,6 +27,7 @@ from iqstate import (
     StaticAssignment,
     WindowKeyQuery,
 )
+from iqstate.runtime import partition_for_bytes
 
 KEY_ROUTE = "/v1/stores/{store}/keys/{key}"
 
@@ -193,3 +195,37 @@ def test_queries_from_many_threads_are_each_counted_once(app: Application) -> No
         == threads * failing
     ), "asked of the key's partition only: one failure per query"
     assert value(samples, "iqstate_query_duration_seconds_count", **key) == threads * lookups
+
+
+def test_a_key_lookup_forwarded_to_its_active_counts_as_answered_where_it_was_answered(
+    tmp_path: Path,
+) -> None:
+    """The key route tries this instance first: where it holds only a standby of the key's
+    partition, the lookup goes to the active, and neither instance counts a failure."""
+    with two_instances(tmp_path) as (a, b):
+        theirs = [k for k in ROWS if partition_for_bytes(k.encode(), PARTITIONS) % 2 == 1][:3]
+        with (
+            httpx.Client(base_url=a.url, timeout=10) as on_a,
+            httpx.Client(base_url=b.url, timeout=10) as on_b,
+        ):
+            before_a, before_b = scrape(on_a), scrape(on_b)
+            for key in theirs:
+                answer = on_a.get(f"/v1/stores/counts/keys/{key}")
+                assert answer.status_code == 200 and answer.json()["value"] == ROWS[key]
+            after_a, after_b = scrape(on_a), scrape(on_b)
+
+    def outcomes(before: dict[Any, float], after: dict[Any, float]) -> dict[str, float]:
+        grown = {
+            dict(labels)["outcome"]: number - before.get((name, labels), 0.0)
+            for (name, labels), number in after.items()
+            if name == "iqstate_queries_total" and dict(labels)["query"] == "KeyQuery"
+        }
+        return {outcome: number for outcome, number in grown.items() if number}
+
+    assert outcomes(before_a, after_a) == {}, "A answered none of them: nothing counted there"
+    assert outcomes(before_b, after_b) == {"success": 3}
+    assert (
+        value(after_a, "iqstate_forwarded_requests_total")
+        - value(before_a, "iqstate_forwarded_requests_total")
+        == 3
+    )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from time import perf_counter
 from typing import Any
 
@@ -29,7 +29,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
-from iqstate import Application, FailureReason, StateQueryRequest, StateQueryResult
+from iqstate import Application, FailureReason, QueryResult, StateQueryRequest, StateQueryResult
 from iqstate.queries import (
     LimitedRangeQuery,
     LimitedTimestampedRangeQuery,
@@ -94,6 +94,16 @@ _Failed = tuple[FailureReason | None, ...]
 those that answered). A query whose partitions all answered is recorded as their number."""
 
 
+_ASKED_ELSEWHERE = frozenset({FailureReason.NOT_ACTIVE, FailureReason.NOT_PRESENT})
+
+
+def _refused_here(answers: Iterable[QueryResult[Any]]) -> bool:
+    """Every answer is a refusal to read this replica (another replica may answer)."""
+    return all(
+        answer.is_failure and answer.failure_reason in _ASKED_ELSEWHERE for answer in answers
+    )
+
+
 class ServiceMetrics:
     """What one `QueryService` counts, and its `/metrics` document.
 
@@ -114,14 +124,21 @@ class ServiceMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Families(app, self.snapshot, forwarded))
 
-    def query(self, request: StateQueryRequest[Any]) -> StateQueryResult[Any]:
+    def query(
+        self, request: StateQueryRequest[Any], *, asked_elsewhere_if_refused: bool = False
+    ) -> StateQueryResult[Any]:
         """`app.query(request)`, counted and timed (a request no partition here answered
-        is not counted: it is answered elsewhere, and counted there)."""
+        is not counted: it is answered elsewhere, and counted there).
+
+        `asked_elsewhere_if_refused`: the request tries this instance first and goes to
+        another replica when this one is not the replica it may read (`NOT_ACTIVE`,
+        `NOT_PRESENT`); such a refusal is not counted either (a forwarded key lookup is
+        no failure)."""
         started = perf_counter()
         result = self._app.query(request)
         seconds = perf_counter() - started
         answers = result.partition_results
-        if answers:
+        if answers and not (asked_elsewhere_if_refused and _refused_here(answers.values())):
             outcome: int | _Failed = len(answers)
             for answer in answers.values():
                 if answer.is_failure:

@@ -609,7 +609,7 @@ class QueryService:
         if replica is None or replica.state == RUNNING:
             request = request.require_active()
         try:
-            result = self.metrics.query(request)
+            result = self.metrics.query(request, asked_elsewhere_if_refused=True)
         except Exception as exc:
             mapped = api_error(exc)
             if mapped is None:
