@@ -152,6 +152,21 @@ def test_a_paused_broker_cuts_instances_off_and_they_recover(
                 own = [s for s in status.json() if s["port"] == instance.port]
                 assert {r["role"] for r in own[0]["replicas"]} == {"CUT_OFF", "STANDBY"}
                 assert {r["lag"] for s in status.json() for r in s["replicas"]} == {None}
+            # Routed reads need an active or a known lag: neither is left, and the answer
+            # says how to read anyway; scope "local" reads each replica as it is.
+            for lag in ("", "?acceptable_lag=1000000"):
+                refused = _get(urls[0], f"/v1/stores/counts/keys/{KEYS[0]}{lag}")
+                assert refused is not None and refused.status_code == 503, lag
+                assert 'scope "local"' in refused.json()["error"]["message"], refused.json()
+            local = {"store": "counts", "query": {"type": "range"}, "scope": "local"}
+            rows: dict[str, int] = {}
+            for url in urls:
+                answer = httpx.post(url + "/v1/query", json=local, timeout=5).json()
+                for entry in answer["partitions"].values():
+                    assert entry["ok"] and entry["position"] == {"src": {"0": 1}}, entry
+                    if entry["role"] == "CUT_OFF":  # each partition once: from its active
+                        rows.update(entry["value"])
+            assert rows == before
         finally:
             os.kill(pid, signal.SIGCONT)
 

@@ -129,13 +129,21 @@ class ReplicaChoice:
             f"{r.state} on {r.host} (lag {'unknown' if r.lag is None else r.lag})"
             for r in sorted(replicas, key=lambda r: r.host)
         )
-        if acceptable_lag is None:
-            return (
-                FailureReason.NOT_ACTIVE,
-                f"{where} has no running active replica ({held}); pass acceptable_lag to "
-                "read a standby",
+        if all(r.lag is None for r in replicas):
+            # acceptable_lag cannot help: no lag to compare it with (the broker unreachable,
+            # or the replicas just started)
+            advice = (
+                "; no replica's lag is known, so acceptable_lag admits none: a request with "
+                'scope "local" to an instance that hosts one reads that replica as it is, '
+                "with its position"
             )
-        return (
-            FailureReason.NOT_ACTIVE,
-            f"no replica of {where} is running or within acceptable_lag {acceptable_lag} ({held})",
-        )
+        else:
+            advice = "; pass acceptable_lag to read a standby" if acceptable_lag is None else ""
+        if acceptable_lag is None:
+            message = f"{where} has no running active replica ({held}){advice}"
+        else:
+            message = (
+                f"no replica of {where} is running or within acceptable_lag {acceptable_lag} "
+                f"({held}){advice}"
+            )
+        return FailureReason.NOT_ACTIVE, message
