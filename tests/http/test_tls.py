@@ -118,3 +118,26 @@ def test_a_change_stream_follows_the_other_instances_partitions_over_https(
             change = next(events)
         assert change["partition"] == odd and not change["snapshot"]
         assert [(c["key"], c["value"]) for c in change["changes"]] == [(odd_key, -1)]
+
+
+def test_a_certificate_nobody_trusts_is_named_as_the_reason(
+    served: str, tmp_path: Path, pki: dict[str, Any]
+) -> None:
+    """The routing client, and an instance forwarding to another, that do not trust the
+    other side's certificate say so, not just that a connection failed."""
+    rogue = tmp_path / "rogue-ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(rogue))
+    with (
+        RemoteQueryClient(served, verify=str(rogue)) as client,
+        pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"),
+    ):
+        client.query(StateQueryRequest.in_store("counts").with_query(KeyQuery.with_key("spark")))
+    tls = {"ssl_certfile": pki["cert"], "ssl_keyfile": pki["key"], "ssl_ca_certs": str(rogue)}
+    with two_instances(tmp_path / "pair", **tls) as (a, _):
+        elsewhere = next(
+            key for key in ROWS if partition_for_bytes(key.encode(), PARTITIONS) % 2 == 1
+        )
+        with httpx.Client(verify=pki["context"], timeout=10) as http:
+            refused = http.get(f"{a.url}/v1/stores/counts/keys/{elsewhere}")
+        assert refused.status_code == 503
+        assert "CERTIFICATE_VERIFY_FAILED" in refused.json()["error"]["message"], refused.json()

@@ -23,6 +23,7 @@ from iqstate.errors import IqstateError
 from iqstate.subscriptions.cursor import Cursor, Progress
 from iqstate_http.change_events import batch_json
 from iqstate_http.codecs import json_bytes
+from iqstate_http.error_text import error_text
 from iqstate_http.forwarding import FORWARDED_HEADER
 
 END_EVENT = "end"
@@ -136,7 +137,7 @@ async def follow_remote(
                     return
         sink(Ended(partitions, f"instance {host} closed the stream"))
     except (httpx.HTTPError, SSEError, ValueError, KeyError, TypeError) as error:
-        sink(Ended(partitions, f"instance {host} went away ({type(error).__name__})"))
+        sink(Ended(partitions, f"instance {host} went away ({error_text(error)})"))
 
 
 def _message(body: bytes) -> str:

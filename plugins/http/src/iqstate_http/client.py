@@ -45,6 +45,7 @@ from iqstate_http.client_subscribe import (
     RemoteSubscriptionLogic,
     StreamEnded,
 )
+from iqstate_http.error_text import error_text
 
 __all__ = [
     "AsyncRemoteQueryClient",
@@ -124,7 +125,7 @@ class RemoteQueryClient:
         try:
             return _reply(self._http.request(call.method, call.url, json=call.json))
         except httpx.HTTPError as error:
-            return Reply(error=type(error).__name__)
+            return Reply(error=error_text(error))
 
     def _send(self, calls: list[Call | Wait]) -> list[Reply]:
         if len(calls) == 1:
@@ -261,7 +262,7 @@ class AsyncRemoteQueryClient:
         try:
             return _reply(await self._http.request(call.method, call.url, json=call.json))
         except httpx.HTTPError as error:
-            return Reply(error=type(error).__name__)
+            return Reply(error=error_text(error))
 
     async def _run(self, plan: Plan) -> Any:
         try:
@@ -421,7 +422,7 @@ class RemoteSubscription:
             try:
                 opened = self._client._open_stream(self._stack, url, headers)
             except httpx.HTTPError as error:
-                return self._logic.broke(type(error).__name__)
+                return self._logic.broke(error_text(error))
             if isinstance(opened, httpx.Response):
                 return self._logic.refused(opened.status_code, opened.content)
             self._events = opened
@@ -431,7 +432,7 @@ class RemoteSubscription:
         except StopIteration:
             return self._logic.broke("the instance closed the stream")
         except httpx.HTTPError as error:
-            return self._logic.broke(type(error).__name__)
+            return self._logic.broke(error_text(error))
         except StreamEnded as ended:
             return self._logic.broke(str(ended))
 
@@ -489,7 +490,7 @@ class AsyncRemoteSubscription:
             try:
                 opened = await self._client._open_stream(self._stack, url, headers)
             except httpx.HTTPError as error:
-                return self._logic.broke(type(error).__name__)
+                return self._logic.broke(error_text(error))
             if isinstance(opened, httpx.Response):
                 return self._logic.refused(opened.status_code, opened.content)
             self._events = opened
@@ -499,7 +500,7 @@ class AsyncRemoteSubscription:
         except StopAsyncIteration:
             return self._logic.broke("the instance closed the stream")
         except httpx.HTTPError as error:
-            return self._logic.broke(type(error).__name__)
+            return self._logic.broke(error_text(error))
         except StreamEnded as ended:
             return self._logic.broke(str(ended))
 

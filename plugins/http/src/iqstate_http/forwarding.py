@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio.from_thread
 
+from iqstate_http.error_text import error_text
 from iqstate_http.peer_http import PeerConnections
 
 FORWARDED_HEADER = "x-iqstate-forwarded"
@@ -133,7 +134,7 @@ class Forwarder:
         except (OSError, TimeoutError) as error:
             return ForwardFailure(
                 "not_present",
-                f"instance {host} could not be reached: {type(error).__name__}",
+                f"instance {host} could not be reached: {error_text(error)}",
                 unreachable=True,
             )
         if status == 200:
