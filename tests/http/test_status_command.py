@@ -207,3 +207,29 @@ def test_an_instance_that_does_not_answer_is_named() -> None:
     code, text = run_in_terminal(["status", url], 30, interrupt=False)
     assert code == 1
     assert f"iqstate status: {url} did not answer" in text
+
+
+def test_every_address_is_whole_in_an_80_column_terminal() -> None:
+    """Addresses are what tells the rows apart: a narrow terminal (or a pipe: 80 columns)
+    wraps the other cells rather than cut an address short."""
+    replicas = [
+        {"store": "word-counts", "partition": p, "role": role, "lag": 12345}
+        for p in range(2)
+        for role in ("RUNNING", "STANDBY")
+    ]
+    cluster = [
+        {"host": "127.0.0.1", "port": 7071 + n, "live": True, "departure": None,
+         "replicas": replicas[n::2]}
+        for n in range(2)
+    ] + [
+        {"host": "127.0.0.1", "port": 7073, "live": False, "replicas": [],
+         "departure": {"reason": "silent", "seconds_ago": 110.3}},
+    ]  # fmt: skip
+    health = {"status": "ok", "state": "RUNNING", "broker_silence_s": 0.5}
+    console = Console(record=True, width=80, color_system=None, file=io.StringIO())
+    console.print(render("http://127.0.0.1:7071", health, cluster))
+    text = console.export_text()
+    assert all(len(line) <= 80 for line in text.splitlines())
+    instances = [line.split("│")[1].strip() for line in text.splitlines() if "│ 127." in line[:6]]
+    assert instances[:3] == ["127.0.0.1:7071", "127.0.0.1:7072", "127.0.0.1:7073"], text
+    assert "…" not in text, text

@@ -71,7 +71,13 @@ def _headline(url: str, health: Mapping[str, Any]) -> Text:
 def _instances(cluster: list[Any]) -> Table:
     table = Table(title="instances", title_justify="left")
     for column in ("instance", "state", "running", "restoring", "cut off", "standbys", "lag"):
-        table.add_column(column, justify="left" if column in ("instance", "state") else "right")
+        # In a narrow terminal the state wraps: an address (what tells the rows apart) or a
+        # count cut short says nothing.
+        table.add_column(
+            column,
+            justify="left" if column in ("instance", "state") else "right",
+            no_wrap=column != "state",
+        )
     for instance in cluster:
         replicas = instance["replicas"]
         roles = [replica["role"] for replica in replicas]
@@ -97,7 +103,11 @@ def _instances(cluster: list[Any]) -> Table:
 def _partitions(cluster: list[Any]) -> Table:
     table = Table(title="partitions", title_justify="left")
     for column in ("store", "partition", "active", "state", "standbys (lag)"):
-        table.add_column(column, justify="right" if column == "partition" else "left")
+        table.add_column(
+            column,
+            justify="right" if column == "partition" else "left",
+            no_wrap=column != "standbys (lag)",  # the list wraps, between its entries
+        )
     placed: dict[tuple[str, int], dict[str, Any]] = {}
     for instance in cluster:
         where = f"{instance['host']}:{instance['port']}"
