@@ -229,3 +229,28 @@ def test_a_key_lookup_forwarded_to_its_active_counts_as_answered_where_it_was_an
         - value(before_a, "iqstate_forwarded_requests_total")
         == 3
     )
+
+
+def test_a_key_lookup_no_replica_answers_counts_as_a_failure_where_it_was_asked(
+    tmp_path: Path,
+) -> None:
+    """The failed panels stay honest: a lookup whose active is gone (and whose standby the
+    caller did not accept) is one failure, counted by the instance it was asked of."""
+    with two_instances(tmp_path) as (a, b):
+        theirs = [k for k in ROWS if partition_for_bytes(k.encode(), PARTITIONS) % 2 == 1][:3]
+        b.server.stop()
+        with httpx.Client(base_url=a.url, timeout=10) as on_a:
+            before = scrape(on_a)
+            for key in theirs:
+                assert on_a.get(f"/v1/stores/counts/keys/{key}").status_code == 503
+            after = scrape(on_a)
+    labels = {"store": "counts", "query": "KeyQuery"}
+    failed = sum(
+        value(after, "iqstate_queries_total", outcome=outcome, **labels)
+        - value(before, "iqstate_queries_total", outcome=outcome, **labels)
+        for outcome in ("not_present", "not_active")
+    )
+    assert failed == 3
+    assert value(after, "iqstate_queries_total", outcome="success", **labels) == value(
+        before, "iqstate_queries_total", outcome="success", **labels
+    )

@@ -166,6 +166,23 @@ def test_serve_stops_quietly_and_closes_the_application(tmp_path: Path, stop: in
     assert "application NOT_RUNNING" in stderr, stderr
 
 
+def test_a_sigterm_handler_of_the_applications_own_still_runs(tmp_path: Path) -> None:
+    code, stderr, _ = serve_until_sigint(
+        tmp_path,
+        "handled_app",
+        "import signal, sys\n"
+        "from iqstate import Application\n"
+        f"app = Application('handled', {str(tmp_path / 'state')!r})\n"
+        "app.key_value_store('s', 1)\n"
+        "def handler(signum, frame):\n"
+        "    print('its own handler ran', file=sys.stderr, flush=True)\n"
+        "    raise SystemExit(3)\n"
+        "signal.signal(signal.SIGTERM, handler)\n",
+        stop=signal.SIGTERM,
+    )
+    assert code == 3 and "its own handler ran" in stderr, stderr
+
+
 def test_log_format_json_writes_one_object_a_line(tmp_path: Path) -> None:
     """For log shippers: with `--log-format json` every line on stderr is one JSON object,
     the server's own lines, the application's and a traceback's alike."""

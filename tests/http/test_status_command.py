@@ -209,27 +209,49 @@ def test_an_instance_that_does_not_answer_is_named() -> None:
     assert f"iqstate status: {url} did not answer" in text
 
 
-def test_every_address_is_whole_in_an_80_column_terminal() -> None:
-    """Addresses are what tells the rows apart: a narrow terminal (or a pipe: 80 columns)
-    wraps the other cells rather than cut an address short."""
+def narrow_cluster(host: str) -> list[dict[str, Any]]:
+    """Two live instances on `host` and a third that went away a while ago."""
     replicas = [
         {"store": "word-counts", "partition": p, "role": role, "lag": 12345}
         for p in range(2)
         for role in ("RUNNING", "STANDBY")
     ]
-    cluster = [
-        {"host": "127.0.0.1", "port": 7071 + n, "live": True, "departure": None,
+    return [
+        {"host": host, "port": 7071 + n, "live": True, "departure": None,
          "replicas": replicas[n::2]}
         for n in range(2)
     ] + [
-        {"host": "127.0.0.1", "port": 7073, "live": False, "replicas": [],
+        {"host": host, "port": 7073, "live": False, "replicas": [],
          "departure": {"reason": "silent", "seconds_ago": 110.3}},
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "ip-10-0-0-11.eu-west-1.compute.internal"])
+def test_every_address_and_count_is_whole_in_an_80_column_terminal(host: str) -> None:
+    """Addresses are what tells the rows apart: a narrow terminal (or a pipe: 80 columns)
+    wraps the state, and folds a cloud host name onto more lines (an IP address not at
+    all), but cuts neither an address nor a count short."""
     health = {"status": "ok", "state": "RUNNING", "broker_silence_s": 0.5}
     console = Console(record=True, width=80, color_system=None, file=io.StringIO())
-    console.print(render("http://127.0.0.1:7071", health, cluster))
+    console.print(render(f"http://{host}:7071", health, narrow_cluster(host)))
     text = console.export_text()
-    assert all(len(line) <= 80 for line in text.splitlines())
-    instances = [line.split("│")[1].strip() for line in text.splitlines() if "│ 127." in line[:6]]
-    assert instances[:3] == ["127.0.0.1:7071", "127.0.0.1:7072", "127.0.0.1:7073"], text
+    assert all(len(line.rstrip()) <= 80 for line in text.splitlines())
     assert "…" not in text, text
+    instances, partitions = text.split("\npartitions", 1)
+
+    def cells(table: str) -> list[list[str]]:
+        return [
+            [cell.strip() for cell in line.split("│")[1:-1]]
+            for line in table.splitlines()
+            if line.startswith("│")
+        ]
+
+    rows = cells(instances)
+    assert all(len(row) == 7 for row in rows), text  # every column there, none cropped
+    addresses = [f"{host}:{port}" for port in (7071, 7072, 7073)]
+    assert "".join(row[0] for row in rows) == "".join(addresses), text
+    assert [row[6] for row in rows if row[6]] == ["24690", "24690", "-"], text
+    if len(host) < 16:
+        assert [row[0] for row in rows if row[0]] == addresses, "an IP address is one line"
+    actives = "".join(row[2] for row in cells(partitions))
+    assert actives == 2 * f"{host}:7071", text

@@ -115,7 +115,7 @@ class ServiceMetrics:
     def __init__(self, app: Application, forwarded: Callable[[], int]) -> None:
         """`forwarded`: how many requests this instance has forwarded to another."""
         self._app = app
-        self._pending_queries: deque[tuple[str, type[Any], float, int | _Failed]] = deque()
+        self._pending_queries: deque[tuple[str, type[Any], float | None, int | _Failed]] = deque()
         self._pending_requests: deque[tuple[str, int]] = deque()
         self._fold_lock = threading.Lock()
         self._queries: dict[tuple[str, type[Any]], _QuerySeries] = {}
@@ -133,7 +133,7 @@ class ServiceMetrics:
         `asked_elsewhere_if_refused`: the request tries this instance first and goes to
         another replica when this one is not the replica it may read (`NOT_ACTIVE`,
         `NOT_PRESENT`); such a refusal is not counted either (a forwarded key lookup is
-        no failure)."""
+        no failure; one that no replica answers is counted by `unanswered`)."""
         started = perf_counter()
         result = self._app.query(request)
         seconds = perf_counter() - started
@@ -152,6 +152,14 @@ class ServiceMetrics:
             if len(pending) >= FOLD_EVERY:
                 self._fold()
         return result
+
+    def unanswered(self, store: str, query: type[Any], reason: FailureReason) -> None:
+        """A query that no replica answered, counted where it arrived with the last reason
+        it was refused for (not timed: nothing ran it to the end)."""
+        pending = self._pending_queries
+        pending.append((store, query, None, (reason,)))
+        if len(pending) >= FOLD_EVERY:
+            self._fold()
 
     def record_request(self, route: str, status: int) -> None:
         """One HTTP request answered: its route template and status."""
@@ -176,8 +184,9 @@ class ServiceMetrics:
                 series = queries.get((store, kind))
                 if series is None:
                     series = queries[(store, kind)] = _QuerySeries()
-                series.buckets[bisect_left(DURATION_BUCKETS, seconds)] += 1
-                series.seconds += seconds
+                if seconds is not None:
+                    series.buckets[bisect_left(DURATION_BUCKETS, seconds)] += 1
+                    series.seconds += seconds
                 if isinstance(outcome, int):
                     series.successes += outcome
                     continue

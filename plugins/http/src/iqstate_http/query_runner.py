@@ -179,7 +179,7 @@ class QueryRunner:
                     failure: QueryResult[Any] = QueryResult.for_failure(
                         FailureReason.NOT_ACTIVE,
                         f"partition {partition} of store {options.store!r} is "
-                        f"{replica.state} here, {replica.lag} records behind: over "
+                        f"{replica.state} here, {_behind(replica.lag)}: over "
                         f"acceptable_lag {lag}",
                     )
                     failure.position = answered.position
@@ -474,3 +474,7 @@ def _unavailable(exc: PartitionsFailed) -> ApiError:
         for p, (reason, message) in exc.failures.items()
     }
     return ApiError(503, "partitions_unavailable", str(exc), details={"partitions": partitions})
+
+
+def _behind(lag: int | None) -> str:
+    return "its lag unknown" if lag is None else f"{lag} records behind"

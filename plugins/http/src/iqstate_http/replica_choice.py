@@ -133,9 +133,9 @@ class ReplicaChoice:
             # acceptable_lag cannot help: no lag to compare it with (the broker unreachable,
             # or the replicas just started)
             advice = (
-                "; no replica's lag is known, so acceptable_lag admits none: a request with "
-                'scope "local" to an instance that hosts one reads that replica as it is, '
-                "with its position"
+                "; no replica's lag is known, so acceptable_lag admits none: a query with "
+                'scope "local" and without acceptable_lag, to an instance that hosts one, '
+                "reads that replica as it is, with its position"
             )
         else:
             advice = "; pass acceptable_lag to read a standby" if acceptable_lag is None else ""

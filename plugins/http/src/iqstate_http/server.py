@@ -103,7 +103,8 @@ def serve(
     ssl_ca_certs: str | None = None,
     change_streams: StreamSettings | None = None,
 ) -> None:
-    """Serve `app` until interrupted (listens on localhost unless told otherwise).
+    """Serve `app` until interrupted (listens on localhost unless told otherwise): Ctrl-C
+    raises `KeyboardInterrupt`, SIGTERM returns (unless the process handles it itself).
 
     `max_rows` caps an unmerged range answer (422 beyond it), `range_limits` how many
     range requests run and wait at once, `forward_timeout` how long a request forwarded to
@@ -135,21 +136,24 @@ def _terminated(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def _sigterm_returns() -> Iterator[None]:
-    """Make SIGTERM (systemd's, Docker's and Kubernetes' stop) end `serve` by returning,
-    as Ctrl-C does, so that the caller closes the application: its partitions move to
-    their standbys at once and its stores close cleanly. uvicorn catches the signal to shut
-    down, then raises it again for the handler it found: the default one ended the process
-    there, before anything after `serve` ran."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signals reach the main thread only
+    """Make SIGTERM (systemd's, Docker's and Kubernetes' stop) end `serve` by returning, so
+    that the caller closes the application: its partitions move to their standbys at once
+    and its stores close cleanly. uvicorn catches the signal to shut down, then raises it
+    again for the handler it found: the default one ended the process there, before
+    anything after `serve` ran. A handler of the caller's own is left to do its job."""
+    if (
+        threading.current_thread() is not threading.main_thread()  # signals reach it only
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
         return
-    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
+        signal.signal(signal.SIGTERM, _terminated)
         yield
     except _Terminated:
-        log.info("SIGTERM: stopping")
+        log.info("SIGTERM: stopped serving")
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @dataclass

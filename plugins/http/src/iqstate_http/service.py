@@ -582,6 +582,9 @@ class QueryService:
         if failure is None:
             reason, message = self.replicas.why_none(spec.name, partition, lag, forwarded)
             failure = (reason.name.lower(), message)
+        if not forwarded:  # counted once, where the caller asked
+            query = type(read.query(key))
+            self.metrics.unanswered(spec.name, query, failure_reason_of(failure[0]))
         raise ApiError(503, *failure)
 
     def _key_read(self, store: str) -> tuple[StoreSpec, KeyRead]:

@@ -68,16 +68,23 @@ def _headline(url: str, health: Mapping[str, Any]) -> Text:
     return line
 
 
+_SHORT_ADDRESS = 24
+"""Addresses up to this long (an IP address and port) are never broken across lines;
+longer ones (cloud host names) fold onto more lines in a narrow terminal. Neither is cut
+short: the address, port included, is what tells the rows apart."""
+
+
+def _address_column(table: Table, title: str, cluster: list[Any]) -> None:
+    widest = max((len(f"{i['host']}:{i['port']}") for i in cluster), default=0)
+    table.add_column(title, no_wrap=widest <= _SHORT_ADDRESS, overflow="fold")
+
+
 def _instances(cluster: list[Any]) -> Table:
     table = Table(title="instances", title_justify="left")
-    for column in ("instance", "state", "running", "restoring", "cut off", "standbys", "lag"):
-        # In a narrow terminal the state wraps: an address (what tells the rows apart) or a
-        # count cut short says nothing.
-        table.add_column(
-            column,
-            justify="left" if column in ("instance", "state") else "right",
-            no_wrap=column != "state",
-        )
+    _address_column(table, "instance", cluster)
+    table.add_column("state", overflow="fold")  # what wraps first in a narrow terminal
+    for column in ("running", "restoring", "cut off", "standbys", "lag"):
+        table.add_column(column, justify="right", no_wrap=True)  # a count cut says nothing
     for instance in cluster:
         replicas = instance["replicas"]
         roles = [replica["role"] for replica in replicas]
@@ -102,12 +109,11 @@ def _instances(cluster: list[Any]) -> Table:
 
 def _partitions(cluster: list[Any]) -> Table:
     table = Table(title="partitions", title_justify="left")
-    for column in ("store", "partition", "active", "state", "standbys (lag)"):
-        table.add_column(
-            column,
-            justify="right" if column == "partition" else "left",
-            no_wrap=column != "standbys (lag)",  # the list wraps, between its entries
-        )
+    table.add_column("store", overflow="fold")
+    table.add_column("partition", justify="right", no_wrap=True)
+    _address_column(table, "active", cluster)
+    table.add_column("state", no_wrap=True)
+    table.add_column("standbys (lag)", overflow="fold")  # wraps between its entries first
     placed: dict[tuple[str, int], dict[str, Any]] = {}
     for instance in cluster:
         where = f"{instance['host']}:{instance['port']}"
