@@ -214,11 +214,11 @@ class Subscription:
                 if self._ready:
                     return self._snapshot_batch(self._ready.popleft())
                 found = self._earliest()
-                if found is None and self._ending():
+                if found is None and (ended := self._ended()) is not None:
                     # A feed ends after its last publication: all of it is visible now.
                     found = self._earliest()
                     if found is None:
-                        self._check_ended()
+                        self._end(ended)
                 if found is None:
                     return None
                 part, item = found
@@ -322,14 +322,12 @@ class Subscription:
         changes = ReadOnlyChanges(decode(row)[1] for row in snapshot.rows)
         return ChangeBatch(part.number, snapshot.position, self._cursor.text, True, changes)
 
-    def _ending(self) -> bool:
-        return any(part.feed.ended is not None for part in self._parts)
-
-    def _check_ended(self) -> None:
+    def _ended(self) -> str | None:
+        """Why a followed feed ended (the first one's reason); None while all run."""
         for part in self._parts:
-            reason = part.feed.ended
-            if reason is not None:
-                self._end(reason)
+            if (reason := part.feed.ended) is not None:
+                return reason
+        return None
 
     def _end(self, reason: str) -> None:
         self._failure = SubscriptionEndedError(reason, self._cursor.text)

@@ -74,8 +74,12 @@ longer ones (cloud host names) fold onto more lines in a narrow terminal. Neithe
 short: the address, port included, is what tells the rows apart."""
 
 
+def _address(instance: Mapping[str, Any]) -> str:
+    return f"{instance['host']}:{instance['port']}"
+
+
 def _address_column(table: Table, title: str, cluster: list[Any]) -> None:
-    widest = max((len(f"{i['host']}:{i['port']}") for i in cluster), default=0)
+    widest = max((len(_address(instance)) for instance in cluster), default=0)
     table.add_column(title, no_wrap=widest <= _SHORT_ADDRESS, overflow="fold")
 
 
@@ -89,7 +93,7 @@ def _instances(cluster: list[Any]) -> Table:
         replicas = instance["replicas"]
         roles = [replica["role"] for replica in replicas]
         lags = [replica["lag"] for replica in replicas]
-        name = f"{instance['host']}:{instance['port']}"
+        name = _address(instance)
         departure = instance.get("departure")
         if not instance["live"]:  # its partitions have moved: nothing to count
             gone = f"gone: {departure['reason']}, {departure['seconds_ago']:g} s ago"
@@ -116,7 +120,7 @@ def _partitions(cluster: list[Any]) -> Table:
     table.add_column("standbys (lag)", overflow="fold")  # wraps between its entries first
     placed: dict[tuple[str, int], dict[str, Any]] = {}
     for instance in cluster:
-        where = f"{instance['host']}:{instance['port']}"
+        where = _address(instance)
         for replica in instance["replicas"]:
             entry = placed.setdefault((replica["store"], replica["partition"]), {"standbys": []})
             if replica["role"] in ACTIVE_STATES:
