@@ -5,6 +5,7 @@ holding unfinished batches and skipping records that do not decode."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import pytest
 from changelog_support import Changelogs, read_events, units_by_partition
@@ -12,6 +13,7 @@ from confluent_kafka import Producer
 from iqstate_kafka import (
     BatchWriter,
     ChangelogConsumer,
+    ChangelogUnit,
     DeliveryError,
     KafkaCluster,
     OffsetOutOfRange,
@@ -174,20 +176,81 @@ def test_data_without_its_marker_is_held(
     assert unit.next_offset == 4
 
 
-def test_held_data_is_handed_out_in_incomplete_units_beyond_the_limit(
+def test_a_batch_is_held_whole_until_its_marker_however_many_records_it_has(
     cluster: KafkaCluster, changelogs: Changelogs
 ) -> None:
+    """Nothing is missing between its records: a batch being written, applied in one
+    commit at its marker, never cut into parts the way a compacted stretch is."""
     partition = changelogs.partition("counts", 1)
     records: list[Raw] = [(b"k%d" % number, b"v", batch_headers(9)) for number in range(5)]
-    produce_raw(cluster, partition, [*records, (MARKER_KEY, marker_value(9, SOURCE), None)])
-    with ChangelogConsumer(cluster, max_held_records=2) as reader:
+    produce_raw(cluster, partition, records)
+    with ChangelogConsumer(cluster, compacted_unit_records=2, max_held_records=100) as reader:
+        reader.assign(partition, None)
+        assert read_events(reader, 1, within=3.0) == []
+        produce_raw(cluster, partition, [(MARKER_KEY, marker_value(9, SOURCE), None)])
+        (unit,) = units_by_partition(read_events(reader, 1))[partition]
+    assert unit.marker is not None and unit.marker.batch_id == 9
+    assert unit.entries(8) == [(b"k%d" % number, b"v") for number in range(5)]
+    assert unit.next_offset == 6
+
+
+def test_a_compacted_stretch_is_handed_out_in_incomplete_units(
+    cluster: KafkaCluster, changelogs: Changelogs, unique_name: Callable[[str], str]
+) -> None:
+    """Offsets missing since the last marker (what compaction leaves; a transaction's commit
+    marker, invisible to consumers, leaves the same) mean the markers in between are gone:
+    the data is handed out every `compacted_unit_records`, without a position or fence."""
+    partition = changelogs.partition("counts", 2)
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": unique_name("tx")}
+    )
+    producer.init_transactions(10)
+    for first in (0, 3):  # offsets 0-2, a commit marker at 3, then 4-6 and one at 7
+        producer.begin_transaction()
+        for number in range(first, first + 3):
+            producer.produce(
+                partition.topic, b"v", b"k%d" % number, partition.partition,
+                headers=batch_headers(2),
+            )  # fmt: skip
+        producer.commit_transaction(10)
+    produce_raw(cluster, partition, [(MARKER_KEY, marker_value(2, SOURCE), None)])
+    with ChangelogConsumer(cluster, compacted_unit_records=2, max_held_records=100) as reader:
         reader.assign(partition, None)
         units = units_by_partition(read_events(reader, 3))[partition]
-    assert [(len(unit.records), unit.marker is None, unit.next_offset) for unit in units] == [
-        (2, True, 2),
-        (2, True, 4),
-        (1, False, 6),
+    assert [(unit.offsets, unit.marker is None, unit.next_offset) for unit in units] == [
+        ([0, 1, 2, 4], True, 5),  # whole until offset 3 is found missing
+        ([5, 6], True, 7),
+        ([], False, 9),
     ]
+    assert all(unit.compacted for unit in units)
+
+
+def test_beyond_max_held_records_the_partition_holding_most_is_cut_short_with_a_warning(
+    cluster: KafkaCluster, changelogs: Changelogs, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bound on memory is across partitions; the batch it cuts is named in a warning
+    (once a batch), and queries can see part of that batch until its marker."""
+    big, small = changelogs.partition("counts", 0), changelogs.partition("counts", 1)
+    produce_raw(cluster, big, [(b"b%d" % n, b"v", batch_headers(4)) for n in range(5)])
+    produce_raw(cluster, small, [(b"s", b"v", batch_headers(4))])
+    with (
+        caplog.at_level(logging.WARNING, logger="iqstate_kafka.reader"),
+        ChangelogConsumer(cluster, max_held_records=4) as reader,
+    ):
+        reader.assign(big, None)
+        reader.assign(small, None)
+        (cut,) = read_events(reader, 1)
+        for partition in (big, small):
+            produce_raw(cluster, partition, [(MARKER_KEY, marker_value(4, SOURCE), None)])
+        ended = units_by_partition(read_events(reader, 2))
+    assert isinstance(cut, ChangelogUnit) and cut.partition == big
+    assert cut.marker is None and not cut.compacted and len(cut.offsets) in (3, 4)
+    (rest,) = ended[big]
+    assert rest.marker is not None and cut.offsets + rest.offsets == [0, 1, 2, 3, 4]
+    (whole,) = ended[small]
+    assert whole.marker is not None and whole.offsets == [0]
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "batch 4" in warning.getMessage() and "max_held_records" in warning.getMessage()
 
 
 def test_a_follower_resumes_from_its_committed_offset(

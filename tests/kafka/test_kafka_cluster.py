@@ -72,6 +72,8 @@ def test_bad_bootstrap_servers(servers: object, message: str) -> None:
         ({"topic_config": {"min.insync.replicas": 2}}, r"topic_config\['min.insync.replicas'\]"),
         ({"reader_processes": -1}, "reader_processes must be an int >= 0, got -1"),
         ({"reader_processes": 1.5}, "reader_processes must be an int >= 0"),
+        ({"max_held_records": 0}, "max_held_records must be an int >= 1 records, or None"),
+        ({"max_held_records": "1e6"}, "max_held_records must be an int >= 1 records"),
     ],
 )
 def test_bad_options(options: dict[str, object], message: str) -> None:

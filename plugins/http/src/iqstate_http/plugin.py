@@ -49,6 +49,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     cluster.add_argument("--reader-processes", type=int, default=0, metavar="N",
                          help="read the changelogs in N worker processes: a restore reads "
                          "on another core while this one applies (0: in this one)")  # fmt: skip
+    cluster.add_argument("--max-held-records", type=int, metavar="N",
+                         help="changelog records held in memory waiting for their batch "
+                         "markers, so that each batch is applied whole (default: "
+                         "KafkaCluster's max_held_records)")  # fmt: skip
     cluster.add_argument("--kafka-config", metavar="FILE", help="a properties file of Kafka "
                          "client settings (security.protocol, sasl.*, ssl.*, ...)")  # fmt: skip
     cluster.add_argument("-X", dest="kafka_settings", action="append", default=[],
@@ -197,13 +201,19 @@ def cluster_application(args: argparse.Namespace) -> Application:
     try:
         stores = [parse_store(text) for text in args.store]
         settings = kafka_settings(args.kafka_config, args.kafka_settings)
+        held_records = (
+            {} if args.max_held_records is None else {"max_held_records": args.max_held_records}
+        )
         app = Application(
             args.app_id,
             args.state_dir,
             application_server=args.application_server,
             num_standby_replicas=args.standbys,
             cluster=KafkaCluster(
-                args.cluster, client_config=settings, reader_processes=args.reader_processes
+                args.cluster,
+                client_config=settings,
+                reader_processes=args.reader_processes,
+                **held_records,
             ),
         )
         for store in stores:

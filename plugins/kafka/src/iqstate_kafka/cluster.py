@@ -34,6 +34,10 @@ class KafkaCluster(ClusterSettings):
     `reader_processes`: read the changelogs in that many worker processes (0: in the
     application's own), so a restore uses more than one core (about 1.3x the records a
     second on 2 cores, for more CPU in all).
+    `max_held_records`: data records an instance holds in memory, across the partitions it
+    reads, while their batches' markers have not come, so that each batch is applied in one
+    commit (queries never see part of it). A batch that would hold more is applied in parts
+    before its marker, with a warning. `None`: no bound.
 
     A frozen value; settings iqstate's guarantees depend on are refused in `client_config`
     and `topic_config` (`ValueError`), never silently overridden.

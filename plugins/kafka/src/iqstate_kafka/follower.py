@@ -271,7 +271,11 @@ class Follower:
             return ProcessChangelogConsumer(
                 consuming, processes=self._reader_processes, max_records=self._max_records
             )
-        return ChangelogConsumer(consuming, max_records=self._max_records)
+        return ChangelogConsumer(
+            consuming,
+            max_records=self._max_records,
+            max_held_records=self._cluster.max_held_records,
+        )
 
     def _run(self, partitions: FollowedPartitions, reader: ChangelogReading | None) -> None:
         failures = _Backoff(self._poll_timeout, self._max_backoff)

@@ -21,11 +21,17 @@ offset means read from the earliest offset; a committed offset `c` is valid iff
 recreated, or retention deleted what the replica had not read) cannot be resumed: the
 replica must be rebuilt from the earliest offset.
 
-Compaction keeps only a partition's latest marker, so the compacted part of a changelog
-holds data without markers. Reading it from the start would hold all of it until the next
-marker; `max_held_records` bounds that by handing out *incomplete* units (no marker) that a
-rebuilding replica applies without advancing its position or fence. A follower that must
-never apply part of a batch sets it to `None`.
+**Held data is bounded twice.** Compaction keeps only a partition's latest marker, so the
+compacted part of a changelog holds data without markers: reading it from the start would
+hold all of it until the next marker. Where offsets are missing since a partition's last
+marker (compaction removed records, markers with them), its held data is handed out every
+`compacted_unit_records` as an *incomplete* unit (no marker), which a rebuilding replica
+applies without advancing its position or fence: no batch is cut, its markers are gone.
+A stretch without missing offsets is a batch still being written (or one abandoned before
+its marker), and is held whole until its marker, however large, so that the batch is
+applied in one commit. `max_held_records` bounds what all partitions hold together: when
+it is reached, the partition holding the most hands its held data out incomplete, with a
+warning, and queries can see part of that batch until its marker (`None`: no bound).
 
 **consume vs poll.** Measured on the real broker (bench/kafka_changelog.py, loopback, two
 cores, 200,000 records over 4 partitions, librdkafka's default `fetch.queue.backoff.ms` of
@@ -67,7 +73,7 @@ from iqstate_kafka.format import (
     is_fenced,
     known_batch_id,
 )
-from iqstate_kafka.settings import ClusterSettings
+from iqstate_kafka.settings import DEFAULT_MAX_HELD_RECORDS, ClusterSettings
 
 logger = logging.getLogger("iqstate_kafka.reader")
 
@@ -108,8 +114,9 @@ class ChangelogUnit:
     record's `(key, value)`, batch id and offset), not as one `DataRecord` each: a replica
     restoring millions of records spends less per record, and a unit whose records all
     belong to its marker's batch is applied as `pairs` as it is (`iqstate_kafka.applying`).
-    `marker` is the batch marker that ends the unit, `None` for an incomplete unit (data
-    held beyond `max_held_records`): apply its data, but not a position or fence.
+    `marker` is the batch marker that ends the unit, `None` for an incomplete unit (part of
+    a compacted stretch, or of a batch that outgrew `max_held_records`): apply its data, but
+    not a position or fence.
     """
 
     partition: TopicPartition
@@ -193,6 +200,8 @@ class _Partition:
     skipped: int = 0
     holes: bool = False
     """An offset was missing since the last marker read (compaction)."""
+    cut: bool = False
+    """Data of the batch being read was handed out without its marker (`max_held_records`)."""
 
     def hand_out(self, marker: BatchMarker | None, next_offset: int) -> ChangelogUnit:
         """The unit of the data held, ended by `marker`; nothing is held afterwards."""
@@ -233,7 +242,9 @@ class ChangelogConsumer:
     """Reads assigned changelog partitions in batches and groups them into units.
 
     `max_records`: at most this many records per `read`. `max_held_records`: data records
-    held per partition before an incomplete unit is handed out (`None`: unbounded).
+    held by all partitions together, waiting for their markers, before the partition holding
+    the most hands its held data out as an incomplete unit (`None`: unbounded).
+    `compacted_unit_records`: data records of a compacted stretch handed out at a time.
     """
 
     def __init__(
@@ -241,15 +252,21 @@ class ChangelogConsumer:
         cluster: ClusterSettings,
         *,
         max_records: int = 10_000,
-        max_held_records: int | None = 100_000,
+        max_held_records: int | None = DEFAULT_MAX_HELD_RECORDS,
+        compacted_unit_records: int = 100_000,
     ) -> None:
         if max_records < 1:
             raise ValueError(f"max_records must be >= 1, got {max_records!r}")
         if max_held_records is not None and max_held_records < 1:
             raise ValueError(f"max_held_records must be >= 1 or None, got {max_held_records!r}")
+        if compacted_unit_records < 1:
+            raise ValueError(f"compacted_unit_records must be >= 1, got {compacted_unit_records!r}")
         self._cluster = cluster
         self._max_records = max_records
         self._max_held = max_held_records
+        self._compacted_unit = compacted_unit_records
+        self._held = 0
+        """Data records held by all partitions, waiting for their markers."""
         self._partitions: dict[tuple[str, int], _Partition] = {}
         self._known_topics: set[str] = set()
         self._consumer = Consumer(
@@ -304,7 +321,9 @@ class ChangelogConsumer:
     def unassign(self, partition: TopicPartition) -> None:
         """Stop reading `partition`; the data held for it is dropped."""
         key = (partition.topic, partition.partition)
-        if self._partitions.pop(key, None) is not None:
+        state = self._partitions.pop(key, None)
+        if state is not None:
+            self._held -= len(state.pairs)
             self._consumer.incremental_unassign(
                 [KafkaTopicPartition(partition.topic, partition.partition)]
             )
@@ -366,7 +385,9 @@ class ChangelogConsumer:
     ) -> None:
         """Hold the data of `messages` (in order) and add the units their markers end."""
         max_held = self._max_held
+        compacted_unit = self._compacted_unit
         partitions = self._partitions
+        held = self._held  # kept in a local on the hot path, stored back around calls
         # One pass, the cheapest per record: consecutive messages are mostly of one
         # partition, and a data record whose only header is a batch id decoded before
         # (`format.known_batch_id`) is held without the general `decode`.
@@ -374,7 +395,9 @@ class ChangelogConsumer:
         for message in messages:
             error = message.error()
             if error is not None:
+                self._held = held
                 self._failed(message, error, events)
+                held = self._held
                 topic, number, state = "", -1, None  # it may have unassigned a partition
                 continue
             if message.partition() != number or message.topic() != topic:
@@ -396,16 +419,45 @@ class ChangelogConsumer:
                     logger.error("%s; skipped (%d undecodable records so far)", exc, state.skipped)
                     continue
                 if isinstance(record, BatchMarker):
+                    held -= len(state.pairs)
                     events.append(state.hand_out(record, offset + 1))
-                    state.holes = False
+                    state.holes = state.cut = False
                     continue
                 batch_id = record.batch_id
             assert key is not None  # a data record (decode refuses one without a key)
             state.pairs.append((key, value))
             state.batch_ids.append(batch_id)
             state.offsets.append(offset)
-            if max_held is not None and len(state.pairs) >= max_held:
+            held += 1
+            if state.holes and len(state.pairs) >= compacted_unit:
+                held -= len(state.pairs)
                 events.append(state.hand_out(None, offset + 1))
+            elif max_held is not None and held >= max_held:
+                largest = max(partitions.values(), key=lambda other: len(other.pairs))
+                cut = self._cut_short(largest, held)
+                held -= len(cut.pairs)
+                events.append(cut)
+        self._held = held
+
+    @staticmethod
+    def _cut_short(state: _Partition, held: int) -> ChangelogUnit:
+        """The incomplete unit of what `state` holds, `held` records being held in all:
+        part of a batch that outgrew `max_held_records` (warned about once a batch), or of
+        a compacted stretch."""
+        if not state.holes and not state.cut:
+            state.cut = True
+            logger.warning(
+                "%s: %d changelog records are held across partitions waiting for batch "
+                "markers (max_held_records); the %d of batch %s in this partition are "
+                "applied before its marker, so queries can see part of that batch until it "
+                "ends. Write smaller batches (Spark: maxOffsetsPerTrigger) or raise "
+                "max_held_records",
+                state.partition,
+                held,
+                len(state.pairs),
+                state.batch_ids[-1],
+            )
+        return state.hand_out(None, state.next_offset)
 
     def _failed(
         self,

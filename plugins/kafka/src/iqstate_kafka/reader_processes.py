@@ -74,7 +74,8 @@ class ProcessChangelogConsumer:
 
     The follower's side of it: `assign` (always from a given offset), `unassign`, `read`,
     `position`, `skipped`, `assignment`, `close`. `client_config` must hold plain values
-    (strings, numbers, booleans): it travels to the workers as JSON.
+    (strings, numbers, booleans): it travels to the workers as JSON. The cluster's
+    `max_held_records` is shared out among the workers, each holding its part.
     """
 
     def __init__(
@@ -83,10 +84,11 @@ class ProcessChangelogConsumer:
         *,
         processes: int,
         max_records: int = 10_000,
-        max_held_records: int | None = 100_000,
     ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be >= 1, got {processes!r}")
+        held = cluster.max_held_records
+        max_held_records = None if held is None else max(1, held // processes)
         try:
             arguments = json.dumps(
                 {

@@ -41,6 +41,10 @@ OWNED_SETTINGS = frozenset(
 )
 """librdkafka settings iqstate sets itself, because correctness depends on their values."""
 
+DEFAULT_MAX_HELD_RECORDS = 1_000_000
+"""Data records a serving instance holds while their batches' markers have not come: about
+0.3 GB with 16-byte keys and 100-byte values (`ClusterSettings.max_held_records`)."""
+
 OWNED_TOPIC_SETTINGS = frozenset({"cleanup.policy"})
 """Topic settings iqstate sets itself: changelogs are compacted, always."""
 
@@ -59,6 +63,7 @@ class ClusterSettings:
     liveness_timeout: float = 3.0
     acceptable_recovery_lag: int = 10_000
     reader_processes: int = 0
+    max_held_records: int | None = DEFAULT_MAX_HELD_RECORDS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bootstrap_servers", _servers(self.bootstrap_servers))
@@ -79,6 +84,11 @@ class ClusterSettings:
         readers = self.reader_processes
         if isinstance(readers, bool) or not isinstance(readers, int) or readers < 0:
             raise ValueError(f"reader_processes must be an int >= 0, got {readers!r}")
+        held = self.max_held_records
+        if held is not None and (isinstance(held, bool) or not isinstance(held, int) or held < 1):
+            raise ValueError(
+                f"max_held_records must be an int >= 1 records, or None for no bound, got {held!r}"
+            )
         object.__setattr__(
             self, "client_config", _settings("client_config", self.client_config, OWNED_SETTINGS)
         )
