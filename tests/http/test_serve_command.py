@@ -104,7 +104,7 @@ def test_serve_refuses_bad_kafka_settings_by_name(tmp_path: Path) -> None:
     assert owned.returncode != 0 and "enable.idempotence" in owned.stderr
     malformed = run_serve(*common, "-X", "oops")
     assert malformed.returncode != 0 and "-X: expected key=value" in malformed.stderr
-    unheld = run_serve(*common, "--max-held-records", "0")
+    unheld = run_serve(*common, "--max-held-records", "-1")
     assert unheld.returncode != 0 and "max_held_records must be an int >= 1" in unheld.stderr
     for finished in (owned, malformed, unheld):
         assert "Traceback" not in finished.stderr

@@ -5,6 +5,7 @@ stores behave as on one machine; records that do not decode are skipped and coun
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -91,6 +92,34 @@ def test_a_batch_reaches_active_and_standby_replicas_with_its_position(
             f"every partition on {app.host_info} at batch 2",
         )
         assert len(app.local_partitions()) == sum(STORES.values())
+
+
+def test_the_clusters_max_held_records_bounds_what_its_followers_hold(
+    cluster: KafkaCluster,
+    tmp_path: Path,
+    unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`KafkaCluster(max_held_records=...)` reaches the readers of both replicas: a batch
+    past it is applied in parts, with a warning naming it, and arrives whole in the end."""
+    bounded = dataclasses.replace(cluster, max_held_records=2)
+    caplog.set_level(logging.WARNING, logger="iqstate_kafka.reader")
+    a, b = start_instances(bounded, tmp_path, unique_name("app"), layout())
+    try:
+        keys = [key_in(a.app, KEY_VALUE, 0, f"held{number}") for number in range(5)]
+        position = Position.from_map({"events": {0: 7}})
+        with a.app.begin_batch(position=position, batch_id=1) as batch:
+            for value, key in enumerate(keys):
+                batch.put(KEY_VALUE, key, value)
+        for app in (a.app, b.app):
+            for value, key in enumerate(keys):
+                assert reached(lambda app=app, key=key: value_at(app, key, position), key) == value
+    finally:
+        a.app.close()
+        b.app.close()
+    warned = [r.getMessage() for r in caplog.records if r.name == "iqstate_kafka.reader"]
+    assert len(warned) == 2  # once per replica of partition 0, active and standby
+    assert all("batch 1" in message and "max_held_records" in message for message in warned)
 
 
 def test_replayed_batches_change_nothing(pair: tuple[Instance, Instance]) -> None:

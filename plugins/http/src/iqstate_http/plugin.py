@@ -51,8 +51,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                          "on another core while this one applies (0: in this one)")  # fmt: skip
     cluster.add_argument("--max-held-records", type=int, metavar="N",
                          help="changelog records held in memory waiting for their batch "
-                         "markers, so that each batch is applied whole (default: "
-                         "KafkaCluster's max_held_records)")  # fmt: skip
+                         "markers, so that each batch is applied whole (0: no bound; "
+                         "default: KafkaCluster's max_held_records)")  # fmt: skip
     cluster.add_argument("--kafka-config", metavar="FILE", help="a properties file of Kafka "
                          "client settings (security.protocol, sasl.*, ssl.*, ...)")  # fmt: skip
     cluster.add_argument("-X", dest="kafka_settings", action="append", default=[],
@@ -201,9 +201,8 @@ def cluster_application(args: argparse.Namespace) -> Application:
     try:
         stores = [parse_store(text) for text in args.store]
         settings = kafka_settings(args.kafka_config, args.kafka_settings)
-        held_records = (
-            {} if args.max_held_records is None else {"max_held_records": args.max_held_records}
-        )
+        held = args.max_held_records
+        held_records: dict[str, Any] = {} if held is None else {"max_held_records": held or None}
         app = Application(
             args.app_id,
             args.state_dir,

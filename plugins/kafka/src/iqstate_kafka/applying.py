@@ -4,8 +4,9 @@ records a follower refuses.
 A replica that is catching up reads many units of a partition at once. Committing each
 alone costs a store commit per batch; committing them together costs one, and a reader
 still sees the partition before or after whole batches (never inside one), because every
-unit in the fold is complete. The fold leaves the partition exactly as applying the units
-one by one would:
+unit in the fold is complete, except an incomplete unit, which the reader hands out only
+for a compacted stretch or past `max_held_records` (`ChangelogConsumer`). The fold leaves
+the partition exactly as applying the units one by one would:
 
 - each unit is judged against the fence as it stands after the units before it, so a
   replayed batch inside the fold is skipped like a replay across commits;
@@ -31,9 +32,10 @@ topic can write records in iqstate's format, so a follower checks what it applie
 
 A refused marker leaves the fence and position where they were; refused records are never
 applied; the offset moves past both, and each refusal is reported (`StoreCommit.refused`)
-for the follower to log and count. An incomplete unit (data handed out without its marker
-because a batch outgrew `max_held_records`, see `ChangelogConsumer`) adds the records of
-batches after the fence and its offset, and no position or fence, wherever it is in the fold.
+for the follower to log and count. An incomplete unit (data handed out without its marker:
+part of a compacted stretch, or of a batch that outgrew `max_held_records`, see
+`ChangelogConsumer`) adds the records of batches after the fence and its offset, and no
+position or fence, wherever it is in the fold.
 """
 
 from __future__ import annotations

@@ -126,7 +126,8 @@ class _Followed:
 class Follower:
     """Applies the changelogs of the hosted store partitions on one background thread.
 
-    `max_records`: records read (and applied, per partition in one store commit) per loop.
+    `max_records`: records read (and applied, per partition in one store commit) per loop;
+    a commit also holds every record of a batch that ends in it, however many.
     `poll_timeout`: how long a loop waits for records before it looks at the hosted
     partitions again. `refresh_interval`: how often end offsets are asked of the broker.
     `max_backoff`: the longest pause after a failure. `reader_processes`: read in that many

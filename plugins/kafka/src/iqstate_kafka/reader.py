@@ -26,12 +26,15 @@ compacted part of a changelog holds data without markers: reading it from the st
 hold all of it until the next marker. Where offsets are missing since a partition's last
 marker (compaction removed records, markers with them), its held data is handed out every
 `compacted_unit_records` as an *incomplete* unit (no marker), which a rebuilding replica
-applies without advancing its position or fence: no batch is cut, its markers are gone.
-A stretch without missing offsets is a batch still being written (or one abandoned before
-its marker), and is held whole until its marker, however large, so that the batch is
-applied in one commit. `max_held_records` bounds what all partitions hold together: when
-it is reached, the partition holding the most hands its held data out incomplete, with a
-warning, and queries can see part of that batch until its marker (`None`: no bound).
+applies without advancing its position or fence: the markers in between are gone, so the
+replica is restoring history, not following a batch. (Offsets also go missing where
+compaction thinned a batch's own repeated keys, or where a foreign writer's transaction
+committed: such a stretch is treated the same way.) A stretch without missing offsets is a
+batch still being written (or one abandoned before its marker), and is held whole until
+its marker, however large, so that the batch is applied in one commit. `max_held_records`
+bounds what all partitions hold together: when one more record would pass it, the
+partition holding the most hands its held data out incomplete, with a warning, and queries
+can see part of that batch until its marker (`None`: no bound).
 
 **consume vs poll.** Measured on the real broker (bench/kafka_changelog.py, loopback, two
 cores, 200,000 records over 4 partitions, librdkafka's default `fetch.queue.backoff.ms` of
@@ -242,8 +245,8 @@ class ChangelogConsumer:
     """Reads assigned changelog partitions in batches and groups them into units.
 
     `max_records`: at most this many records per `read`. `max_held_records`: data records
-    held by all partitions together, waiting for their markers, before the partition holding
-    the most hands its held data out as an incomplete unit (`None`: unbounded).
+    held by all partitions together, waiting for their markers; one more and the partition
+    holding the most hands its held data out as an incomplete unit (`None`: unbounded).
     `compacted_unit_records`: data records of a compacted stretch handed out at a time.
     """
 
@@ -432,7 +435,7 @@ class ChangelogConsumer:
             if state.holes and len(state.pairs) >= compacted_unit:
                 held -= len(state.pairs)
                 events.append(state.hand_out(None, offset + 1))
-            elif max_held is not None and held >= max_held:
+            elif max_held is not None and held > max_held:
                 largest = max(partitions.values(), key=lambda other: len(other.pairs))
                 cut = self._cut_short(largest, held)
                 held -= len(cut.pairs)

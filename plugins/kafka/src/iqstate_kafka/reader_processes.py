@@ -75,7 +75,8 @@ class ProcessChangelogConsumer:
     The follower's side of it: `assign` (always from a given offset), `unassign`, `read`,
     `position`, `skipped`, `assignment`, `close`. `client_config` must hold plain values
     (strings, numbers, booleans): it travels to the workers as JSON. The cluster's
-    `max_held_records` is shared out among the workers, each holding its part.
+    `max_held_records` is shared out among the workers in equal parts, each bounding what
+    its own partitions hold.
     """
 
     def __init__(
@@ -160,7 +161,8 @@ class ProcessChangelogConsumer:
 
     def read(self, timeout: float) -> list[Event]:
         """Wait up to `timeout` seconds for the workers' units; at most one answer of each
-        worker is taken per call (so a commit stays bounded by `max_records` per worker)."""
+        worker is taken per call (so a commit stays bounded by `max_records` per worker, and
+        by a whole batch's records, which a complete unit holds)."""
         events: list[Event] = []
         for selected, _ in self._selector.select(timeout):
             stream: Any = selected.fileobj
