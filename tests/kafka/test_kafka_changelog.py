@@ -19,6 +19,7 @@ from iqstate_kafka import (
     OffsetOutOfRange,
     Watermarks,
 )
+from iqstate_kafka.applying import fold
 from iqstate_kafka.format import MARKER_KEY, batch_headers, marker_value, window_data_key
 
 from iqstate import Position, TopicPartition
@@ -195,6 +196,21 @@ def test_a_batch_is_held_whole_until_its_marker_however_many_records_it_has(
     assert unit.next_offset == 6
 
 
+def produce_in_transactions(
+    cluster: KafkaCluster, partition: TopicPartition, transactional_id: str, batches: list[Raw]
+) -> None:
+    """Each record in a transaction of its own, so that an offset goes missing after each
+    (its commit marker, which consumers never see), as where compaction removed records."""
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": transactional_id}
+    )
+    producer.init_transactions(10)
+    for key, value, headers in batches:
+        producer.begin_transaction()
+        producer.produce(partition.topic, value, key, partition.partition, headers=headers)
+        producer.commit_transaction(10)
+
+
 def test_a_compacted_stretch_is_handed_out_in_incomplete_units(
     cluster: KafkaCluster, changelogs: Changelogs, unique_name: Callable[[str], str]
 ) -> None:
@@ -202,28 +218,54 @@ def test_a_compacted_stretch_is_handed_out_in_incomplete_units(
     marker, invisible to consumers, leaves the same) mean the markers in between are gone:
     the data is handed out every `compacted_unit_records`, without a position or fence."""
     partition = changelogs.partition("counts", 2)
-    producer = Producer(
-        {"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": unique_name("tx")}
-    )
-    producer.init_transactions(10)
-    for first in (0, 3):  # offsets 0-2, a commit marker at 3, then 4-6 and one at 7
-        producer.begin_transaction()
-        for number in range(first, first + 3):
-            producer.produce(
-                partition.topic, b"v", b"k%d" % number, partition.partition,
-                headers=batch_headers(2),
-            )  # fmt: skip
-        producer.commit_transaction(10)
-    produce_raw(cluster, partition, [(MARKER_KEY, marker_value(2, SOURCE), None)])
+    records: list[Raw] = [(b"k%d" % number, b"v", batch_headers(2)) for number in range(3)]
+    produce_in_transactions(cluster, partition, unique_name("tx"), records)  # 0, 2, 4
+    produce_raw(cluster, partition, [*records, (MARKER_KEY, marker_value(2, SOURCE), None)])
     with ChangelogConsumer(cluster, compacted_unit_records=2, max_held_records=100) as reader:
         reader.assign(partition, None)
         units = units_by_partition(read_events(reader, 3))[partition]
     assert [(unit.offsets, unit.marker is None, unit.next_offset) for unit in units] == [
-        ([0, 1, 2, 4], True, 5),  # whole until offset 3 is found missing
-        ([5, 6], True, 7),
-        ([], False, 9),
+        ([0, 2], True, 3),  # whole until offset 1 is found missing
+        ([4, 6], True, 7),
+        ([7, 8], True, 9),
+        ([], False, 10),
     ]
     assert all(unit.compacted for unit in units)
+
+
+def test_a_replica_that_stopped_inside_a_compacted_stretch_resumes_it_as_one(
+    cluster: KafkaCluster, changelogs: Changelogs, unique_name: Callable[[str], str]
+) -> None:
+    """A replica at batch 1 whose changelog lost the markers of batch 2 to compaction is
+    given the stretch in parts; it commits one and restarts. Reading on from its committed
+    offset, nothing is missing before batch 3's marker, which skips ahead of its fence: only
+    looking back at the record before the committed offset (a data record, not a marker)
+    tells the reader it is still inside the stretch, so the marker is applied, not refused
+    as a gap (which would have refused every later marker too)."""
+    partition = changelogs.partition("counts", 0)
+    produce_raw(cluster, partition, [(MARKER_KEY, marker_value(1, SOURCE), None)])  # 0
+    produce_in_transactions(cluster, partition, unique_name("tx"), [(b"a", b"2", batch_headers(2))])
+    tail: list[Raw] = [(b"b", b"3", batch_headers(3)), (b"c", b"3", batch_headers(3))]
+    produce_raw(cluster, partition, [*tail, (MARKER_KEY, marker_value(3, SOURCE), None)])
+    with ChangelogConsumer(cluster, compacted_unit_records=2) as reader:
+        reader.assign(partition, 1, look_back=True)  # after batch 1's marker: as usual
+        first, *_ = units_by_partition(read_events(reader, 1))[partition]
+    assert (first.offsets, first.marker, first.compacted) == ([1, 3], None, True)
+
+    def resumed(look_back: bool) -> ChangelogUnit:
+        with ChangelogConsumer(cluster, compacted_unit_records=2) as reader:
+            reader.assign(partition, first.next_offset, look_back=look_back)
+            (unit,) = units_by_partition(read_events(reader, 1))[partition]
+        return unit
+
+    blind = fold([resumed(False)], 1)
+    assert (blind.batch_id, blind.entries, [r.reason for r in blind.refused]) == (
+        None, [], ["gap", "gap"],
+    )  # fmt: skip
+    unit = resumed(True)
+    assert (unit.offsets, unit.compacted) == ([4], True)
+    commit = fold([unit], 1)
+    assert (commit.batch_id, commit.entries, commit.refused) == (3, [(b"c", b"3")], ())
 
 
 def test_beyond_max_held_records_the_partition_holding_most_is_cut_short_with_a_warning(

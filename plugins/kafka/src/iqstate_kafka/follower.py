@@ -439,8 +439,12 @@ class Follower:
             )
             self._start_over(key, followed)
             committed = None
+        # After a commit, the record before the committed offset says whether the replica
+        # stopped at a marker or inside a stretch it was given in parts.
         reader.assign(
-            followed.changelog, committed if committed is not None else watermarks.earliest
+            followed.changelog,
+            committed if committed is not None else watermarks.earliest,
+            look_back=committed is not None and committed > watermarks.earliest,
         )
         followed.assigned = True
         with self._lock:

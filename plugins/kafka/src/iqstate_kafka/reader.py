@@ -182,6 +182,28 @@ class ChangelogUnit:
         return [(record.key, record.value) for record in self.unfenced(fence)]
 
 
+def _looked_back(state: _Partition, message: Message) -> bool:
+    """Learn from `message`, the first read of a partition assigned with `look_back`,
+    whether reading resumes inside a stretch; True if it is the record looked back at."""
+    state.looking_back = False
+    if (message.offset() or 0) >= state.next_offset:
+        state.holes = True  # the record before is gone: compaction removed it
+        return False
+    key, headers = message.key(), message.headers()
+    if known_batch_id(key, headers) is UNKNOWN:
+        try:
+            record = decode(
+                message.topic() or "", message.partition() or 0, message.offset() or 0,
+                key, message.value(), headers,
+            )  # fmt: skip
+        except ChangelogFormatError:
+            return True  # the reader skipped it before: what follows starts as usual
+        if isinstance(record, BatchMarker):
+            return True
+    state.holes = True  # a data record: the replica stopped inside a stretch
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class OffsetOutOfRange:
     """A partition's next offset is not in its log any more: rebuild, then `assign` again.
@@ -205,6 +227,9 @@ class _Partition:
     """An offset was missing since the last marker read (compaction)."""
     cut: bool = False
     """Data of the batch being read was handed out without its marker (`max_held_records`)."""
+    looking_back: bool = False
+    """The record before `next_offset` is read first, to learn whether reading resumes
+    inside a stretch (`ChangelogConsumer.assign`); it is not held."""
 
     def hand_out(self, marker: BatchMarker | None, next_offset: int) -> ChangelogUnit:
         """The unit of the data held, ended by `marker`; nothing is held afterwards."""
@@ -228,7 +253,9 @@ class ChangelogReading(Protocol):
     @property
     def assignment(self) -> frozenset[TopicPartition]: ...
 
-    def assign(self, partition: TopicPartition, offset: int) -> None: ...
+    def assign(
+        self, partition: TopicPartition, offset: int, *, look_back: bool = False
+    ) -> None: ...
 
     def unassign(self, partition: TopicPartition) -> None: ...
 
@@ -287,8 +314,18 @@ class ChangelogConsumer:
     def assignment(self) -> frozenset[TopicPartition]:
         return frozenset(state.partition for state in self._partitions.values())
 
-    def assign(self, partition: TopicPartition, offset: int | None) -> None:
-        """Read `partition` from `offset` (a committed offset; `None`: from the earliest)."""
+    def assign(
+        self, partition: TopicPartition, offset: int | None, *, look_back: bool = False
+    ) -> None:
+        """Read `partition` from `offset` (a committed offset; `None`: from the earliest).
+
+        `look_back` (the record before `offset` is still in the log): read that record first,
+        not to hold it but to learn where the replica stopped. After a marker, reading goes
+        on as usual; after a data record, the replica committed an incomplete unit, and what
+        follows is treated as the rest of a compacted stretch. Without it, a replica that
+        stopped inside a stretch whose markers compaction removed would take the next
+        marker for one that skips ahead of its fence and refuse it, and every later one.
+        """
         if offset is not None and offset < 0:
             raise ValueError(f"offset must be >= 0 or None, got {offset!r}")
         key = (partition.topic, partition.partition)
@@ -297,10 +334,15 @@ class ChangelogConsumer:
         # From the earliest offset as a number: librdkafka reads a partition assigned at
         # the logical OFFSET_BEGINNING about a third slower (measured, 200k records).
         start = self.watermarks(partition).earliest if offset is None else offset
+        looking_back = look_back and start > 0
         self._consumer.incremental_assign(
-            [KafkaTopicPartition(partition.topic, partition.partition, start)]
+            [
+                KafkaTopicPartition(
+                    partition.topic, partition.partition, start - 1 if looking_back else start
+                )
+            ]
         )
-        self._partitions[key] = _Partition(partition, start)
+        self._partitions[key] = _Partition(partition, start, looking_back=looking_back)
         self._learn_topic(partition.topic)
 
     def _learn_topic(self, topic: str) -> None:
@@ -406,6 +448,9 @@ class ChangelogConsumer:
             if message.partition() != number or message.topic() != topic:
                 topic, number = message.topic() or "", message.partition() or 0
                 state = partitions.get((topic, number))
+                # A partition's first message after `assign` always comes here.
+                if state is not None and state.looking_back and _looked_back(state, message):
+                    continue
             if state is None:
                 continue  # fetched before its partition was unassigned
             offset = message.offset() or 0

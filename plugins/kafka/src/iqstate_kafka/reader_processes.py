@@ -127,8 +127,9 @@ class ProcessChangelogConsumer:
     def assignment(self) -> frozenset[TopicPartition]:
         return frozenset(state.partition for state in self._assigned.values())
 
-    def assign(self, partition: TopicPartition, offset: int) -> None:
-        """Read `partition` from `offset` (a committed offset, or the earliest)."""
+    def assign(self, partition: TopicPartition, offset: int, *, look_back: bool = False) -> None:
+        """Read `partition` from `offset` (a committed offset, or the earliest), looking
+        back at the record before it (`ChangelogConsumer.assign`)."""
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset!r}")
         key = (partition.topic, partition.partition)
@@ -139,7 +140,10 @@ class ProcessChangelogConsumer:
         for state in self._assigned.values():
             loads[state.worker] += 1
         worker = loads.index(min(loads))
-        self._send(worker, ("assign", partition.topic, partition.partition, offset, self._epoch))
+        self._send(
+            worker,
+            ("assign", partition.topic, partition.partition, offset, self._epoch, look_back),
+        )
         self._assigned[key] = _Assigned(partition, self._epoch, worker, offset)
 
     def unassign(self, partition: TopicPartition) -> None:
@@ -337,9 +341,9 @@ def _serve(arguments: dict[str, Any], commands: IO[bytes], answers: IO[bytes]) -
 
 def _obey(reader: ChangelogConsumer, epochs: dict[tuple[str, int], int], command: Any) -> None:
     if command[0] == "assign":
-        _, topic, number, offset, epoch = command
+        _, topic, number, offset, epoch, look_back = command
         reader.unassign(TopicPartition(topic, number))
-        reader.assign(TopicPartition(topic, number), offset)
+        reader.assign(TopicPartition(topic, number), offset, look_back=look_back)
         epochs[(topic, number)] = epoch
     elif command[0] == "unassign":
         _, topic, number = command
