@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -305,6 +307,50 @@ def test_the_client_follows_a_key_and_resumes_from_its_cursor(app: Application) 
             assert not third.snapshot and third.changes[0].value == 7
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_the_client_rides_out_a_restart_of_its_only_instance(
+    app: Application, asynchronous: bool
+) -> None:
+    """The instance stops and comes back on its address a second later: the subscription
+    reconnects (within `reconnect_timeout`) and goes on from its cursor, without a
+    snapshot; it used to raise `ConnectionError` when discovery found no instance."""
+    server = start_background(app)
+    port = int(server.url.rsplit(":", 1)[1])
+    restarted: list[Any] = []
+
+    def restart() -> None:
+        server.stop()
+        time.sleep(1.5)
+        restarted.append(start_background(app, port=port))
+        write(app, 2, {"kafka": 6})
+
+    async def follow_async() -> tuple[ChangeBatch, ChangeBatch]:
+        async with AsyncRemoteQueryClient(server.url) as client:
+            subscription = client.subscribe("counts", key="kafka", reconnect_timeout=30)
+            first = await anext(subscription)
+            threading.Thread(target=restart, daemon=True).start()
+            second = await anext(subscription)
+            await subscription.aclose()
+            return first, second
+
+    def follow() -> tuple[ChangeBatch, ChangeBatch]:
+        with (
+            RemoteQueryClient(server.url) as client,
+            client.subscribe("counts", key="kafka", reconnect_timeout=30) as subscription,
+        ):
+            first = next(subscription)
+            threading.Thread(target=restart, daemon=True).start()
+            return first, next(subscription)
+
+    try:
+        first, second = asyncio.run(follow_async()) if asynchronous else follow()
+    finally:
+        for again in restarted:
+            again.stop()
+    assert first.snapshot and first.changes[0].value == 5
+    assert not second.snapshot and [(c.key, c.value) for c in second.changes] == [("kafka", 6)]
+
+
 def test_the_async_client_follows_a_store(app: Application) -> None:
     with served(app) as url:
 
@@ -340,6 +386,27 @@ def test_a_lagged_client_raises_with_the_cursor(app: Application) -> None:
         assert lagged.value.cursor is not None
         resumed = client.subscribe("raw", key=b"\x00\xff", from_cursor=lagged.value.cursor)
         assert int(next(resumed).changes[0].value) >= 2  # one of the batches written
+
+
+def test_a_stream_ends_with_its_reason_and_cursor_when_the_server_stops(
+    app: Application,
+) -> None:
+    """Stopping the server (SIGTERM under `iqstate serve`) ends every open stream with a
+    final `unavailable` event and the cursor, so a client knows to resume elsewhere; the
+    streams used to be cut without one, and the stop waited for them first."""
+    server = start_background(app)
+    with stream(server.url, "/v1/stores/counts/changes?key=spark") as events:
+        (snapshot,) = take(events, 1)
+        stopping = threading.Thread(target=server.stop)
+        stopping.start()
+        rest = list(events)
+        stopping.join()
+    assert [event.event for event in rest] == ["end"]
+    body = json.loads(rest[0].data)
+    assert body["reason"] == "unavailable" and "shutting down" in body["message"]
+    assert body["cursor"] == rest[0].id == snapshot.id
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(server.url + "/v1/stores", timeout=2)
 
 
 def test_a_stream_whose_application_stops_ends_with_its_reason(app: Application) -> None:

@@ -14,7 +14,8 @@ replica takes within `resume_timeout` ends the stream with `unavailable`, and a 
 more than `max_pending` events behind ends it with `lagged`: each final event names the
 reason and the cursor to resume from. Events at or before a partition's progress (a
 replica behind the one that served the partition before) are dropped: the stream never
-goes back in time.
+goes back in time. When the server shuts down (`shutdown` set), the stream ends with
+`unavailable` too, so that a client resumes on another instance, or here once it is back.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+import anyio
 import httpx
 from sse_starlette import ServerSentEvent
 
@@ -51,6 +53,7 @@ UNAVAILABLE = "unavailable"
 """An end event's `reason` when a partition found no replica to follow it."""
 ENDED = "ended"
 """An end event's `reason` on a forwarded stream whose partitions left this instance."""
+SHUTTING_DOWN = "the instance is shutting down: resume on another, or here once it is back"
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,10 @@ class ChangeStream:
         self._app, self._replicas, self._peers = app, replicas, peers
         self._request, self._settings = request, settings
         self._cursor = request.cursor
-        self._queue: asyncio.Queue[Item] = asyncio.Queue()
+        self._queue: asyncio.Queue[Item | None] = asyncio.Queue()
+        """What the upstreams bring; None: the server is shutting down."""
+        self.shutdown = anyio.Event()
+        """Set when the server shuts down: the stream ends with its final event."""
         self._pending = 0
         self._lagged: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -114,12 +120,16 @@ class ChangeStream:
         """Every batch of the subscription's partitions, then a final event when the stream
         ends by itself (a subscriber that disconnects just stops it)."""
         try:
+            self._spawn(self._end_at_shutdown())
             self._follow(self._request.partitions)
             while True:
                 if self._lagged is not None:
                     yield self._final(LAGGED, self._lagged)
                     return
                 item = await self._queue.get()
+                if item is None:
+                    yield self._final(UNAVAILABLE, SHUTTING_DOWN)
+                    return
                 if isinstance(item, Event):
                     self._pending -= 1
                     if already_past(
@@ -140,6 +150,10 @@ class ChangeStream:
         finally:
             for task in self._tasks:
                 task.cancel()
+
+    async def _end_at_shutdown(self) -> None:
+        await self.shutdown.wait()
+        self._queue.put_nowait(None)
 
     def _final(self, reason: str, message: str) -> ServerSentEvent:
         cursor = self._cursor.text

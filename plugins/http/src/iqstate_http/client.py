@@ -33,6 +33,7 @@ from iqstate import ChangeBatch, Position, StateQueryRequest, StateQueryResult
 from iqstate_http.client_plan import (
     Call,
     ClientLogic,
+    NoInstanceReached,
     Plan,
     Reply,
     Wait,
@@ -418,7 +419,10 @@ class RemoteSubscription:
     def _step(self) -> ChangeBatch | float | None:
         """A batch, None (read on), or the seconds to wait before reconnecting."""
         if self._events is None:
-            url, headers = self._client._run(self._logic.connect())
+            try:
+                url, headers = self._client._run(self._logic.connect())
+            except NoInstanceReached as error:  # down, or restarting: wait for one
+                return self._logic.broke(str(error))
             try:
                 opened = self._client._open_stream(self._stack, url, headers)
             except httpx.HTTPError as error:
@@ -486,7 +490,10 @@ class AsyncRemoteSubscription:
     async def _step(self) -> ChangeBatch | float | None:
         """A batch, None (read on), or the seconds to wait before reconnecting."""
         if self._events is None:
-            url, headers = await self._client._run(self._logic.connect())
+            try:
+                url, headers = await self._client._run(self._logic.connect())
+            except NoInstanceReached as error:  # down, or restarting: wait for one
+                return self._logic.broke(str(error))
             try:
                 opened = await self._client._open_stream(self._stack, url, headers)
             except httpx.HTTPError as error:

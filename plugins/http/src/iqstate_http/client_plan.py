@@ -63,6 +63,11 @@ from iqstate_http.codecs import (
 )
 
 
+class NoInstanceReached(ConnectionError):
+    """No seed could be reached, or none could serve now (HTTP 5xx): unlike a refusal (a
+    wrong token, a wrong URL), a subscription waits for one to come back."""
+
+
 @dataclass(frozen=True)
 class Call:
     """One HTTP request to make: method, absolute URL, JSON body."""
@@ -373,8 +378,10 @@ class ClientLogic:
         return self._serdes[name]
 
     def refresh(self) -> Plan:
-        """Read the view from the first seed that answers; `ConnectionError` when none does."""
+        """Read the view from the first seed that answers; `ConnectionError` when none does
+        (`NoInstanceReached` when none could be reached or served now)."""
         errors = []
+        refused = False
         for seed in list(self.seeds):
             metadata, stores = yield [
                 Call("GET", f"{seed}/v1/metadata"),
@@ -385,7 +392,9 @@ class ClientLogic:
                 return self.view
             failed = metadata if metadata.status != 200 else stores
             errors.append(f"{seed}: {failed.error or f'HTTP {failed.status}'}")
-        raise ConnectionError(f"no iqstate instance answered discovery ({'; '.join(errors)})")
+            refused = refused or (failed.error is None and failed.status < 500)
+        message = f"no iqstate instance answered discovery ({'; '.join(errors)})"
+        raise ConnectionError(message) if refused else NoInstanceReached(message)
 
     def _install(self, instances: list[dict[str, Any]], stores: dict[str, Any]) -> None:
         infos = {}

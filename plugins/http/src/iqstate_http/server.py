@@ -7,6 +7,7 @@ import functools
 import ipaddress
 import logging
 import signal
+import socket
 import ssl
 import threading
 import time
@@ -88,6 +89,20 @@ def _config(
     )
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, which first ends the open change streams when it shuts down: each
+    sends its final event (`unavailable`, with the cursor) where uvicorn would otherwise
+    wait for them to close, without end, and then cut them."""
+
+    def __init__(self, config: uvicorn.Config, service: QueryService) -> None:
+        super().__init__(config)
+        self._service = service
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._service.end_change_streams()
+        await super().shutdown(sockets=sockets)
+
+
 def serve(
     app: Application,
     host: str = "127.0.0.1",
@@ -121,7 +136,7 @@ def serve(
     log.info("serving %s on %s://%s:%d", app.application_id, scheme, host, port)
     try:
         with _sigterm_returns():
-            uvicorn.Server(_config(app, host, port, token, limits, service, tls)).run()
+            _Server(_config(app, host, port, token, limits, service, tls), service).run()
     finally:  # also when uvicorn hands the Ctrl-C it caught back as KeyboardInterrupt
         log.info("stopped serving %s", app.application_id)
 
@@ -191,7 +206,7 @@ def start_background(
         app, token, max_body, max_rows, range_limits, forward_timeout,
         None if tls is None else tls.peer_context(), change_streams,
     )  # fmt: skip
-    server = uvicorn.Server(_config(app, host, port, token, limits, service, tls))
+    server = _Server(_config(app, host, port, token, limits, service, tls), service)
     thread = threading.Thread(target=server.run, name="iqstate-http", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -18,6 +18,7 @@ import functools
 import hmac
 import re
 import ssl
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -74,6 +75,8 @@ from iqstate_http.replica_choice import RUNNING, Replica, ReplicaChoice
 PAGE = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
 _CHALLENGE = 'Bearer realm="iqstate"'
 T = TypeVar("T")
+_FINAL_EVENT_GRACE = 2.0
+"""Seconds a change stream has to send its final event when the server shuts down."""
 
 
 def _metadata_json(app: Application, metadata: StreamsMetadata) -> dict[str, Any]:
@@ -349,6 +352,8 @@ class QueryService:
         )
         self._peer_tls = peer_tls
         self._peer_streams: httpx.AsyncClient | None = None
+        self._open_streams: weakref.WeakSet[ChangeStream] = weakref.WeakSet()
+        """The change streams being served (a finished one is collected)."""
         self.metrics = ServiceMetrics(app, lambda: self.forwarder.sent)
         self.runner = QueryRunner(
             app, self.codecs, self.replicas, self.forwarder, self.metrics.query
@@ -644,7 +649,20 @@ class QueryService:
             lambda: change_request(self.app.application_id, spec, request, self.replicas)
         )
         stream = ChangeStream(self.app, self.replicas, self._peers(), wanted, self.streams)
-        return EventSourceResponse(stream.events(), ping=self.streams.ping_interval)
+        self._open_streams.add(stream)
+        return EventSourceResponse(
+            stream.events(),
+            ping=self.streams.ping_interval,
+            # sse-starlette sets it when it sees uvicorn stop on a signal, then waits
+            shutdown_event=stream.shutdown,
+            shutdown_grace_period=_FINAL_EVENT_GRACE,
+        )
+
+    def end_change_streams(self) -> None:
+        """The server is shutting down: every open change stream sends its final event
+        (`unavailable`, with the cursor to resume from) and ends. On the server's loop."""
+        for stream in list(self._open_streams):
+            stream.shutdown.set()
 
     def _peers(self) -> httpx.AsyncClient:
         """The client that opens change streams on other instances (made on first use, in
