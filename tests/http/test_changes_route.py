@@ -291,6 +291,28 @@ def test_a_slow_client_is_disconnected_with_the_reason_and_resumes(app: Applicat
             assert resumed == 201 if first["snapshot"] else resumed == 2 + len(values)
 
 
+def test_max_pending_counts_each_partitions_events_and_bounds_a_replay(
+    app: Application,
+) -> None:
+    """As `app.subscribe` counts it: `max_pending=1` over three partitions takes their
+    three snapshots (it used to end with `lagged` at the second), and a resume with
+    `max_pending=1000` replays 300 batches where the default (256) starts over."""
+    with served(app) as url:
+        with stream(url, "/v1/stores/counts/changes?max_pending=1") as events:
+            snapshots = take(events, 3)
+        assert [json.loads(e.data)["snapshot"] for e in snapshots] == [True, True, True]
+        path = "/v1/stores/counts/changes?key=kafka&max_pending=1000"
+        with stream(url, path) as events:
+            (start,) = take(events, 1)  # a live subscriber: the partition keeps a replay buffer
+            for batch_id in range(2, 302):
+                write(app, batch_id, {"kafka": batch_id})
+        for asked, replayed in ((path, True), ("/v1/stores/counts/changes?key=kafka", False)):
+            with stream(url, asked, {"Last-Event-ID": start.id}) as events:
+                first = json.loads(next(events).data)
+            assert first["snapshot"] is not replayed
+            assert first["changes"][0]["value"] == (2 if replayed else 301)
+
+
 def test_the_client_follows_a_key_and_resumes_from_its_cursor(app: Application) -> None:
     with served(app) as url, RemoteQueryClient(url) as client:
         subscription = client.subscribe("counts", key="kafka")

@@ -11,7 +11,8 @@ When an upstream ends (its host went away, a rebalance moved its partitions) its
 partitions are followed again elsewhere, from the merged cursor: replicas that follow a
 changelog share its offsets as marks, so the new host replays after them. A partition no
 replica takes within `resume_timeout` ends the stream with `unavailable`, and a subscriber
-more than `max_pending` events behind ends it with `lagged`: each final event names the
+more than `max_pending` events of a partition behind ends it with `lagged` (per partition,
+as `app.subscribe` counts): each final event names the
 reason and the cursor to resume from. Events at or before a partition's progress (a
 replica behind the one that served the partition before) are dropped: the stream never
 goes back in time. When the server shuts down (`shutdown` set), the stream ends with
@@ -105,7 +106,8 @@ class ChangeStream:
         """What the upstreams bring; None: the server is shutting down."""
         self.shutdown = anyio.Event()
         """Set when the server shuts down: the stream ends with its final event."""
-        self._pending = 0
+        self._pending: dict[int, int] = {}
+        """Events of each partition queued and not sent yet."""
         self._lagged: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._waiting_since: dict[int, float] = {}
@@ -131,7 +133,7 @@ class ChangeStream:
                     yield self._final(UNAVAILABLE, SHUTTING_DOWN)
                     return
                 if isinstance(item, Event):
-                    self._pending -= 1
+                    self._pending[item.partition] -= 1
                     if already_past(
                         self._cursor.progress, item.partition, item.progress, item.snapshot
                     ):
@@ -164,14 +166,15 @@ class ChangeStream:
         if self._lagged is not None:
             return False
         if isinstance(item, Event):
-            if self._pending >= self._request.max_pending:
+            pending = self._pending.get(item.partition, 0)
+            if pending >= self._request.max_pending:
                 self._lagged = (
-                    f"the subscriber fell behind: {self._pending} events unsent, more than "
-                    f"max_pending={self._request.max_pending}"
+                    f"the subscriber fell behind partition {item.partition}: {pending + 1} "
+                    f"events unsent, more than max_pending={self._request.max_pending}"
                 )
                 self._queue.put_nowait(Lagged(self._lagged))  # wakes a waiting merge
                 return False
-            self._pending += 1
+            self._pending[item.partition] = pending + 1
         self._queue.put_nowait(item)
         return True
 
@@ -202,7 +205,13 @@ class ChangeStream:
         if local:
             self._spawn(
                 follow_local(
-                    self._app, request.store, request.filters, tuple(local), cursor, self._sink
+                    self._app,
+                    request.store,
+                    request.filters,
+                    tuple(local),
+                    cursor,
+                    request.max_pending,
+                    self._sink,
                 )
             )
         for host, numbers in remote.items():

@@ -74,12 +74,20 @@ async def follow_local(
     filters: Mapping[str, Any],
     partitions: tuple[int, ...],
     cursor: str,
+    max_pending: int,
     sink: Sink,
 ) -> None:
-    """Follow `partitions` as this instance hosts them, from `cursor`."""
+    """Follow `partitions` as this instance hosts them, from `cursor`, replaying up to
+    `max_pending` batches of a partition (`app.subscribe`'s)."""
     try:
         subscription = await run_in_threadpool(  # a snapshot reads the store: off the loop
-            lambda: app.subscribe(store, **filters, partitions=partitions, from_cursor=cursor)
+            lambda: app.subscribe(
+                store,
+                **filters,
+                partitions=partitions,
+                from_cursor=cursor,
+                max_pending=max_pending,
+            )
         )
     except IqstateError as error:  # not hosted here any more, or the application stopping
         sink(Ended(partitions, str(error)))
