@@ -217,7 +217,8 @@ def test_the_token_is_required(app: Application) -> None:
         ("/v1/stores/counts/changes?key=a&key=b", 400, "bad_request", "more than once"),
         ("/v1/stores/by-id/changes?key=abc", 400, "bad_request", "int"),
         ("/v1/stores/counts/changes?partitions=7", 400, "bad_request", "partition 7"),
-        ("/v1/stores/counts/changes?max_pending=0", 400, "bad_request", "max_pending"),
+        ("/v1/stores/counts/changes?max_pending=0", 400, "bad_request", "from 1 to 100000"),
+        ("/v1/stores/counts/changes?max_pending=x", 400, "bad_request", "from 1 to 100000"),
     ],
 )
 def test_bad_input_is_a_clear_error_before_any_event(

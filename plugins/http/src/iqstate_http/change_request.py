@@ -63,9 +63,17 @@ def change_request(
             ):
                 reason, message = replicas.why_none(spec.name, partition, lag, local_only=True)
                 raise ApiError(503, reason.name.lower(), message)
-    max_pending = _natural(params.get("max_pending"), "max_pending", DEFAULT_MAX_PENDING)
-    if not 1 <= max_pending <= MAX_PENDING_LIMIT:
-        raise BadRequest(f"'max_pending' must be from 1 to {MAX_PENDING_LIMIT}")
+    pending_text = params.get("max_pending")
+    max_pending = DEFAULT_MAX_PENDING
+    if pending_text is not None:
+        if not (pending_text.isascii() and pending_text.isdigit()) or not (
+            1 <= int(pending_text) <= MAX_PENDING_LIMIT
+        ):
+            raise BadRequest(
+                f"'max_pending' must be a whole number from 1 to {MAX_PENDING_LIMIT}, "
+                f"got {pending_text[:40]!r}"
+            )
+        max_pending = int(pending_text)
     return ChangeRequest(
         store=spec.name,
         filters=filters,
