@@ -5,11 +5,14 @@ holding unfinished batches and skipping records that do not decode."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import pytest
 from changelog_support import Changelogs, read_events, units_by_partition
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from iqstate_kafka import (
     BatchWriter,
     ChangelogConsumer,
@@ -205,10 +208,22 @@ def produce_in_transactions(
         {"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": transactional_id}
     )
     producer.init_transactions(10)
-    for key, value, headers in batches:
-        producer.begin_transaction()
-        producer.produce(partition.topic, value, key, partition.partition, headers=headers)
-        producer.commit_transaction(10)
+    watermarks = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "tx"})
+    where = KafkaTopicPartition(partition.topic, partition.partition)
+    try:
+        for key, value, headers in batches:
+            _, end = watermarks.get_watermark_offsets(where, timeout=10, cached=False)
+            producer.begin_transaction()
+            producer.produce(partition.topic, value, key, partition.partition, headers=headers)
+            producer.commit_transaction(10)
+            # The coordinator writes the commit marker after answering: wait for it, so
+            # that what is produced next comes after it.
+            deadline = time.monotonic() + 10
+            while watermarks.get_watermark_offsets(where, timeout=10, cached=False)[1] < end + 2:
+                assert time.monotonic() < deadline, "the transaction's commit marker never came"
+                time.sleep(0.01)
+    finally:
+        watermarks.close()
 
 
 def test_a_compacted_stretch_is_handed_out_in_incomplete_units(
@@ -266,6 +281,32 @@ def test_a_replica_that_stopped_inside_a_compacted_stretch_resumes_it_as_one(
     assert (unit.offsets, unit.compacted) == ([4], True)
     commit = fold([unit], 1)
     assert (commit.batch_id, commit.entries, commit.refused) == (3, [(b"c", b"3")], ())
+
+
+def test_a_look_back_at_a_record_retention_removed_reads_on_from_the_offset(
+    cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """Retention can remove the record before a committed offset that is still in the log
+    (after the follower checked it): the reader reads on from the offset, as after a
+    stretch, instead of reporting the offset gone, which would rebuild the replica."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    partition = TopicPartition(unique_name("retained"), 0)  # Kafka deletes records only
+    (created,) = admin.create_topics([NewTopic(partition.topic, 1, 1)]).values()  # uncompacted
+    created.result(10)
+    produce_raw(cluster, partition, [
+        (b"a", b"1", batch_headers(1)), (MARKER_KEY, marker_value(1, SOURCE), None),
+        (b"b", b"2", batch_headers(2)), (MARKER_KEY, marker_value(2, SOURCE), None),
+    ])  # fmt: skip
+    (deleted,) = admin.delete_records(
+        [KafkaTopicPartition(partition.topic, partition.partition, 2)]
+    ).values()
+    deleted.result(10)
+    with ChangelogConsumer(cluster) as reader:
+        reader.assign(partition, 2, look_back=True)
+        (event,) = read_events(reader, 1)
+    assert isinstance(event, ChangelogUnit) and event.partition == partition
+    assert (event.offsets, event.next_offset, event.compacted) == ([2], 4, True)
+    assert event.marker is not None and event.marker.batch_id == 2
 
 
 def test_beyond_max_held_records_the_partition_holding_most_is_cut_short_with_a_warning(

@@ -128,10 +128,12 @@ class ChangeStream:
                 if self._lagged is not None:
                     yield self._final(LAGGED, self._lagged)
                     return
+                if self.shutdown.is_set():  # before events still queued: a slow client
+                    yield self._final(UNAVAILABLE, SHUTTING_DOWN)  # resumes from the cursor
+                    return
                 item = await self._queue.get()
                 if item is None:
-                    yield self._final(UNAVAILABLE, SHUTTING_DOWN)
-                    return
+                    continue
                 if isinstance(item, Event):
                     self._pending[item.partition] -= 1
                     if already_past(

@@ -62,10 +62,14 @@ from iqstate_http.codecs import (
     position_to_json,
 )
 
+REFUSALS = (400, 401, 403, 404, 422)
+"""Answers every instance would give (bad input, a wrong token or URL): a subscription
+stops at them, where it waits out the others (an instance down or busy)."""
+
 
 class NoInstanceReached(ConnectionError):
-    """No seed could be reached, or none could serve now (HTTP 5xx): unlike a refusal (a
-    wrong token, a wrong URL), a subscription waits for one to come back."""
+    """No seed could be reached, or none could serve now (HTTP 5xx, 429...): unlike a
+    refusal (a wrong token, a wrong URL), a subscription waits for one to come back."""
 
 
 @dataclass(frozen=True)
@@ -392,7 +396,7 @@ class ClientLogic:
                 return self.view
             failed = metadata if metadata.status != 200 else stores
             errors.append(f"{seed}: {failed.error or f'HTTP {failed.status}'}")
-            refused = refused or (failed.error is None and failed.status < 500)
+            refused = refused or failed.status in REFUSALS
         message = f"no iqstate instance answered discovery ({'; '.join(errors)})"
         raise ConnectionError(message) if refused else NoInstanceReached(message)
 

@@ -23,7 +23,7 @@ from iqstate import ChangeBatch, SubscriptionEndedError, SubscriptionLaggedError
 from iqstate.subscriptions.cursor import Cursor, Progress
 from iqstate_http.change_events import already_past, batch_from_json
 from iqstate_http.change_upstreams import END_EVENT, LAGGED
-from iqstate_http.client_plan import ClientLogic, Plan
+from iqstate_http.client_plan import REFUSALS, ClientLogic, Plan
 from iqstate_http.codecs import path_segment
 
 STREAM_SILENCE = 60.0
@@ -109,7 +109,7 @@ class RemoteSubscriptionLogic:
             message = str(json.loads(body)["error"]["message"])
         except (ValueError, KeyError, TypeError):
             message = body[:200].decode(errors="replace")
-        if status in (400, 401, 403, 404, 422):
+        if status in REFUSALS:
             raise RefusedSubscription(str(self._target), status, message)
         return self.broke(f"HTTP {status}: {message}")
 

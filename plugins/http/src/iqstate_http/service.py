@@ -354,6 +354,7 @@ class QueryService:
         self._peer_streams: httpx.AsyncClient | None = None
         self._open_streams: weakref.WeakSet[ChangeStream] = weakref.WeakSet()
         """The change streams being served (a finished one is collected)."""
+        self._closing = False
         self.metrics = ServiceMetrics(app, lambda: self.forwarder.sent)
         self.runner = QueryRunner(
             app, self.codecs, self.replicas, self.forwarder, self.metrics.query
@@ -650,6 +651,8 @@ class QueryService:
         )
         stream = ChangeStream(self.app, self.replicas, self._peers(), wanted, self.streams)
         self._open_streams.add(stream)
+        if self._closing:  # accepted just before the server began to shut down
+            stream.shutdown.set()
         return EventSourceResponse(
             stream.events(),
             ping=self.streams.ping_interval,
@@ -661,6 +664,7 @@ class QueryService:
     def end_change_streams(self) -> None:
         """The server is shutting down: every open change stream sends its final event
         (`unavailable`, with the cursor to resume from) and ends. On the server's loop."""
+        self._closing = True
         for stream in list(self._open_streams):
             stream.shutdown.set()
 

@@ -196,8 +196,9 @@ def _looked_back(state: _Partition, message: Message) -> bool:
                 message.topic() or "", message.partition() or 0, message.offset() or 0,
                 key, message.value(), headers,
             )  # fmt: skip
-        except ChangelogFormatError:
-            return True  # the reader skipped it before: what follows starts as usual
+        except ChangelogFormatError:  # skipped, then a unit was cut after it
+            state.holes = True
+            return True
         if isinstance(record, BatchMarker):
             return True
     state.holes = True  # a data record: the replica stopped inside a stretch
@@ -325,6 +326,8 @@ class ChangelogConsumer:
         follows is treated as the rest of a compacted stretch. Without it, a replica that
         stopped inside a stretch whose markers compaction removed would take the next
         marker for one that skips ahead of its fence and refuse it, and every later one.
+        If retention removed the record before (the offset itself still in the log),
+        reading goes on from the offset, as after a stretch, rather than rebuilding.
         """
         if offset is not None and offset < 0:
             raise ValueError(f"offset must be >= 0 or None, got {offset!r}")
@@ -514,13 +517,18 @@ class ChangelogConsumer:
         events: list[ChangelogUnit | OffsetOutOfRange],
     ) -> None:
         code = error.code()
-        state = self._partitions.get((message.topic() or "", message.partition() or 0))
+        key = (message.topic() or "", message.partition() or 0)
+        state = self._partitions.get(key)
         if state is not None and code in (
             KafkaError._AUTO_OFFSET_RESET,
             KafkaError.OFFSET_OUT_OF_RANGE,
         ):
-            events.append(OffsetOutOfRange(state.partition, state.next_offset))
             self.unassign(state.partition)
+            if state.looking_back:  # retention took the record before: read from the offset
+                self.assign(state.partition, state.next_offset)
+                self._partitions[key].holes = True
+            else:
+                events.append(OffsetOutOfRange(state.partition, state.next_offset))
         elif error.fatal():
             raise ClusterError(f"the changelog consumer failed: {error.str()}")
         else:  # transient (a broker restarting, a leader moving): librdkafka retries
