@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -135,18 +136,30 @@ def test_an_exception_in_the_block_discards_the_batch(make_app: MakeApp) -> None
         assert len(retry.applied) == 2, "a discarded batch id can be used again"
 
 
-def test_fence_skips_replayed_batches_and_reports_them(make_app: MakeApp) -> None:
+def test_fence_skips_replayed_batches_and_reports_them(
+    make_app: MakeApp, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replay of the last batch (a crash's) is skipped quietly; an older batch, which
+    only another writer or a query with a new checkpoint sends, is skipped with a warning
+    naming the partitions and their last batch."""
     app = make_app()
     app.key_value_store("s", 2)
+    caplog.set_level(logging.WARNING, logger="iqstate.runtime.committer")
     with app:
         with app.begin_batch(position={"src": {0: 10}}, batch_id=5) as first:
             first.put("s", "k", "first")
         with app.begin_batch(position={"src": {0: 99}}, batch_id=5) as replay:
             replay.put("s", "k", "replayed")
         assert replay.skipped == {("s", 0), ("s", 1)} and not replay.applied
+        assert not caplog.records
         with app.begin_batch(batch_id=4) as older:
             older.put("s", "k", "older")
         assert len(older.skipped) == 2
+        (warning,) = caplog.records
+        assert "batch 4 skipped on 's' partition 0 (last batch 5); 's' partition 1" in (
+            warning.getMessage()
+        )
+        assert "new checkpoint" in warning.getMessage()
         [value] = [r for r in all_partitions(app, "s", KeyQuery.with_key("k")).values()]
         assert value.result == "first" and value.position == Position.from_map({"src": {0: 10}})
         with app.begin_batch(position={"src": {0: 11}}, batch_id=6) as newer:

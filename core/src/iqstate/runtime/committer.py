@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from iqstate.changelog import ChangelogWriter
 from iqstate.errors import BatchGapError, InvalidStateStoreError
 from iqstate.runtime.batch import Batch, StorePartition
 from iqstate.runtime.partitions import HostedPartitions
+
+logger = logging.getLogger("iqstate.runtime.committer")
 
 
 class BatchCommitter:
@@ -30,14 +33,21 @@ class BatchCommitter:
             self._check_no_gaps(covered, batch.batch_id)
         applied: list[StorePartition] = []
         skipped: list[StorePartition] = []
+        behind: list[str] = []
         for name in covered:
             for partition, hosted in sorted(self._partitions.of_store(name).items()):
                 if not hosted.role.is_running_active:
                     continue
                 changelog = self._changelog if hosted.spec.logging else None
                 entries = pending.get((name, partition), [])
+                fence = hosted.fence
                 done = hosted.apply(entries, batch.position, batch.batch_id, changelog)
                 (applied if done else skipped).append((name, partition))
+                # a crash's replay repeats the last batch; an older one is another writer's
+                if not done and _older(batch.batch_id, fence):
+                    behind.append(f"{name!r} partition {partition} (last batch {fence})")
+        if behind:
+            _warn_behind(batch.batch_id, behind)
         return frozenset(applied), frozenset(skipped)
 
     def _check_targets(self, batch: Batch, pending: Mapping[StorePartition, object]) -> None:
@@ -70,6 +80,24 @@ class BatchCommitter:
                 "rolled back or replaced. Nothing was written. Replay the missing batches, "
                 "or pass allow_gaps=True to begin_batch if the batch ids are not consecutive"
             )
+
+
+def _older(batch_id: int | None, fence: int | None) -> bool:
+    return batch_id is not None and fence is not None and batch_id < fence
+
+
+def _warn_behind(batch_id: int | None, behind: list[str]) -> None:
+    """A batch older than a partition's last one was skipped: not a crash's replay (that
+    repeats the last batch), but most likely a writer whose batch ids started over."""
+    logger.warning(
+        "batch %s skipped on %s, which applied later batches: a replay after a crash "
+        "repeats the last batch only, so another writer or a new checkpoint (whose batch "
+        "ids start again at 0) is writing these stores, and its batches are dropped until "
+        "their ids pass the stores' last batch. Give each streaming query its own stores, "
+        "and keep a query's checkpoint while its stores live",
+        batch_id,
+        "; ".join(behind),
+    )
 
 
 def _describe_ids(ids: range) -> str:
