@@ -63,17 +63,9 @@ def change_request(
             ):
                 reason, message = replicas.why_none(spec.name, partition, lag, local_only=True)
                 raise ApiError(503, reason.name.lower(), message)
-    pending_text = params.get("max_pending")
-    max_pending = DEFAULT_MAX_PENDING
-    if pending_text is not None:
-        if not (pending_text.isascii() and pending_text.isdigit()) or not (
-            1 <= int(pending_text) <= MAX_PENDING_LIMIT
-        ):
-            raise BadRequest(
-                f"'max_pending' must be a whole number from 1 to {MAX_PENDING_LIMIT}, "
-                f"got {pending_text[:40]!r}"
-            )
-        max_pending = int(pending_text)
+    max_pending = _natural(
+        params.get("max_pending"), "max_pending", DEFAULT_MAX_PENDING, (1, MAX_PENDING_LIMIT)
+    )
     return ChangeRequest(
         store=spec.name,
         filters=filters,
@@ -87,11 +79,19 @@ def change_request(
     )
 
 
-def _natural(text: str | None, name: str, default: Any) -> Any:
+def _natural(
+    text: str | None, name: str, default: Any, bounds: tuple[int, int] | None = None
+) -> Any:
+    """`text` as a whole number (within `bounds`, both inclusive), `default` if absent."""
     if text is None:
         return default
-    if not (text.isascii() and text.isdigit()):
-        raise BadRequest(f"{name!r} must be a whole number >= 0, got {text[:40]!r}")
+    if bounds is None:
+        if not (text.isascii() and text.isdigit()):
+            raise BadRequest(f"{name!r} must be a whole number >= 0, got {text[:40]!r}")
+    elif not (text.isascii() and text.isdigit() and bounds[0] <= int(text) <= bounds[1]):
+        raise BadRequest(
+            f"{name!r} must be a whole number from {bounds[0]} to {bounds[1]}, got {text[:40]!r}"
+        )
     return int(text)
 
 
