@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from iqstate_kafka.applying import GAP, STRAY, fold
+from iqstate_kafka.applying import BEHIND, GAP, STRAY, fold
 from iqstate_kafka.format import BatchMarker, DataRecord
 from iqstate_kafka.reader import ChangelogUnit
 
@@ -209,6 +209,22 @@ def test_records_of_a_batch_without_a_marker_are_never_applied() -> None:
     # A replayed batch's marker applies nothing; a newer record before it is a stray.
     replay = fold([unit([(b"k", 5), (b"new", 6)], 5, 30)], 5)
     assert (replay.entries, [r.reason for r in replay.refused]) == ([], [STRAY])
+
+
+def test_a_batch_older_than_the_fence_is_skipped_and_reported() -> None:
+    # A query restarted with a new checkpoint writes batch 0 after batch 5: applying it
+    # would roll the partition back, so it is skipped, but reported (a replay of batch 5
+    # is not, and batch 6 applies).
+    restarted = unit([(b"new", 0), (b"newer", 0)], 0, 40)
+    replay = unit([(b"k", 5)], 5, 43)
+    following = unit([(b"next", 6)], 6, 45)
+    commit = fold([restarted, replay, following], 5)
+    assert (commit.entries, commit.batch_id) == ([(b"next", b"next")], 6)
+    assert [(r.reason, r.offset) for r in commit.refused] == [
+        (BEHIND, 42), (BEHIND, 40), (BEHIND, 41),
+    ]  # fmt: skip
+    assert "new checkpoint" in commit.refused[0].detail
+    assert "last batch 5" in commit.refused[0].detail
 
 
 def test_positions_of_batches_covering_different_sources_are_merged() -> None:

@@ -1,5 +1,6 @@
 """Whoever can write the topics does not own the state silently: a forged batch marker, stray
-data records and forged member records have no effect beyond a logged refusal.
+data records, a batch older than the last one and forged member records have no effect
+beyond a logged refusal.
 
 Two `iqstate serve` instances in their own processes and a writer (`serving=False`) on the
 session's broker; the forgeries are written with a plain Kafka producer, as an attacker or
@@ -56,7 +57,7 @@ def _positions(url: str) -> set[str]:
     return {json.dumps(entry["position"], sort_keys=True) for entry in found}
 
 
-def test_a_forged_marker_and_stray_records_are_refused(
+def test_forged_markers_stray_records_and_older_batches_are_refused(
     kafka_broker: LocalBroker, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
     app_id = unique_name("hostile")
@@ -108,6 +109,20 @@ def test_a_forged_marker_and_stray_records_are_refused(
             assert scraped[("iqstate_restored_records_total", (("store", "counts"),))] > 0
             assert scraped[("iqstate_cluster_live_instances", ())] == 2
             assert scraped[("iqstate_broker_silence_seconds", ())] < 5
+
+        # A writer whose batch ids start over (a query restarted with a new checkpoint):
+        # its batch 0 after batch 2 is skipped, not applied over batch 2, and reported.
+        _write(writer, 0)
+        third = _write(writer, 3)
+        wait_for("batch 3 everywhere", lambda: all(_reads(u, third) for u in urls))
+        for instance in instances:
+            assert "batch marker 0 is older than the partition's last batch 2" in instance.output()
+            scraped = _scrape(instance.url)
+            behind = (
+                "iqstate_changelog_records_skipped_total",
+                (("reason", "behind"), ("store", "counts")),
+            )
+            assert scraped[behind] == len(KEYS) + PARTITIONS  # its records and markers
 
 
 def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 class ChangelogCounts:
     """What the follower did with the changelog records it read, per store partition hosted
     here, since the application started: records `applied`, and records `skipped` by
-    reason (`undecodable`, or a refusal: `gap`, `stray`; each skipped record was logged)."""
+    reason (`undecodable`, a refusal: `gap`, `stray`, or `behind`: of a batch older than the
+    partition's last one; each skipped record was logged, a `behind` batch in one line)."""
 
     applied: Mapping[StorePartition, int] = field(default_factory=dict)
     skipped: Mapping[StorePartition, Mapping[str, int]] = field(default_factory=dict)

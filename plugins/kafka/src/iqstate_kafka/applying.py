@@ -28,7 +28,12 @@ topic can write records in iqstate's format, so a follower checks what it applie
   records. Records of other batches before it (a batch that never got a marker: abandoned,
   or written by someone else) are refused, unless compaction removed their markers, in
   which case those of batches between the fence and the marker are applied with it;
-- records and markers of batches at or below the fence are replays, skipped as before.
+- records and markers of the fence's own batch are replays (a crash's replay repeats the
+  last batch only), skipped as before. A marker of a batch *older* than the fence is not a
+  replay: another writer, or a streaming query restarted with a new checkpoint (its batch
+  ids start again at 0), writes this changelog. Its batch is skipped all the same (applying
+  it would roll the partition back), but each of its records and its marker is reported
+  (`BEHIND`), so that the writer's lost batches are seen, not silently dropped.
 
 A refused marker leaves the fence and position where they were; refused records are never
 applied; the offset moves past both, and each refusal is reported (`StoreCommit.refused`)
@@ -51,6 +56,8 @@ GAP = "gap"
 """A refused marker that skips ahead of the fence, and the records of its batch."""
 STRAY = "stray"
 """A refused data record of a batch that got no marker of its own."""
+BEHIND = "behind"
+"""A skipped marker of a batch older than the partition's last one, and its batch's records."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +71,8 @@ class Refusal:
 
 @dataclass(frozen=True, slots=True)
 class StoreCommit:
-    """What one `HostedPartition.apply_changelog` call applies and commits."""
+    """What one `HostedPartition.apply_changelog` call applies and commits; `refused`: the
+    records and markers it does not apply that are not replays of the fence's batch."""
 
     entries: list[tuple[bytes, bytes | None]]
     batch_id: int | None
@@ -119,6 +127,8 @@ def fold(units: Sequence[ChangelogUnit], fence: int | None) -> StoreCommit:
             entries += unit.entries(fence)
             continue
         if unit.fenced(fence):  # a replayed batch: what its marker did not apply is stray
+            if _older(marker, fence):
+                refused += _behind(marker, fence, unit.records)
             refused += [_stray(record, marker) for record in unit.unfenced(fence)]
             continue
         # What writers write, and all of a restore: the marker's batch and nothing else
@@ -156,6 +166,33 @@ def _gap(marker: BatchMarker, fence: int | None, records: list[DataRecord]) -> l
         *(
             Refusal(GAP, record.offset, f"a record of refused batch {marker.batch_id}")
             for record in records
+        ),
+    ]
+
+
+def _older(marker: BatchMarker, fence: int | None) -> bool:
+    return marker.batch_id is not None and fence is not None and marker.batch_id < fence
+
+
+def _behind(marker: BatchMarker, fence: int | None, records: list[DataRecord]) -> list[Refusal]:
+    """The reports of a marker older than `fence`, and of its batch's records among `records`."""
+    return [
+        Refusal(
+            BEHIND,
+            marker.offset,
+            f"batch marker {marker.batch_id} is older than the partition's last batch {fence}: "
+            "a replay after a crash repeats the last batch only, so another writer, or a "
+            "streaming query restarted with a new checkpoint (batch ids start again at 0), "
+            "writes this changelog, and its batches are skipped until their ids pass "
+            f"{fence}. Give each streaming query its own stores, and keep a query's "
+            "checkpoint while its stores live",
+        ),
+        *(
+            Refusal(
+                BEHIND, record.offset, f"a record of batch {marker.batch_id}, older than {fence}"
+            )
+            for record in records
+            if record.batch_id == marker.batch_id
         ),
     ]
 

@@ -49,7 +49,7 @@ from iqstate.position import TopicPartition
 from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.cluster import ChangelogCounts
 from iqstate.runtime.following import FollowedPartition, FollowedPartitions
-from iqstate_kafka.applying import Refusal, StoreCommit, fold
+from iqstate_kafka.applying import BEHIND, Refusal, StoreCommit, fold
 from iqstate_kafka.progress import CaughtUpListener
 from iqstate_kafka.reader import (
     ChangelogConsumer,
@@ -517,8 +517,21 @@ class Follower:
     def _refuse(
         self, key: StorePartition, followed: _Followed, refused: tuple[Refusal, ...]
     ) -> None:
-        """Log and count records the fold refused (`iqstate_kafka.applying`)."""
-        for refusal in refused[:_LOGGED_REFUSALS]:
+        """Log and count records the fold refused (`iqstate_kafka.applying`): a batch older
+        than the fence in one warning (its marker's), the others one by one."""
+        behind = [refusal for refusal in refused if refusal.reason == BEHIND]
+        if behind:  # the marker's report comes first, saying why and what to do
+            logger.warning(
+                "store %r partition %d: %d changelog records and markers from %s offset %d "
+                "on skipped: %s",
+                *key,
+                len(behind),
+                followed.changelog,
+                behind[0].offset,
+                behind[0].detail,
+            )
+        others = [refusal for refusal in refused if refusal.reason != BEHIND]
+        for refusal in others[:_LOGGED_REFUSALS]:
             logger.error(
                 "changelog record at %s partition %d offset %d refused (%s): %s; not applied",
                 followed.changelog.topic,
@@ -527,10 +540,10 @@ class Follower:
                 refusal.reason,
                 refusal.detail,
             )
-        if len(refused) > _LOGGED_REFUSALS:
+        if len(others) > _LOGGED_REFUSALS:
             logger.error(
                 "%d more changelog records of %s refused in the same commit",
-                len(refused) - _LOGGED_REFUSALS,
+                len(others) - _LOGGED_REFUSALS,
                 followed.changelog,
             )
         with self._lock:
