@@ -24,6 +24,22 @@ def test_key_lookup(client: httpx.Client) -> None:
     assert "by-id" in bad.json()["error"]["message"] and "int" in bad.json()["error"]["message"]
     unknown = client.get("/v1/stores/nope/keys/x")
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_store"
+    huge = client.get("/v1/stores/by-id/keys/99999999999999999999").json()["error"]["message"]
+    assert huge == (
+        "store 'by-id' expects keys of type int (serde int64), got 99999999999999999999, "
+        "outside the signed 64-bit range"
+    )
+
+
+def test_the_key_route_refuses_query_parameters_it_does_not_know(client: httpx.Client) -> None:
+    # A misspelt acceptable_lag would otherwise read the running active as if not given.
+    misspelt = client.get("/v1/stores/counts/keys/kafka?acceptable_lags=5")
+    assert misspelt.status_code == 400
+    assert misspelt.json()["error"]["message"] == (
+        "unknown query parameter 'acceptable_lags'; known: ['acceptable_lag']"
+    )
+    assert client.get("/v1/stores/counts/keys/kafka?acceptable_lag").status_code == 400
+    assert client.get("/v1/stores/counts/keys/kafka?acceptable_lag=5").json()["value"] == 5
 
 
 def test_iqv2_query_per_partition(client: httpx.Client) -> None:

@@ -96,9 +96,11 @@ def key_from_json(spec: StoreSpec, value: Any) -> Any:
     try:
         serde.serialize(value)
     except Exception as exc:
+        outside = name == "int64" and type(value) is int  # the right type, too large
         raise BadRequest(
             f"store {spec.name!r} expects keys of type {expected_type(serde)}, "
             f"got {json.dumps(value)[:60]}"
+            + (", outside the signed 64-bit range" if outside else "")
         ) from exc
     return value
 
@@ -120,6 +122,8 @@ def key_from_path(spec: StoreSpec, text: str) -> Any:
             return key_from_json(spec, jsonin.loads(text))
         if name == "json":
             return key_from_json(spec, jsonin.loads(text))
+    except BadRequest:
+        raise  # `key_from_json` said what is wrong
     except ValueError as exc:
         expected = expected_type(spec.key_serde)
         raise BadRequest(

@@ -276,8 +276,14 @@ def _acceptable_lag(value: Any) -> int | None:
 
 
 def _lag_in(scope: Scope) -> int | None:
-    """The key route's `?acceptable_lag=N`; `BadRequest` when it is malformed or repeated."""
-    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("acceptable_lag")
+    """The key route's `?acceptable_lag=N`, its only query parameter; `BadRequest` when it
+    is malformed or repeated, or another parameter is given (a misspelt one would otherwise
+    read the running active silently, as the change stream's route refuses it too)."""
+    params = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+    unknown = sorted(set(params) - {"acceptable_lag"})
+    if unknown:
+        raise BadRequest(f"unknown query parameter {unknown[0]!r}; known: ['acceptable_lag']")
+    values = params.get("acceptable_lag")
     if not values:
         return None
     if len(values) > 1:
