@@ -152,7 +152,7 @@ def until_sigint(
 def test_serve_stops_quietly_and_closes_the_application(tmp_path: Path, stop: int) -> None:
     """Ctrl-C, and SIGTERM as systemd, Docker and Kubernetes stop a service: the server
     stops, then the application closes (in a cluster: its partitions move at once)."""
-    code, stderr, _ = serve_until_sigint(
+    code, stderr, port = serve_until_sigint(
         tmp_path,
         "quiet_app",
         "import atexit\n"
@@ -166,6 +166,10 @@ def test_serve_stops_quietly_and_closes_the_application(tmp_path: Path, stop: in
     assert code == 0, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert "application NOT_RUNNING" in stderr, stderr
+    # At the default log level, one line says where it answers (no log line does).
+    assert f"iqstate serve: quiet answering on http://127.0.0.1:{port} (Ctrl-C stops it)" in (
+        stderr.splitlines()
+    )
 
 
 def test_a_sigterm_handler_of_the_applications_own_still_runs(tmp_path: Path) -> None:

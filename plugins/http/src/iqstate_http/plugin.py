@@ -11,6 +11,7 @@ import importlib
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from iqstate import Application, IqstateError
@@ -172,13 +173,27 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         serve(app, host=args.host or host, port=args.port or port, token=token,
               max_body=args.max_body, limits=limits, ssl_certfile=args.tls_cert,
-              ssl_keyfile=args.tls_key, ssl_ca_certs=args.tls_ca)  # fmt: skip
+              ssl_keyfile=args.tls_key, ssl_ca_certs=args.tls_ca,
+              on_started=_announcer(app, args))  # fmt: skip
     except KeyboardInterrupt:  # Ctrl-C: uvicorn stopped the server; stop quietly too
         pass
     finally:
         progress.stop()
         app.close()
     return 0
+
+
+def _announcer(app: Application, args: argparse.Namespace) -> Callable[[str], None] | None:
+    """What prints where the server listens, once it does, when no log line says it (the
+    info-level one does; a JSON log gets nothing but log records)."""
+    if args.log_format != "text" or _log.isEnabledFor(logging.INFO):
+        return None
+
+    def announce(url: str) -> None:
+        print(f"iqstate serve: {app.application_id} answering on {url} (Ctrl-C stops it)",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    return announce
 
 
 def cluster_application(args: argparse.Namespace) -> Application:

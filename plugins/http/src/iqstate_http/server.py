@@ -11,7 +11,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
 
@@ -94,9 +94,20 @@ class _Server(uvicorn.Server):
     sends its final event (`unavailable`, with the cursor) where uvicorn would otherwise
     wait for them to close, without end, and then cut them."""
 
-    def __init__(self, config: uvicorn.Config, service: QueryService) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        service: QueryService,
+        on_started: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(config)
         self._service = service
+        self._on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)  # exits if the port cannot be bound
+        if self.started and self._on_started is not None:
+            self._on_started()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._service.end_change_streams()
@@ -117,9 +128,11 @@ def serve(
     ssl_keyfile: str | None = None,
     ssl_ca_certs: str | None = None,
     change_streams: StreamSettings | None = None,
+    on_started: Callable[[str], None] | None = None,
 ) -> None:
     """Serve `app` until interrupted (listens on localhost unless told otherwise): Ctrl-C
     raises `KeyboardInterrupt`, SIGTERM returns (unless the process handles it itself).
+    `on_started` is called with the server's URL once it listens.
 
     `max_rows` caps an unmerged range answer (422 beyond it), `range_limits` how many
     range requests run and wait at once, `forward_timeout` how long a request forwarded to
@@ -132,11 +145,17 @@ def serve(
         app, token, max_body, max_rows, range_limits, forward_timeout,
         None if tls is None else tls.peer_context(), change_streams,
     )  # fmt: skip
-    scheme = "http" if tls is None else "https"
-    log.info("serving %s on %s://%s:%d", app.application_id, scheme, host, port)
+    url = f"{'http' if tls is None else 'https'}://{host}:{port}"
+
+    def started() -> None:
+        log.info("serving %s on %s", app.application_id, url)
+        if on_started is not None:
+            on_started(url)
+
     try:
         with _sigterm_returns():
-            _Server(_config(app, host, port, token, limits, service, tls), service).run()
+            config = _config(app, host, port, token, limits, service, tls)
+            _Server(config, service, started).run()
     finally:  # also when uvicorn hands the Ctrl-C it caught back as KeyboardInterrupt
         log.info("stopped serving %s", app.application_id)
 
