@@ -143,6 +143,11 @@ class Producer(threading.Thread):
             self.produce_chunk()
             self.stopped.wait(self.interval)
 
+    def close(self) -> None:
+        """Let go of the Kafka producer (librdkafka's handle ends with it), before the
+        broker stops: one still held reconnects and logs 'Connection refused' until exit."""
+        self._producer = None
+
 
 def _create_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka import KafkaError, KafkaException
@@ -374,6 +379,8 @@ def _work(args: argparse.Namespace) -> int:
         finally:
             if producer is not None:
                 producer.stopped.set()
+                if not producer.is_alive():  # a second Ctrl-C does not wait for it
+                    producer.close()
             for query in queries:
                 query.stop()
             for sink in sinks:
