@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from iqstate_spark.cluster_stores import ChangelogStore, ClusterStores
     from iqstate_spark.distributed import ClusterSink
     from iqstate_spark.offsets import batch_position
+    from iqstate_spark.running import run_until_stopped
     from iqstate_spark.sink import StoreSink, to_store
 
 _WHERE = {
@@ -21,6 +22,7 @@ _WHERE = {
     "ClusterStores": "iqstate_spark.cluster_stores",
     "StoreSink": "iqstate_spark.sink",
     "batch_position": "iqstate_spark.offsets",
+    "run_until_stopped": "iqstate_spark.running",
     "to_store": "iqstate_spark.sink",
 }
 
@@ -30,6 +32,7 @@ __all__ = [
     "ClusterStores",
     "StoreSink",
     "batch_position",
+    "run_until_stopped",
     "to_store",
 ]
 

@@ -37,7 +37,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from iqstate_spark.demo_parts import VOCABULARY, StopSignals
+from iqstate_spark.demo_parts import VOCABULARY
+from iqstate_spark.running import StopSignals
 
 WORKER_VARIABLE = "IQSTATE_DEMO_CLUSTER_WORKER"
 """Set in the worker's environment: it runs the demo rather than supervising it."""

@@ -99,7 +99,7 @@ def start(
 
 def main(argv: list[str] | None = None) -> int:
     """Run the pipeline's driver until SIGTERM or Ctrl-C (see the module docstring)."""
-    from iqstate_spark.demo_parts import StopSignals
+    from iqstate_spark.running import StopSignals
     from iqstate_spark.session import cluster_session
 
     parser = argparse.ArgumentParser(prog="python -m iqstate_spark.cluster_pipeline")

@@ -38,8 +38,9 @@ from iqstate import (
     StateQueryRequest,
     WindowRangeQuery,
 )
-from iqstate_spark.demo_parts import VOCABULARY, StopSignals
+from iqstate_spark.demo_parts import VOCABULARY
 from iqstate_spark.offsets import committed_batches
+from iqstate_spark.running import StopSignals
 from iqstate_spark.sink import to_store
 
 SOURCE = "demo-files"

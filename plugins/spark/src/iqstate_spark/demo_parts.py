@@ -1,12 +1,8 @@
-"""What the embedded demo and the distributed demo share: their options, their words, and
-how they stop on a signal."""
+"""What the embedded demo and the distributed demo share: their options and their words."""
 
 from __future__ import annotations
 
 import argparse
-import signal
-import threading
-from typing import Any
 
 VOCABULARY = [
     "spark",
@@ -89,30 +85,3 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         help="port of the HTTP API (with iqstate-http); 0: any",
     )
     parser.add_argument("--quiet", action="store_true", help="print only the progress line")
-
-
-class StopSignals:
-    """Ctrl-C and SIGTERM ask the demo to stop after the batches already written.
-
-    PySpark's own Ctrl-C handler cancels every running Spark job, which fails the streaming
-    queries mid-batch and floods the console with Java traces; this one only sets
-    `requested`, so the demo finishes the input it wrote and stops Spark while it is idle.
-    A second Ctrl-C raises `KeyboardInterrupt` as usual, to stop at once.
-    """
-
-    def __init__(self) -> None:
-        self.requested = threading.Event()
-        self.previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.requested.set()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    def __enter__(self) -> StopSignals:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self.previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
