@@ -60,6 +60,13 @@ class CorruptStateError(IqstateError):
     """A state file or directory could not be read; the message names it and what is wrong."""
 
 
+class StateStorageError(IqstateError, OSError):
+    """A store's files could not be written (or opened) for a reason of the machine, not of
+    the files: a full disk, a used-up quota, a read-only file system, missing permissions.
+    The store keeps its last commit, so nothing committed is lost: fix the cause and start
+    again, without moving the directory away (that is for `CorruptStateError`)."""
+
+
 class IncompatibleStateError(IqstateError):
     """The state directory holds a store declared differently (partitions, engine, type)."""
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from iqstate.errors import CorruptStateError
+from iqstate.errors import CorruptStateError, IqstateError
 from iqstate.files import create_directory_whole
 from iqstate.persistent import UNTRUSTED_REMEDY
 from iqstate.sealing import FORMAT, seal
+from iqstate.storage_failures import CAUSES, WRITE_CAUSES, storage_failure
 
 DATABASE_FILE = "store.db"
 STATUS, POSITION, OFFSET_PREFIX = "status", "position", "offset:"
@@ -26,9 +27,14 @@ def damaged(path: Path, what: str) -> CorruptStateError:
     return CorruptStateError(f"SQLite store {path} {what}. {UNTRUSTED_REMEDY}")
 
 
-def sqlite_error(path: Path, error: sqlite3.Error) -> CorruptStateError:
-    """SQLite's error while using the database in `path`, naming it."""
-    return damaged(path, f"cannot be read: {type(error).__name__}: {error}")
+def sqlite_error(path: Path, error: sqlite3.Error, *, writing: bool = False) -> IqstateError:
+    """SQLite's error while using the database in `path` (`writing`: in a write
+    transaction), naming it: the machine's (a full disk: `StateStorageError`), or damage
+    (`CorruptStateError`)."""
+    text = f"{type(error).__name__}: {error}"
+    causes = WRITE_CAUSES if writing else CAUSES
+    failure = storage_failure(f"SQLite store {path} failed", text, causes)
+    return failure if failure is not None else damaged(path, f"cannot be read: {text}")
 
 
 PAGE_SIZE = 16_384

@@ -9,6 +9,7 @@ damaged database, or one whose meta table lost its status or position, is refuse
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -114,10 +115,14 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
         db, self._db = self._db, None
         try:
             if db is not None:
-                if clean:
-                    closed = (STATUS, _meta(STATUS, CLOSED))
-                    db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", closed)
-                db.close()
+                try:
+                    if clean:
+                        closed = (STATUS, _meta(STATUS, CLOSED))
+                        db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", closed)
+                finally:
+                    db.close()
+        except sqlite3.Error as error:  # a full disk fails the status mark
+            raise sqlite_error(self._path, error, writing=True) from error
         finally:
             lock, self._lock = self._lock, None
             if lock is not None:
@@ -192,7 +197,7 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
         try:
             self._transaction(commit)
         except sqlite3.Error as error:
-            raise sqlite_error(self._path, error) from error
+            raise sqlite_error(self._path, error, writing=True) from error
 
     def _transaction(self, commit: Commit) -> None:
         db = self.db
@@ -218,7 +223,11 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
             )
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            # SQLite may have rolled back already (a full disk does): the error that
+            # failed the transaction is the one to raise, not the ROLLBACK's
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
             raise
 
     def storage_stats(self) -> dict[str, int]:

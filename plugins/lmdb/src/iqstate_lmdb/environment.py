@@ -9,7 +9,8 @@
   long as the last page the environment's meta page records; this is checked before any
   page beyond the meta pages is touched.
 * LMDB's own errors (`MDB_CORRUPTED`, `MDB_PAGE_NOTFOUND`, `MDB_INVALID`, ...) become
-  `CorruptStateError` naming the environment and what to do.
+  `CorruptStateError` naming the environment and what to do; a write that the machine
+  refused (a full disk) becomes `StateStorageError`: the environment keeps its last commit.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from typing import Any
 
 import lmdb
 
-from iqstate.errors import CorruptStateError
+from iqstate.errors import CorruptStateError, IqstateError
 from iqstate.files import create_directory_whole
 from iqstate.persistent import CLOSED, STATUS_KEY, UNTRUSTED_REMEDY
 from iqstate.sealing import FORMAT, FORMAT_KEY, seal
+from iqstate.storage_failures import WRITE_CAUSES, storage_failure
 
 DATA_DB, OFFSETS_DB = b"data", b"offsets"
 DATA_FILE = "data.mdb"
@@ -36,6 +38,14 @@ def damaged(path: Path, what: str) -> CorruptStateError:
 def lmdb_error(path: Path, error: lmdb.Error) -> CorruptStateError:
     """LMDB's error while using the environment at `path`, naming it."""
     return damaged(path, f"cannot be read: {type(error).__name__}: {error}")
+
+
+def write_error(path: Path, error: lmdb.Error) -> IqstateError:
+    """LMDB's error in a write transaction of the environment at `path`: the machine's
+    (`StateStorageError`), or damage it met (`CorruptStateError`)."""
+    what = f"LMDB environment {path} failed to commit"
+    failure = storage_failure(what, f"{type(error).__name__}: {error}", WRITE_CAUSES)
+    return failure if failure is not None else lmdb_error(path, error)
 
 
 def create_environment(path: Path, *, map_size: int, max_readers: int) -> None:

@@ -52,6 +52,7 @@ from iqstate_lmdb.environment import (
     damaged,
     lmdb_error,
     open_environment,
+    write_error,
 )
 from iqstate_lmdb.map_guard import MapGuard
 from iqstate_lmdb.options import LMDBSettings
@@ -163,6 +164,8 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                 with self._map_guard.growth(), self._reader_lock:
                     self._end_reader()
                     self._env.set_mapsize(self._env.info()["map_size"] * 2)
+            except lmdb.Error as error:  # a full disk, or damage the write met
+                raise write_error(self._path, error) from error
 
     def _drop_reader(self) -> None:
         """End the reused read transaction: after a commit or at a close."""

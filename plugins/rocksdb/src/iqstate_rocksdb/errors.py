@@ -1,4 +1,5 @@
-"""RocksDB's errors as iqstate's: a lock held elsewhere, or a database that cannot be read.
+"""RocksDB's errors as iqstate's: a lock held elsewhere, a machine's failure (a full disk),
+or a database that cannot be read.
 
 rocksdict raises a bare `Exception` carrying RocksDB's status message ("IO error: ...",
 "Corruption: block checksum mismatch ... in /path/000010.sst ..."); the message names the
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from iqstate.errors import CorruptStateError, IqstateError, StateDirectoryLockedError
 from iqstate.persistent import UNTRUSTED_REMEDY
+from iqstate.storage_failures import storage_failure
 
 
 def database_error(path: Path, error: Exception) -> IqstateError:
@@ -20,6 +22,9 @@ def database_error(path: Path, error: Exception) -> IqstateError:
         return StateDirectoryLockedError(
             f"RocksDB database {path} is locked by another process or open handle: {message}"
         )
+    failure = storage_failure(f"RocksDB database {path} failed", message)
+    if failure is not None:  # a full disk and the like: the files are fine
+        return failure
     detail = " ".join(message.split()).rstrip(".")
     return CorruptStateError(
         f"RocksDB database {path} cannot be read: {detail}. {UNTRUSTED_REMEDY}"

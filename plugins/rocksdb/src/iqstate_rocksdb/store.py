@@ -117,13 +117,16 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
         if db is None:
             return
         try:
-            if clean:
-                mark = WriteBatch(raw_mode=True)
-                mark.put(STATUS_KEY, CLOSED, self._offsets_handle)
-                db.write(mark, self._write_options)
-        finally:
-            self._offsets_cf = self._offsets_handle = None
-            db.close()
+            try:
+                if clean:
+                    mark = WriteBatch(raw_mode=True)
+                    mark.put(STATUS_KEY, CLOSED, self._offsets_handle)
+                    db.write(mark, self._write_options)
+            finally:
+                self._offsets_cf = self._offsets_handle = None
+                db.close()
+        except Exception as error:  # a full disk fails the mark, and the close after it
+            raise database_error(self._path, error) from error
 
     def _read(self, key: bytes) -> bytes | None:
         try:

@@ -1,0 +1,145 @@
+"""A machine that refuses a write is not damage: every persistent engine reports a full
+disk (or a file size limit) as `StateStorageError`, keeps its last commit, and carries on
+once the cause is gone.
+
+Writes fail for real: in a process of its own under a file size limit (`RLIMIT_FSIZE`, any
+user), and, where this process may mount one, on a 3 MB tmpfs that fills up (`ENOSPC`),
+then grows. A user checks afterwards that every committed batch is there, that the
+application starts, and that the next batch commits."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from iqstate import (
+    Application,
+    CorruptStateError,
+    RangeQuery,
+    StateQueryRequest,
+    StateStorageError,
+)
+
+ENGINES = ("rocksdb", "lmdb", "sqlite")
+ROWS = 500
+
+WRITER = """
+import json, resource, signal, sys
+from pathlib import Path
+from iqstate import Application
+
+engine, directory, limit = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+ROWS = int(sys.argv[4])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead
+app = Application("full", directory)
+app.key_value_store("s", 1, engine=engine)
+app.start()
+if limit:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+last, failure = None, None
+for batch_id in range(10_000):
+    try:
+        with app.begin_batch(position={"src": {0: batch_id}}, batch_id=batch_id) as batch:
+            batch.put_all("s", [(f"k{batch_id}-{i}", "x" * 100) for i in range(ROWS)])
+    except Exception as exc:
+        failure = (type(exc).__name__, str(exc))
+        break
+    last = batch_id
+try:
+    app.close()
+except Exception:
+    pass  # closing marks the store closed: that write may fail too
+print(json.dumps({"last": last, "failure": failure}))
+"""
+
+
+def write_until_refused(engine: str, directory: Path, limit: int = 0) -> tuple[int, list[str]]:
+    """Batches into a fresh store until a write fails: the last committed batch id, and the
+    failure's type and message."""
+    script = directory.parent / "writer.py"
+    script.write_text(WRITER)
+    finished = subprocess.run(
+        [sys.executable, str(script), engine, str(directory), str(limit), str(ROWS)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    outcome = json.loads(finished.stdout.splitlines()[-1])
+    assert outcome["failure"] is not None, "no write failed"
+    assert outcome["last"] is not None, outcome["failure"]
+    return outcome["last"], outcome["failure"]
+
+
+def check_everything_committed_is_there(engine: str, directory: Path, last: int) -> None:
+    """What a user checks: every batch up to `last` is there, whole, at its position, and
+    the next batch commits."""
+    app = Application("full", directory)
+    app.key_value_store("s", 1, engine=engine)
+    with app:
+        result = app.query(
+            StateQueryRequest.in_store("s").with_query(RangeQuery.with_no_bounds())
+        ).only_partition_result()
+        assert result is not None
+        with result.result as rows:
+            keys = {key for key, _ in rows}
+        assert keys == {f"k{b}-{i}" for b in range(last + 1) for i in range(ROWS)}
+        assert result.position.to_map() == {"src": {0: last}}
+        with app.begin_batch(position={"src": {0: last + 1}}, batch_id=last + 1) as batch:
+            batch.put("s", "after", "the cause is gone")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_file_size_limit_is_a_storage_error_and_nothing_committed_is_lost(
+    engine: str, tmp_path: Path
+) -> None:
+    directory = tmp_path / "state"
+    last, (kind, message) = write_until_refused(engine, directory, limit=2_000_000)
+    assert kind == "StateStorageError", message
+    assert str(directory) in message and "nothing committed is lost" in message
+    check_everything_committed_is_there(engine, directory, last)
+
+
+@contextlib.contextmanager
+def small_tmpfs(mount_point: Path) -> Iterator[None]:
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount_point)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_full_disk_is_a_storage_error_not_damage(engine: str, tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    with small_tmpfs(disk):
+        directory = disk / "state"
+        last, (kind, message) = write_until_refused(engine, directory)
+        assert kind == "StateStorageError", message
+        assert "full" in message and "nothing committed is lost" in message
+        # Starting on the still-full disk is refused the same way, never as damage (which
+        # would set a store with a changelog aside and rebuild it onto the full disk).
+        app = Application("full", directory)
+        app.key_value_store("s", 1, engine=engine)
+        try:
+            app.start()
+        except CorruptStateError as exc:
+            pytest.fail(f"a full disk was called damage: {exc}")
+        except StateStorageError:
+            pass
+        finally:
+            app.close()
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        check_everything_committed_is_there(engine, directory, last)
