@@ -14,14 +14,16 @@ from pathlib import Path
 
 import lmdb
 import pytest
-from iqstate_lmdb import LMDB_ENGINE, LMDBKeyValueStore
+from iqstate_lmdb import LMDB_ENGINE, LMDBKeySizeError, LMDBKeyValueStore
 from iqstate_lmdb.versioned import LMDBVersionedStore
 
 from iqstate import (
     Application,
     CorruptStateError,
     Position,
+    RangeQuery,
     StateDirectoryLockedError,
+    StateQueryRequest,
     TopicPartition,
 )
 from iqstate.codec import encode_offset, encode_position, offset_key
@@ -453,3 +455,25 @@ def test_reads_in_other_threads_while_the_map_grows_are_answered(tmp_path: Path)
         assert seen and all(100 <= count <= 2_100 for count in seen)
     assert sum(1 for _ in store.range_as_of(None, None, None)) == 2_100
     store.close()
+
+
+def test_a_key_lmdb_cannot_keep_is_refused_by_size_not_called_damage(tmp_path: Path) -> None:
+    # LMDB keeps keys of 1 to 511 bytes; an empty word is an ordinary key elsewhere.
+    app = Application("l", tmp_path)
+    app.key_value_store("kv", 1, engine="lmdb", key_serde="bytes")
+    with app:
+        with app.begin_batch(position={"t": {0: 1}}, batch_id=1) as batch:
+            batch.put("kv", b"a", "kept")
+        with (
+            pytest.raises(LMDBKeySizeError, match=r"keys of \[0, 600\] bytes: LMDB keys are 1 to"),
+            app.begin_batch(position={"t": {0: 2}}, batch_id=2) as batch,
+        ):
+            batch.put("kv", b"", "empty")
+            batch.put("kv", b"x" * 600, "long")
+    reopened = Application("l", tmp_path)
+    reopened.key_value_store("kv", 1, engine="lmdb", key_serde="bytes")
+    with reopened:  # the files are fine, at the last commit
+        result = reopened.query(
+            StateQueryRequest.in_store("kv").with_query(RangeQuery.with_no_bounds())
+        ).only_partition_result()
+        assert result is not None and list(result.result) == [(b"a", "kept")]

@@ -69,6 +69,10 @@ def test_option_errors_name_what_is_wrong(make_app: MakeApp) -> None:
         app.window_store("w", 1, window_size_ms=0, retention_ms=1_000)
     with pytest.raises(ValueError, match="caching"):
         app.key_value_store("s", 1, caching=0)
+    with pytest.raises(TypeError, match="caching must be a bool or a size >= 1, got 'yes'"):
+        app.key_value_store("s", 1, caching="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="store 's': logging must be True or False, got 'yes'"):
+        app.key_value_store("s", 1, logging="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="partitioner"):
         app.key_value_store("s", 1, partitioner="murmur")  # type: ignore[arg-type]
     app.key_value_store("s", 1)

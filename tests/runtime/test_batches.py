@@ -221,6 +221,9 @@ def test_bad_writes_fail_at_once_and_write_nothing(make_app: MakeApp) -> None:
                 batch.put("w", "k", 1)
             with pytest.raises(TypeError, match="window_start is not allowed"):
                 batch.put("kv", 3, 1, window_start=0)
+            for outside in (2**63, -(2**63) - 1):  # would fail the commit, not the put
+                with pytest.raises(ValueError, match="store 'w': window_start=.* 64-bit"):
+                    batch.put("w", "k", 1, window_start=outside)
         assert batch.applied == {("kv", 0), ("kv", 1), ("w", 0)}
         result = app.query(StateQueryRequest.in_store("kv").with_query(RangeQuery.with_no_bounds()))
         assert [pair for r in result.partition_results.values() for pair in r.result] == [

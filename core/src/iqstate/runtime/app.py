@@ -330,6 +330,10 @@ class Application:
     ) -> StoreSpec:
         if self._state is not AppState.CREATED:
             raise RuntimeError(f"store {name!r}: stores must be declared before start()")
+        if not isinstance(options.get("logging", False), bool):
+            raise TypeError(
+                f"store {name!r}: logging must be True or False, got {options['logging']!r}"
+            )
         declaration = declare_store(
             self._specs.keys(),
             name,
@@ -742,5 +746,7 @@ class Application:
 
 
 def _check_caching(name: str, caching: bool | int) -> None:
-    if isinstance(caching, int) and not isinstance(caching, bool) and caching < 1:
-        raise ValueError(f"store {name!r}: caching must be a bool or a size >= 1")
+    if not isinstance(caching, int):  # "yes" would fail only at start()
+        raise TypeError(f"store {name!r}: caching must be a bool or a size >= 1, got {caching!r}")
+    if not isinstance(caching, bool) and caching < 1:
+        raise ValueError(f"store {name!r}: caching must be a bool or a size >= 1, got {caching!r}")

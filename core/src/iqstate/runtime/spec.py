@@ -24,7 +24,7 @@ from iqstate.queries import KeyQuery, VersionedKeyQuery
 from iqstate.runtime.partitioner import Partitioner, PartitionFunction, partition_function
 from iqstate.serdes import Serde
 from iqstate.session_store import check_session, encode_session_key, session_store_factory
-from iqstate.timestamped import check_timestamp, stamped
+from iqstate.timestamped import MAX_MS, MIN_MS, check_timestamp, stamped
 from iqstate.versioned_store import (
     decode_version_record,
     encode_version_record,
@@ -216,6 +216,11 @@ class WindowStoreSpec(StoreSpec):
             raise TypeError(
                 f"store {self.name!r} is a window store: put and delete need "
                 f"window_start=<ms> (an int), got {window_start!r}"
+            )
+        if not MIN_MS <= window_start <= MAX_MS:  # checked here, not at the batch's commit
+            raise ValueError(
+                f"store {self.name!r}: window_start={window_start} is outside the signed "
+                "64-bit range of ms"
             )
         return key_bytes, window_start, value_bytes
 

@@ -9,10 +9,10 @@ from iqstate.lazy import lazy_exports
 from iqstate_lmdb.plugin import LMDB_ENGINE
 
 if TYPE_CHECKING:
-    from iqstate_lmdb.store import LMDBKeyValueStore, LMDBWindowStore
+    from iqstate_lmdb.store import LMDBKeySizeError, LMDBKeyValueStore, LMDBWindowStore
 
-__all__ = ["LMDB_ENGINE", "LMDBKeyValueStore", "LMDBWindowStore"]
+__all__ = ["LMDB_ENGINE", "LMDBKeySizeError", "LMDBKeyValueStore", "LMDBWindowStore"]
 
 __getattr__, __dir__ = lazy_exports(
-    __name__, {"iqstate_lmdb.store": ["LMDBKeyValueStore", "LMDBWindowStore"]}
+    __name__, {"iqstate_lmdb.store": ["LMDBKeySizeError", "LMDBKeyValueStore", "LMDBWindowStore"]}
 )

@@ -23,6 +23,7 @@ from iqstate.codec import (
     offset_key,
 )
 from iqstate.context import StateStoreContext
+from iqstate.errors import IqstateError
 from iqstate.persistent import (
     CLOSED,
     OPEN,
@@ -59,6 +60,10 @@ from iqstate_lmdb.options import LMDBSettings
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class LMDBKeySizeError(IqstateError, ValueError):
+    """A commit held a key LMDB cannot keep: empty, or longer than its maximum key size."""
 
 
 class LMDBKeyValueStore(PersistentKeyValueStore):
@@ -164,6 +169,8 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                 with self._map_guard.growth(), self._reader_lock:
                     self._end_reader()
                     self._env.set_mapsize(self._env.info()["map_size"] * 2)
+            except lmdb.BadValsizeError:
+                raise  # a key LMDB cannot keep: the caller names it
             except lmdb.Error as error:  # a full disk, or damage the write met
                 raise write_error(self._path, error) from error
 
@@ -367,8 +374,23 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                 txn.put(key, value, db=meta)
             txn.put(POSITION_KEY, position, db=meta)
 
-        self._in_write(apply)
+        try:
+            self._in_write(apply)
+        except lmdb.BadValsizeError as error:
+            raise self._unstorable(changes) from error
         self._drop_reader()  # later reads see this commit
+
+    def _unstorable(self, changes: list[tuple[bytes, bytes | None]]) -> Exception:
+        """The error for a commit LMDB refused for a key's size (nothing was written): the
+        files are fine, the data cannot be kept by this engine."""
+        most = self._env.max_key_size()
+        sizes = sorted({len(key) for key, _ in changes if not 0 < len(key) <= most})
+        return LMDBKeySizeError(
+            f"LMDB environment {self._path} cannot keep keys of {sizes} bytes: LMDB keys "
+            f"are 1 to {most} bytes (an empty key, or a longer one, as the engine stores "
+            "it). Nothing of this commit was written and the store's files are fine; use "
+            "another engine (rocksdb, sqlite) for such keys, or shorter keys"
+        )
 
     def map_size(self) -> int:
         return int(self._env.info()["map_size"])
