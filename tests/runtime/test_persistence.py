@@ -131,8 +131,10 @@ def test_corrupt_legacy_file_is_a_clear_error(tmp_path: Path, content: str) -> N
     app.close()
     position_file = tmp_path / "app" / "s" / "1" / POSITION_FILE
     position_file.write_text(content, encoding="latin-1")
-    with pytest.raises(CorruptStateError, match=r"\.position"):
+    with pytest.raises(CorruptStateError, match=r"\.position") as refused:
         open_app(tmp_path, "snapshot-legacy")
+    # What it advises keeps the data: the file, not the directory beside it.
+    assert "Do not delete the partition's directory" in str(refused.value)
     position_file.unlink()
     app = open_app(tmp_path, "snapshot-legacy")
     app.close()

@@ -39,7 +39,7 @@ def read_offsets_file(path: Path) -> dict[TopicPartition, int]:
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError) as exc:
-        raise CorruptStateError(f"cannot read {path}: {exc}") from exc
+        raise _unreadable(path, f"cannot be read: {exc}") from exc
     lines = text.splitlines()
     try:
         if not lines or int(lines[0]) != _FORMAT_VERSION:
@@ -55,10 +55,18 @@ def read_offsets_file(path: Path) -> dict[TopicPartition, int]:
                 raise ValueError(f"line {number}: negative offset {offset}")
             offsets[TopicPartition(topic, int(partition))] = int(offset)
     except (ValueError, IndexError, TypeError) as exc:
-        raise CorruptStateError(
-            f"{path} is corrupt ({exc}); delete the store partition's directory to rebuild it"
-        ) from exc
+        raise _unreadable(path, f"is corrupt ({exc})") from exc
     return offsets
+
+
+def _unreadable(path: Path, what: str) -> CorruptStateError:
+    """The error for an offsets file that cannot be used, with advice that keeps the data."""
+    return CorruptStateError(
+        f"{path} {what}. The store's data beside it is not affected: restore the file from "
+        "a backup, or move it away to start without the offsets and batch fence it held (a "
+        "store with a changelog then reads the changelog from its start). Do not delete the "
+        "partition's directory: it holds the data"
+    )
 
 
 def read_legacy_state(
