@@ -193,12 +193,16 @@ def test_after_a_broker_restart_a_dead_instance_still_fails_over(
         survivor, victim = instances
         _write(writer, 1)
         broker.stop()
+        time.sleep(10)  # an outage: each client reconnects over and over
         broker.start()
         wait_for(
             "the instances to see the restarted broker",
             lambda: all(_in_contact(i.url, PARTITIONS) for i in instances),
         )
         time.sleep(3)  # several end-offset refreshes against the restarted broker
+        for instance in instances:  # each shape of librdkafka's line once, not per attempt
+            refused = instance.output().count("Connection refused")
+            assert 0 < refused <= 30, f"{refused} 'Connection refused' lines in a 10 s outage"
         latest = _write(writer, 2)
         wait_for("batch 2 readable", lambda: _reads(survivor.url, latest))
 
