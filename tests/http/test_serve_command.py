@@ -106,7 +106,14 @@ def test_serve_refuses_bad_kafka_settings_by_name(tmp_path: Path) -> None:
     assert malformed.returncode != 0 and "-X: expected key=value" in malformed.stderr
     unheld = run_serve(*common, "--max-held-records", "-1")
     assert unheld.returncode != 0 and "max_held_records must be an int >= 1" in unheld.stderr
-    for finished in (owned, malformed, unheld):
+    unknown = run_serve(*common, "-X", "no.such.setting=1")  # librdkafka's own refusal
+    assert unknown.returncode != 0
+    assert 'client_config: No such configuration property: "no.such.setting"' in unknown.stderr
+    (tmp_path / "a-file").write_text("")
+    blocked = run_serve(*common, "--state-dir", str(tmp_path / "a-file" / "state"))
+    assert blocked.returncode != 0
+    assert "state directory" in blocked.stderr and "Not a directory" in blocked.stderr
+    for finished in (owned, malformed, unheld, unknown, blocked):
         assert "Traceback" not in finished.stderr
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from iqstate_kafka import KafkaCluster
@@ -12,7 +13,12 @@ def test_servers_are_normalized_and_settings_pass_through() -> None:
     cluster = KafkaCluster(
         [" broker-1:9092", "broker-2:9093"],
         replication_factor=3,
-        client_config={"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"},
+        client_config={
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "app",
+            "sasl.password": "secret",
+        },
         topic_config={"min.insync.replicas": "2"},
     )
     assert cluster.bootstrap_servers == "broker-1:9092,broker-2:9093"
@@ -22,6 +28,18 @@ def test_servers_are_normalized_and_settings_pass_through() -> None:
     assert settings["sasl.mechanism"] == "PLAIN"
     assert settings["linger.ms"] == 5
     assert settings["acks"] == "all"
+
+
+def test_settings_librdkafka_refuses_are_refused_at_once_by_name() -> None:
+    # Not at start(), when the first client is made: an unknown name, a bad value, an
+    # incomplete SASL set-up.
+    for config, named in (
+        ({"no.such.setting": "1"}, 'No such configuration property: "no.such.setting"'),
+        ({"linger.ms": "soon"}, "Invalid value"),
+        ({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}, "sasl.username"),
+    ):
+        with pytest.raises(ValueError, match=f"client_config: .*{re.escape(named)}"):
+            KafkaCluster("localhost:9092", client_config=config)
 
 
 def test_user_settings_override_defaults() -> None:

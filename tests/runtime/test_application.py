@@ -22,6 +22,7 @@ from iqstate import (
     Serdes,
     StateDirectoryLockedError,
     StateQueryRequest,
+    StateStorageError,
     StreamsStoppedError,
     UnknownEngineError,
 )
@@ -135,6 +136,15 @@ def test_logging_needs_a_changelog(make_app: MakeApp) -> None:
     ok = make_app("other", changelog=InMemoryChangelog())
     ok.key_value_store("s", 1, logging=True)
     ok.start()
+
+
+def test_a_state_directory_that_cannot_be_made_is_named(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    app = Application("app", tmp_path / "a-file" / "state")
+    app.key_value_store("s", 1)
+    with pytest.raises(StateStorageError, match=r"state directory .*a-file/state/app.*Not a dir"):
+        app.start()
+    assert app.state is AppState.CREATED
 
 
 def test_second_application_on_the_same_directory_fails_at_once(make_app: MakeApp) -> None:

@@ -6,7 +6,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from iqstate.errors import StateDirectoryLockedError
+from iqstate.errors import StateDirectoryLockedError, StateStorageError
 
 
 class DirectoryLock:
@@ -21,8 +21,14 @@ class DirectoryLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # a file in the way, no permission, a read-only disk
+            raise StateStorageError(
+                f"state directory {self.path.parent} cannot be created or locked: "
+                f"{exc.strerror or exc}{f' ({exc.filename})' if exc.filename else ''}"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

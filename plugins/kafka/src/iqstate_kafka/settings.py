@@ -96,6 +96,7 @@ class ClusterSettings:
         object.__setattr__(
             self, "client_config", _settings("client_config", self.client_config, OWNED_SETTINGS)
         )
+        _check_client_config(self.client_config)
         topic_config = _settings("topic_config", self.topic_config, OWNED_TOPIC_SETTINGS)
         for key, value in topic_config.items():
             if not isinstance(value, str):
@@ -145,6 +146,26 @@ def _servers(value: object) -> str:
                 f"bootstrap_servers entry {entry!r} is not 'host:port' with a port in 1..65535"
             )
     return ",".join(entries)
+
+
+_SILENT = logging.getLogger("iqstate_kafka.client.config_check")
+_SILENT.addHandler(logging.NullHandler())
+_SILENT.propagate = False
+
+
+def _check_client_config(config: Mapping[str, Any]) -> None:
+    """Refuse settings librdkafka refuses (an unknown name, a bad value, a certificate file
+    it cannot read) now, naming them, rather than when the first client is made at start.
+    librdkafka checks them when a client is created: one is, without a broker to reach,
+    and dropped (its warnings about settings for the other kind of client are not shown)."""
+    if not config:
+        return
+    from confluent_kafka import KafkaException, Producer
+
+    try:
+        Producer({**config, "bootstrap.servers": "", "logger": _SILENT})
+    except KafkaException as exc:
+        raise ValueError(f"client_config: {exc.args[0].str()}") from None
 
 
 def _settings(name: str, value: object, owned: frozenset[str]) -> Mapping[str, Any]:
