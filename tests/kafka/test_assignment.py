@@ -8,6 +8,7 @@ clear error."""
 from __future__ import annotations
 
 import itertools
+import logging
 import socket
 import subprocess
 import sys
@@ -99,6 +100,7 @@ class Instances:
         standbys: int = 1,
         liveness: float = LIVENESS,
         progress: Progress | None = None,
+        shapes: Mapping[str, str] | None = None,
     ) -> KafkaAssignment:
         provider = KafkaAssignment(
             self.cluster,
@@ -107,6 +109,7 @@ class Instances:
             heartbeat_interval=INTERVAL,
             liveness_timeout=liveness,
             acceptable_recovery_lag=100,
+            shapes=shapes,
         )
         self.started.append(provider)
         if progress is not None:  # before start, as KafkaCluster.connect attaches the follower
@@ -361,6 +364,26 @@ def test_listeners_may_read_the_provider(instances: Instances) -> None:
     announced, current, _ = seen[-1]
     assert announced == current
     assert len(actives(announced)) == 2
+
+
+def test_an_instance_declaring_a_store_with_other_serdes_is_warned_about(
+    instances: Instances, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The partition counts agree, so the assignment is shared; the answers would not be.
+    ours = "key_value, key_serde string, value_serde json"
+    theirs = "key_value, key_serde string, value_serde string"
+    first = instances.start(7301, {"s": 4}, shapes={"s": ours})
+    with caplog.at_level(logging.WARNING, logger="iqstate_kafka.assignment"):
+        instances.start(7302, {"s": 4}, shapes={"s": theirs})
+        wait_until(lambda: len(first.cluster()) == 2, PATIENCE, "both members seen")
+        wait_until(
+            lambda: sum("must declare each store alike" in r.message for r in caplog.records) >= 2,
+            PATIENCE,
+            "a warning on each side",
+        )
+    warned = [r.message for r in caplog.records if "must declare each store alike" in r.message]
+    assert any(f"store 's' as {theirs}, this instance as {ours}" in m for m in warned), warned
+    assert any(f"store 's' as {ours}, this instance as {theirs}" in m for m in warned), warned
 
 
 def test_an_unreachable_broker_is_a_clear_error() -> None:

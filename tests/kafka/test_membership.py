@@ -199,6 +199,7 @@ def test_heartbeats_round_trip_as_json() -> None:
         ),
         frozenset({("s", 0)}),
         {"s": 4, "t": 8},
+        {"s": "key_value, key_serde string, value_serde json"},
     )
     encoded = encode(heartbeat)
     document = json.loads(encoded)
@@ -207,6 +208,9 @@ def test_heartbeats_round_trip_as_json() -> None:
     assert decode("m-1", encoded) == heartbeat
     later = json.dumps({**document, "zone": "eu-1"}).encode()  # unknown fields are ignored
     assert decode("m-1", later) == heartbeat
+    # A member from before shapes were sent: nothing to compare, still a member.
+    earlier = {key: value for key, value in document.items() if key != "shapes"}
+    assert decode("m-1", json.dumps(earlier).encode()).shapes == {}
 
 
 VALID = {"v": 1, "host": "h", "port": 80, "stores": {}, "lags": [], "actives": [], "restoring": []}
@@ -222,6 +226,7 @@ VALID = {"v": 1, "host": "h", "port": 80, "stores": {}, "lags": [], "actives": [
         (json.dumps({**VALID, "lags": [["s", 0]]}).encode(), "is not \\[store, partition, lag\\]"),
         (json.dumps({**VALID, "actives": [["s", True]]}).encode(), "is not \\[store, partition\\]"),
         (json.dumps({**VALID, "restoring": None}).encode(), "restoring must be a list"),
+        (json.dumps({**VALID, "shapes": {"s": 4}}).encode(), "shapes must map store names"),
     ],
 )
 def test_documents_that_do_not_decode_say_why(value: bytes, problem: str) -> None:

@@ -84,6 +84,7 @@ class KafkaAssignment(AssignmentProvider):
         heartbeat_interval: float = 0.5,
         liveness_timeout: float = 3.0,
         acceptable_recovery_lag: int = 10_000,
+        shapes: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__()
         if isinstance(num_standby_replicas, bool) or num_standby_replicas < 0:
@@ -114,6 +115,8 @@ class KafkaAssignment(AssignmentProvider):
         self._announced = Assignment.empty()
         self._cluster: dict[HostInfo, Assignment] = {}
         self._warned: set[str] = set()
+        self._shapes = dict(shapes or {})
+        """Each store's `heartbeats.store_shape`, compared with the other members'."""
         self._thread: threading.Thread | None = None
 
     @property
@@ -361,7 +364,9 @@ class KafkaAssignment(AssignmentProvider):
 
     def _check_stores(self, live: Mapping[str, Heartbeat]) -> None:
         for member_id, heartbeat in live.items():
-            if heartbeat.stores != self._stores and member_id not in self._warned:
+            if member_id in self._warned:
+                continue
+            if heartbeat.stores != self._stores:
                 self._warned.add(member_id)
                 logger.warning(
                     "member %s (%s) declares stores %s, this instance %s: instances of one "
@@ -371,6 +376,23 @@ class KafkaAssignment(AssignmentProvider):
                     heartbeat.member.host,
                     dict(heartbeat.stores),
                     self._stores,
+                )
+                continue
+            differ = sorted(
+                name
+                for name, shape in heartbeat.shapes.items()
+                if name in self._shapes and shape != self._shapes[name]
+            )
+            if differ:
+                self._warned.add(member_id)
+                logger.warning(
+                    "member %s (%s) declares %s, this instance %s: instances of one "
+                    "application must declare each store alike, or they answer the same key "
+                    "differently (a value another serde wrote) and place keys apart",
+                    member_id,
+                    heartbeat.member.host,
+                    "; ".join(f"store {n!r} as {heartbeat.shapes[n]}" for n in differ),
+                    "; ".join(f"as {self._shapes[n]}" for n in differ),
                 )
 
     def _report(self) -> Heartbeat:
@@ -384,7 +406,10 @@ class KafkaAssignment(AssignmentProvider):
             (s, p) for s, p, role in mine.items() if role.is_active and not role.is_running_active
         )
         return Heartbeat(
-            Member(self._member_id, self._host, lags, actives), restoring, self._stores
+            Member(self._member_id, self._host, lags, actives),
+            restoring,
+            self._stores,
+            self._shapes,
         )
 
 

@@ -56,6 +56,7 @@ class KafkaCluster(ClusterSettings):
         from iqstate_kafka.assignment import KafkaAssignment, WriterAssignment
         from iqstate_kafka.connection import KafkaConnection
         from iqstate_kafka.follower import Follower
+        from iqstate_kafka.heartbeats import store_shape
 
         if not member.serving:
             return KafkaConnection(self, member, WriterAssignment(self, member.application_id))
@@ -67,6 +68,7 @@ class KafkaCluster(ClusterSettings):
             heartbeat_interval=self.heartbeat_interval,
             liveness_timeout=self.liveness_timeout,
             acceptable_recovery_lag=self.acceptable_recovery_lag,
+            shapes={name: store_shape(spec) for name, spec in member.stores.items()},
         )
         follower = Follower(self, reader_processes=self.reader_processes)
         assignment.attach_progress(follower)

@@ -2,7 +2,9 @@
 
 Key = the member id (unique per process incarnation). Value = a versioned JSON document
 (never pickle): `{"v": 1, "host", "port", "stores": {name: partitions}, "actives": [[store,
-partition]...], "restoring": [[store, partition]...], "lags": [[store, partition, lag]...]}`.
+partition]...], "restoring": [[store, partition]...], "lags": [[store, partition, lag]...],
+"shapes": {name: "key_value, key_serde string, value_serde json"}}` (`shapes` came later:
+a member without it is not compared).
 Readers ignore fields they do not know, so a later version may add some; a document of
 another version or shape does not decode (`ValueError`), and membership logs and skips it.
 A null value is a tombstone: the member left (`iqstate_kafka.membership`).
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 
 from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.metadata import HostInfo
+from iqstate.runtime.spec import StoreSpec
 from iqstate_kafka.assignor import Member
 
 DOCUMENT_VERSION = 1
@@ -29,6 +32,23 @@ class Heartbeat:
     member: Member
     restoring: frozenset[StorePartition] = frozenset()
     stores: Mapping[str, int] = field(default_factory=dict)
+    shapes: Mapping[str, str] = field(default_factory=dict)
+    """Each store's type, serdes and partitioner (`store_shape`): instances that differ
+    there answer the same key differently."""
+
+
+def store_shape(spec: StoreSpec) -> str:
+    """What instances of one application must agree on about a store, beyond its partition
+    count: its type, its serdes and its partitioner (the engine may differ)."""
+    described = spec.describe()
+    shape = (
+        f"{described['store_type']}, key_serde {described['key_serde']}, "
+        f"value_serde {described['value_serde']}"
+    )
+    partitioner = spec.partitioner
+    if partitioner is not None:
+        shape += f", partitioner {getattr(partitioner, '__qualname__', type(partitioner).__name__)}"
+    return shape
 
 
 def encode(heartbeat: Heartbeat) -> bytes:
@@ -42,6 +62,7 @@ def encode(heartbeat: Heartbeat) -> bytes:
         "actives": sorted([store, number] for store, number in member.actives),
         "restoring": sorted([store, number] for store, number in heartbeat.restoring),
         "lags": sorted([store, number, lag] for (store, number), lag in member.lags.items()),
+        "shapes": dict(sorted(heartbeat.shapes.items())),
     }
     return json.dumps(document, separators=(",", ":")).encode()
 
@@ -62,6 +83,9 @@ def decode(member_id: str, value: bytes) -> Heartbeat:
     stores = document.get("stores")
     if not isinstance(stores, dict) or not all(_is_int(count) for count in stores.values()):
         raise ValueError("stores must map names to partition counts")
+    shapes = document.get("shapes", {})
+    if not isinstance(shapes, dict) or not all(isinstance(v, str) for v in shapes.values()):
+        raise ValueError("shapes must map store names to strings")
     lags = {}
     for entry in _list(document, "lags"):
         if not (isinstance(entry, list) and len(entry) == 3 and _is_int(entry[2])):
@@ -76,6 +100,7 @@ def decode(member_id: str, value: bytes) -> Heartbeat:
         ),
         frozenset(_partition(entry) for entry in _list(document, "restoring")),
         stores,
+        shapes,
     )
 
 
