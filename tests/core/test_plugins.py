@@ -233,6 +233,20 @@ def test_cli_lists_engines_and_query_types(installed_plugin: Path) -> None:
     assert "EntryCountQuery" in memory["answers"] and "KeyQuery" in memory["answers"]
 
 
+def test_cli_output_read_in_part_ends_quietly() -> None:
+    # `iqstate plugins | head -1`: the reader goes away before the listing ends.
+    listing = subprocess.Popen(
+        [sys.executable, "-m", "iqstate.cli", "plugins"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert listing.stdout is not None and listing.stderr is not None
+    listing.stdout.close()
+    assert listing.wait(60) == 0
+    assert "Traceback" not in listing.stderr.read()
+
+
 class _RecordingWrapper:
     """A hook wrapper around engine registration, as a tracing or policy plugin might be."""
 

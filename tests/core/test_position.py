@@ -111,6 +111,10 @@ def test_positions_are_immutable_and_validated() -> None:
         Position.empty().with_component("", 0, 1)
     with pytest.raises(TypeError, match="partition"):
         Position.empty().with_component("t", True, 1)
+    with pytest.raises(TypeError, match="offsets for topic 't' must map partitions to offsets"):
+        Position.from_map({"t": [1, 2]})  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match=r"takes \{topic: \{partition: offset\}\}, got list"):
+        Position.from_map([("t", {0: 1})])  # type: ignore[arg-type]
 
 
 def test_position_bound() -> None:

@@ -138,6 +138,18 @@ def test_logging_needs_a_changelog(make_app: MakeApp) -> None:
     ok.start()
 
 
+def test_a_closed_application_says_to_start_a_new_one(make_app: MakeApp) -> None:
+    app = make_app()
+    app.key_value_store("s", 1)
+    app.start()
+    app.close()
+    with pytest.raises(StreamsStoppedError, match=r"NOT_RUNNING.*start a new Application") as e:
+        app.query(StateQueryRequest.in_store("s").with_query(KeyQuery.with_key("k")))
+    assert "close() it" not in str(e.value)  # it is closed already
+    with pytest.raises(RuntimeError, match="an Application starts once; start a new one"):
+        app.start()
+
+
 def test_a_state_directory_that_cannot_be_made_is_named(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("")
     app = Application("app", tmp_path / "a-file" / "state")

@@ -144,7 +144,7 @@ def test_store_declared_differently_is_refused(tmp_path: Path) -> None:
     open_app(tmp_path).close()
     app = Application("app", tmp_path, plugins=registry_with_snapshot_engines())
     app.key_value_store("s", PARTITIONS + 1, engine="snapshot", value_serde="int64")
-    with pytest.raises(IncompatibleStateError, match="'partitions': 3"):
+    with pytest.raises(IncompatibleStateError, match="declared: partitions 3 then, 4 now;"):
         app.start()
     app.close()
     (tmp_path / "app" / "s" / "store.json").write_text("{not json")

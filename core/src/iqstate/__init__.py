@@ -42,7 +42,7 @@ from iqstate.queries import (
     WindowKeyQuery,
     WindowRangeQuery,
 )
-from iqstate.request import StateQueryRequest
+from iqstate.request import IncompleteRequestError, StateQueryRequest
 from iqstate.results import FailureReason, QueryResult, StateQueryResult
 from iqstate.runtime import (
     ACTIVE,
@@ -107,6 +107,7 @@ __all__ = [
     "IllegalQueryResultAccess",
     "InMemoryChangelog",
     "IncompatibleStateError",
+    "IncompleteRequestError",
     "InstanceStatus",
     "InvalidCursorError",
     "InvalidStateStoreError",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -174,6 +175,14 @@ def build_parser(registry: PluginRegistry) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # the reader stopped early (`iqstate plugins | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
     registry = default_registry()
     args = build_parser(registry).parse_args(argv)
     unavailable = getattr(args, "iqstate_unavailable_command", None)

@@ -82,8 +82,18 @@ class Position:
         """Build a position from `{topic: {partition: offset}}`; the input is copied."""
         if not components:
             return _EMPTY
+        if not isinstance(components, Mapping):
+            raise TypeError(
+                "Position.from_map takes {topic: {partition: offset}}, got "
+                f"{type(components).__name__}"
+            )
         copied: _Components = {}
         for topic, offsets in components.items():
+            if not isinstance(offsets, Mapping):
+                raise TypeError(
+                    f"Position offsets for topic {topic!r} must map partitions to offsets, "
+                    f"got {type(offsets).__name__}"
+                )
             if not offsets:
                 continue
             inner: dict[int, int] = {}

@@ -70,9 +70,9 @@ def open_database(path: Path, *, sync: bool) -> sqlite3.Connection:
     try:
         size = file.stat().st_size
     except FileNotFoundError:
-        raise damaged(path, f"has no {DATABASE_FILE}: its committed data was deleted") from None
+        raise damaged(path, f"has no {DATABASE_FILE} (it was deleted)") from None
     if size == 0:
-        raise damaged(path, f"has an empty {DATABASE_FILE}: its committed data was lost")
+        raise damaged(path, f"has an empty {DATABASE_FILE} (it was emptied)")
     try:
         db = sqlite3.connect(
             f"file:{file}?mode=rw", uri=True, isolation_level=None, check_same_thread=False

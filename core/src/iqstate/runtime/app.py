@@ -384,7 +384,14 @@ class Application:
         """Lock the state directory, open the assigned partitions, and start serving."""
         with self._state_lock:
             if self._state is not AppState.CREATED:
-                raise RuntimeError(f"start() needs a CREATED application, it is {self._state.name}")
+                again = (
+                    ": an Application starts once; start a new one on the same state directory"
+                    if self._state is AppState.NOT_RUNNING
+                    else ""
+                )
+                raise RuntimeError(
+                    f"start() needs a CREATED application, it is {self._state.name}{again}"
+                )
             needs_changelog = [spec.name for spec in self._specs.values() if spec.logging]
             if needs_changelog and self._connection is not None:
                 raise ValueError(
@@ -556,10 +563,15 @@ class Application:
             raise StreamsNotStartedError(
                 f"Cannot {what}: the application has not been started; retry after start()."
             )
+        advice = (
+            "start a new Application on the same state directory"
+            if state is AppState.NOT_RUNNING  # closed: the directory is free
+            else "close() it (it holds its state directory until then) and start a new "
+            "Application on the same state directory"
+        )
         raise StreamsStoppedError(
             f"Cannot {what}: the application has been stopped ({state.name}) and can no "
-            "longer serve queries or take writes; close() it (it holds its state directory "
-            "until then) and start a new Application on the same state directory."
+            f"longer serve queries or take writes; {advice}."
         )
 
     def _spec(self, name: str) -> StoreSpec:

@@ -50,10 +50,15 @@ class StateDirectory:
                 except (OSError, ValueError) as exc:
                     raise CorruptStateError(f"cannot read {metadata_file}: {exc}") from exc
                 if recorded != declared:
+                    differ = ", ".join(
+                        f"{name} {recorded.get(name)!r} then, {declared.get(name)!r} now"
+                        for name in sorted({*recorded, *declared})
+                        if recorded.get(name) != declared.get(name)
+                    )
                     raise IncompatibleStateError(
-                        f"store {spec.name!r} in {directory} was created as {recorded} but is "
-                        f"declared as {declared}; move the directory away or declare the "
-                        "store as it was"
+                        f"store {spec.name!r} in {directory} was created otherwise than it is "
+                        f"declared: {differ}; move the directory away or declare the store "
+                        "as it was"
                     )
             else:
                 metadata_file.write_text(json.dumps(declared, sort_keys=True), encoding="utf-8")

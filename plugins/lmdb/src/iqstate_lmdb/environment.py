@@ -60,9 +60,9 @@ def open_environment(path: Path, *, map_size: int, max_readers: int, sync: bool)
     try:
         size = data_file.stat().st_size
     except FileNotFoundError:
-        raise damaged(path, f"has no {DATA_FILE}: its committed data was deleted") from None
+        raise damaged(path, f"has no {DATA_FILE} (it was deleted)") from None
     if size == 0:
-        raise damaged(path, f"has an empty {DATA_FILE}: its committed data was lost")
+        raise damaged(path, f"has an empty {DATA_FILE} (it was emptied)")
     env = _open(path, map_size=map_size, max_readers=max_readers, sync=sync)
     try:
         needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
