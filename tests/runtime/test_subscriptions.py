@@ -19,8 +19,10 @@ from iqstate import (
     HostInfo,
     InMemoryChangelog,
     InvalidCursorError,
+    InvalidStateStoreError,
     InvalidStateStorePartitionError,
     Position,
+    SerializationError,
     StaticAssignment,
     SubscriptionEndedError,
     SubscriptionLaggedError,
@@ -30,7 +32,7 @@ from iqstate.context import StateStoreContext
 from iqstate.keyspace import encode_window_key
 from iqstate.plugins import default_registry
 from iqstate.position import TopicPartition
-from iqstate.runtime import ACTIVE
+from iqstate.runtime import ACTIVE, partition_for_bytes
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import PutExtras, StoreSpec
@@ -392,6 +394,25 @@ def test_a_partition_that_moves_away_ends_its_subscriptions(make_app: MakeApp) -
     with pytest.raises(InvalidStateStorePartitionError, match=r"\[1\] are not hosted here"):
         app.subscribe("s", partitions=[1])
     assert app.subscribe("s").partitions == [0]
+
+
+def test_a_subscription_refuses_a_key_its_serde_or_partitions_leave_out(
+    make_app: MakeApp,
+) -> None:
+    app = make_app()
+    app.key_value_store("s", 4)
+    app.start()
+    with pytest.raises(SerializationError, match=r"store 's': key=5 is not a key .*\(string\)"):
+        app.subscribe("s", key=5)
+    home = partition_for_bytes(b"k", 4)
+    elsewhere = (home + 1) % 4
+    with pytest.raises(
+        InvalidStateStoreError,
+        match=f"key subscribed to is in partition {home}, which partitions=\\[{elsewhere}\\]",
+    ):
+        app.subscribe("s", key="k", partitions=[elsewhere])
+    assert app.subscribe("s", key="k", partitions=[home, elsewhere]).partitions == [home]
+    app.close()
 
 
 def test_closing_the_application_ends_subscriptions(make_app: MakeApp) -> None:

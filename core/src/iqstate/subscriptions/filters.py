@@ -11,6 +11,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from iqstate.errors import SerializationError
 from iqstate.runtime.spec import StoreSpec
 
 
@@ -77,7 +78,7 @@ def _encoded(spec: StoreSpec, value: Any, label: str) -> bytes:
     try:
         return spec.key_serde.serialize(value)
     except Exception as error:
-        raise ValueError(
+        raise SerializationError(
             f"subscribe to store {spec.name!r}: {label}={value!r} is not a key its key serde "
             f"({getattr(spec.key_serde, 'name', type(spec.key_serde).__name__)}) "
             f"encodes: {error}"

@@ -145,8 +145,15 @@ class Subscription:
                     raise InvalidStateStorePartitionError(
                         f"store {name!r} has partitions 0..{count - 1}, not {number}"
                     )
-            if self._keys.partition is not None:
-                wanted = [number for number in wanted if number == self._keys.partition]
+            key_partition = self._keys.partition
+            if key_partition is not None and key_partition not in wanted:
+                raise InvalidStateStoreError(
+                    f"store {name!r}: the key subscribed to is in partition {key_partition}, "
+                    f"which partitions={sorted(wanted)} leaves out (a key's changes are all in "
+                    "its partition: leave partitions out)"
+                )
+            if key_partition is not None:
+                wanted = [key_partition]
         missing = [number for number in wanted if number not in hosted]
         if missing:
             raise InvalidStateStorePartitionError(
