@@ -455,7 +455,8 @@ class QueryService:
         elif contact is not None and contact.lost:
             reason = (
                 f"no contact with Kafka for {contact.silence_s:.1f} s (liveness timeout "
-                f"{contact.limit_s:g} s): the other instances have taken over its partitions"
+                f"{contact.limit_s:g} s): its actives are cut off, and instances that still "
+                "reach Kafka take its partitions over"
             )
         if reason is None:
             return JSONResponse({"ready": True, "state": state.name})
