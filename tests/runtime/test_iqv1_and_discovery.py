@@ -95,6 +95,9 @@ def test_window_facade(make_app: MakeApp) -> None:
             StoreQueryParameters.from_name_and_type("w", QueryableStoreTypes.window_store())
         )
         assert list(windows.fetch("a", 0, 100)) == [(0, 1), (10, 2)]
+        # Kafka's fetch(key, time): the value of the window starting exactly there
+        assert (windows.fetch("a", 10), windows.fetch("b", 10)) == (2, 3)
+        assert windows.fetch("a", 5) is None and windows.fetch("zz", 0) is None
         assert sorted(windows.fetch_all(10, 10)) == [
             (Windowed("a", 10, 20), 2),
             (Windowed("b", 10, 20), 3),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from iqstate.errors import InvalidStateStoreError
 from iqstate.iterators import KeyValueIterator
@@ -201,7 +201,19 @@ def key_value_facade(spec: StoreSpec, resolve: PartitionResolver) -> CompositeRe
 class CompositeReadOnlyWindowStore(_Composite):
     """Reads of a window store across the partitions hosted here."""
 
-    def fetch(self, key: Any, time_from: int, time_to: int) -> KeyValueIterator[int, Any]:
+    @overload
+    def fetch(self, key: Any, time_from: int) -> Any: ...
+
+    @overload
+    def fetch(self, key: Any, time_from: int, time_to: int) -> KeyValueIterator[int, Any]: ...
+
+    def fetch(self, key: Any, time_from: int, time_to: int | None = None) -> Any:
+        """`fetch(key, time_from, time_to)`: `(window start, value)` of `key`'s windows
+        starting in that range; `fetch(key, time)`: the value of its window starting at
+        `time`, `None` if there is none (Kafka's two `ReadOnlyWindowStore.fetch`)."""
+        if time_to is None:
+            with self.fetch(key, time_from, time_from) as windows:
+                return next((value for start, value in windows if start == time_from), None)
         hosted = self._key_partition(key)
         if hosted is None:
             return KeyValueIterator.empty()
