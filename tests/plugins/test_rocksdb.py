@@ -265,9 +265,9 @@ def test_bad_option_values_are_refused_naming_the_option(tmp_path: Path) -> None
     bad = [
         ({"cache_index_and_filter_blocks": "yes"}, "cache_index_and_filter_blocks must be true"),
         ({"block_cache_mb": 0}, "block_cache_mb must be an int >= 1"),
-        ({"block_cache_mb": 1.5}, "block_cache_mb must be an int >= 1"),
+        ({"block_cache_mb": "256"}, "option block_cache_mb must be an int >= 1, got '256'"),
         ({"max_open_files": True}, "max_open_files must be an int >= 1"),
-        ({"bloom_bits_per_key": -1}, "bloom_bits_per_key must be an int >= 0"),
+        ({"bloom_bits_per_key": -1}, "rocksdb option bloom_bits_per_key must be an int >= 0"),
     ]
     for number, (config, message) in enumerate(bad):
         with pytest.raises(ValueError, match=f"store 'b{number}': .*{message}"):

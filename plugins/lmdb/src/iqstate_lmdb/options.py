@@ -30,7 +30,9 @@ class LMDBSettings:
         for name in ("initial_map_mb", "max_readers"):
             value = getattr(settings, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"store {store!r}: lmdb option {name} must be an int >= 1")
+                raise ValueError(
+                    f"store {store!r}: lmdb option {name} must be an int >= 1, got {value!r}"
+                )
         if settings.sync_commits is not None and not isinstance(settings.sync_commits, bool):
             raise ValueError(
                 f"store {store!r}: lmdb option sync_commits must be true, false or None, "

@@ -89,7 +89,9 @@ class RocksDBSettings:
         for name in ("block_cache_mb", "write_buffer_mb", "max_open_files"):
             value = getattr(settings, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"store {store!r}: rocksdb option {name} must be an int >= 1")
+                raise ValueError(
+                    f"store {store!r}: rocksdb option {name} must be an int >= 1, got {value!r}"
+                )
         if not isinstance(settings.cache_index_and_filter_blocks, bool):
             raise ValueError(
                 f"store {store!r}: rocksdb option cache_index_and_filter_blocks must be true or "
@@ -97,10 +99,14 @@ class RocksDBSettings:
             )
         bloom = settings.bloom_bits_per_key
         if isinstance(bloom, bool) or not isinstance(bloom, int) or bloom < 0:
-            raise ValueError(f"store {store!r}: bloom_bits_per_key must be an int >= 0")
+            raise ValueError(
+                f"store {store!r}: rocksdb option bloom_bits_per_key must be an int >= 0, "
+                f"got {bloom!r}"
+            )
         if settings.compression not in _COMPRESSIONS:
             raise ValueError(
-                f"store {store!r}: compression must be one of {sorted(_COMPRESSIONS)}, "
+                f"store {store!r}: rocksdb option compression must be one of "
+                f"{sorted(_COMPRESSIONS)}, "
                 f"got {settings.compression!r}"
             )
         if settings.sync_commits is not None and not isinstance(settings.sync_commits, bool):
