@@ -72,6 +72,10 @@ def test_serve_with_a_cluster_names_missing_flags_and_bad_stores() -> None:
     )  # fmt: skip
     assert bad.returncode != 0 and "must be key_value or window" in bad.stderr
     assert "Traceback" not in missing.stderr + bad.stderr
+    # Beside a module's Application these would be ignored: they are refused, named.
+    ignored = run_serve("some_module:app", "--state-dir", "/srv/x", "--store", "s:key_value:2")
+    assert ignored.returncode != 0
+    assert "--state-dir, --store declare a --cluster instance" in ignored.stderr
 
 
 def test_kafka_client_settings_from_a_file_and_flags(tmp_path: Path) -> None:

@@ -151,6 +151,19 @@ def test_facade_errors(make_app: MakeApp, two_hosts: StaticAssignment) -> None:
         StoreQueryParameters.from_name_and_type("s", KV).with_partition(1).enable_stale_stores()
     )
     assert stale.get(key_in(1)) is None
+    # A key whose partition the facade does not read here is not reported absent (Kafka's
+    # facade answers null): partition 1 is only a standby here, and with_partition(0)
+    # leaves it out.
+    everything = app.store(StoreQueryParameters.from_name_and_type("s", KV))
+    for facade in (
+        everything,
+        everything_but := app.store(
+            StoreQueryParameters.from_name_and_type("s", KV).with_partition(0)
+        ),
+    ):
+        with pytest.raises(InvalidStateStoreError, match="is in partition 1, which this facade"):
+            facade.get(key_in(1))
+    assert everything_but.get(key_in(0)) is None  # its own partition: truly absent
     with pytest.raises(ValueError, match="partition"):
         StoreQueryParameters.from_name_and_type("s", KV).with_partition(-1)
     app.close()

@@ -118,14 +118,24 @@ class _Composite:
                 raise InvalidStateStoreError(_MIGRATED.format(name=self._spec.name))
             return read(hosted.chain.typed)
 
-    def _key_partition(self, key: Any) -> HostedPartition | None:
+    def _key_partition(self, key: Any) -> HostedPartition:
+        """The partition holding `key`; `InvalidStateStoreError` when this facade does not
+        read it here (Kafka's facade answers null then: a false "absent")."""
         serde = self._spec.key_serde
         try:
             key_bytes = serde.serialize(key)
         except Exception as exc:
             raise encoding_error(self._spec.name, serde, key, "key", exc) from exc
         partition = self._spec.partition_of(key, key_bytes)
-        return next((h for h in self._partitions() if h.partition == partition), None)
+        hosted = next((h for h in self._partitions() if h.partition == partition), None)
+        if hosted is None:
+            raise InvalidStateStoreError(
+                f"store {self._spec.name!r}: key {key!r} is in partition {partition}, which "
+                "this facade does not read here (not hosted as a running active replica, or "
+                "left out by with_partition); app.query_metadata_for_key finds its host, and "
+                "enable_stale_stores() also reads standby replicas"
+            )
+        return hosted
 
     def _concatenate(
         self, open_one: Callable[[Any], KeyValueIterator[Any, Any]]
@@ -148,8 +158,7 @@ class CompositeReadOnlyKeyValueStore(_Composite):
     """
 
     def get(self, key: Any) -> Any:
-        hosted = self._key_partition(key)
-        return None if hosted is None else self._read(hosted, lambda store: store.get(key))
+        return self._read(self._key_partition(key), lambda store: store.get(key))
 
     def range(self, lower: Any, upper: Any) -> KeyValueIterator[Any, Any]:
         return self._concatenate(lambda store: store.range(lower, upper))
@@ -214,10 +223,9 @@ class CompositeReadOnlyWindowStore(_Composite):
         if time_to is None:
             with self.fetch(key, time_from, time_from) as windows:
                 return next((value for start, value in windows if start == time_from), None)
-        hosted = self._key_partition(key)
-        if hosted is None:
-            return KeyValueIterator.empty()
-        return self._read(hosted, lambda store: store.fetch(key, time_from, time_to))
+        return self._read(
+            self._key_partition(key), lambda store: store.fetch(key, time_from, time_to)
+        )
 
     def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator[Windowed[Any], Any]:
         return self._concatenate(lambda store: store.fetch_all(time_from, time_to))

@@ -152,6 +152,7 @@ def _serve(args: argparse.Namespace) -> int:
             raise SystemExit("iqstate serve: name the Application ('module:attribute') or "
                              "declare one with --cluster, --app-id, --application-server "
                              "and --store")  # fmt: skip
+        _refuse_cluster_options(args)
         app = load_application(args.target)
         host, port = "127.0.0.1", app.host_info.port
         if args.port is not None and args.port != port:
@@ -183,6 +184,32 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_cluster_options(args: argparse.Namespace) -> None:
+    """A module's Application declares itself: distributed mode's options beside it would
+    be ignored, so they are refused, named."""
+    given = [
+        flag
+        for flag, set_ in (
+            ("--app-id", args.app_id is not None),
+            ("--application-server", args.application_server is not None),
+            ("--state-dir", args.state_dir != "state"),
+            ("--standbys", args.standbys != 1),
+            ("--reader-processes", args.reader_processes != 0),
+            ("--max-held-records", args.max_held_records is not None),
+            ("--kafka-config", args.kafka_config is not None),
+            ("-X", bool(args.kafka_settings)),
+            ("--store", bool(args.store)),
+        )
+        if set_
+    ]
+    if given:
+        raise SystemExit(
+            f"iqstate serve: {', '.join(given)} declare a --cluster instance; the module's "
+            "Application declares these itself (Application(...), KafkaCluster(...) and its "
+            "stores in the module)"
+        )
+
+
 def _announcer(app: Application, args: argparse.Namespace) -> Callable[[str], None] | None:
     """What prints where the server listens, once it does, when no log line says it (the
     info-level one does; a JSON log gets nothing but log records)."""
@@ -211,7 +238,7 @@ def cluster_application(args: argparse.Namespace) -> Application:
     except ImportError as exc:
         raise SystemExit(
             "iqstate serve --cluster needs the iqstate-kafka distribution "
-            "(pip install iqstate-kafka)"
+            "(pip install ./plugins/kafka from the repository, beside ./core)"
         ) from exc
     try:
         stores = [parse_store(text) for text in args.store]
