@@ -65,7 +65,7 @@ class RocksDBSettings:
     """Block cache for data blocks: one per size for the process, shared by every store and
     partition asking for that size (an aggregate ceiling, filled only as blocks are read)."""
     cache_index_and_filter_blocks: bool = False
-    """`False`: index and filters are held by the open table readers (about 1.5 bytes per
+    """`False`: index and filters are held by the open table readers (about 1.7 bytes per
     key outside the cache, never reread). `True`: they live in the block cache, bounded by
     it, partitioned into small blocks (the top level pinned) so that each fits a shard."""
     bloom_bits_per_key: int = 10
