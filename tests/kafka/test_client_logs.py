@@ -30,6 +30,9 @@ def test_a_repeated_line_passes_once_per_window_with_the_count_held_back() -> No
             if repeated.filter(line):
                 passed.append((now[0], line.getMessage()))
     assert [when for when, _ in passed] == [0.0, 30.0]
-    assert passed[1][1].endswith("(119 more like it in 30 s)")  # 2 a step, 60 steps, less it
+    assert passed[1][1].endswith("(119 more like it in the 30 s before)")  # 2 a step, 60 steps
+    now[0] = 3600.0  # the same line an hour later: the count says over how long
+    assert repeated.filter(late := record(REFUSED.format(client="3", extra="")))
+    assert late.getMessage().endswith("(79 more like it in the 3570 s before)")
     other = record(REFUSED.format(client="3", extra="").replace("9092", "9093"))
     assert repeated.filter(other), "another broker's line is another shape"

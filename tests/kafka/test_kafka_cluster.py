@@ -37,9 +37,21 @@ def test_settings_librdkafka_refuses_are_refused_at_once_by_name() -> None:
         ({"no.such.setting": "1"}, 'No such configuration property: "no.such.setting"'),
         ({"linger.ms": "soon"}, "Invalid value"),
         ({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}, "sasl.username"),
+        ({"fetch.max.bytes": 1000}, "fetch.max.bytes"),  # a consumer's rule
     ):
         with pytest.raises(ValueError, match=f"client_config: .*{re.escape(named)}"):
             KafkaCluster("localhost:9092", client_config=config)
+
+
+def test_the_check_leaves_the_users_callbacks_alone() -> None:
+    fetched: list[object] = []
+
+    def token(config: object) -> tuple[str, float]:  # an identity provider's round trip
+        fetched.append(config)
+        return "token", 0.0
+
+    KafkaCluster("localhost:9092", client_config={"oauth_cb": token, "linger.ms": 5})
+    assert fetched == []
 
 
 def test_user_settings_override_defaults() -> None:

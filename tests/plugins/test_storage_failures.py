@@ -143,3 +143,89 @@ def test_a_full_disk_is_a_storage_error_not_damage(engine: str, tmp_path: Path) 
             app.close()
         subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
         check_everything_committed_is_there(engine, directory, last)
+
+
+def fill(disk: Path) -> None:
+    """Fill `disk` to the last byte with a file of no use."""
+    with (disk / "filler").open("wb") as filler:
+        with contextlib.suppress(OSError):
+            while True:
+                filler.write(b"\0" * 65536)
+                filler.flush()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_starting_on_a_full_disk_keeps_a_clean_store_where_it_is(
+    engine: str, tmp_path: Path
+) -> None:
+    # A cleanly closed store must write to open (SQLite its shared-memory file, RocksDB a
+    # new log): on a full disk that is the machine's failure, never damage to set aside.
+    disk = tmp_path / "disk"
+    with small_tmpfs(disk):
+        directory = disk / "state"
+        app = Application("full", directory)
+        app.key_value_store("s", 1, engine=engine)
+        with app:
+            with app.begin_batch(position={"src": {0: 0}}, batch_id=0) as batch:
+                batch.put_all("s", [(f"k0-{i}", "x" * 100) for i in range(ROWS)])
+        fill(disk)
+        app = Application("full", directory)
+        app.key_value_store("s", 1, engine=engine)
+        try:
+            app.start()
+        except CorruptStateError as exc:
+            pytest.fail(f"a full disk was called damage: {exc}")
+        except StateStorageError:
+            pass
+        finally:
+            with contextlib.suppress(StateStorageError):
+                app.close()
+        assert not list(directory.rglob("*untrusted*")), "nothing is set aside"
+        (disk / "filler").unlink()
+        check_everything_committed_is_there(engine, directory, 0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_after_a_full_disk_every_partition_closes_and_the_process_starts_again(
+    tmp_path: Path,
+) -> None:
+    # One partition's close failing (its clean-close mark) must not leave the others open,
+    # holding their locks: the same process starts the application again once there is room.
+    disk = tmp_path / "disk"
+    with small_tmpfs(disk):
+        directory = disk / "state"
+        app = Application("full", directory)
+        app.key_value_store("s", 4, engine="rocksdb")
+        app.start()
+        last = -1
+        with contextlib.suppress(StateStorageError):
+            for batch_id in range(10_000):
+                with app.begin_batch(position={"src": {0: batch_id}}, batch_id=batch_id) as b:
+                    b.put_all("s", [(f"k{batch_id}-{i}", "x" * 100) for i in range(ROWS)])
+                last = batch_id
+        with contextlib.suppress(StateStorageError):
+            app.close()
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        reopened = Application("full", directory)
+        reopened.key_value_store("s", 4, engine="rocksdb")
+        with reopened:  # no partition's lock is still held by the first
+            assert reopened.query(
+                StateQueryRequest.in_store("s").with_query(RangeQuery.with_no_bounds())
+            ).position.to_map() == ({"src": {0: last}} if last >= 0 else {})
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_state_directory_on_a_full_disk_is_not_left_locked(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    with small_tmpfs(disk):
+        fill(disk)
+        app = Application("full", disk / "state")
+        app.key_value_store("s", 1)
+        with pytest.raises(StateStorageError, match="state directory"):
+            app.start()
+        (disk / "filler").unlink()
+        again = Application("full", disk / "state")
+        again.key_value_store("s", 1)
+        with again:  # the failed start gave its lock back
+            assert again.state.name == "RUNNING"

@@ -27,12 +27,34 @@ def damaged(path: Path, what: str) -> CorruptStateError:
     return CorruptStateError(f"SQLite store {path} {what}. {UNTRUSTED_REMEDY}")
 
 
+MACHINE_ERRORS = {
+    "SQLITE_FULL": "the disk is full",
+    "SQLITE_IOERR_SHMSIZE": "the shared-memory file could not grow (a full disk)",
+    "SQLITE_IOERR_SHMOPEN": "the shared-memory file could not be opened",
+    "SQLITE_IOERR_SHMMAP": "the shared-memory file could not be mapped",
+    "SQLITE_IOERR_WRITE": "the disk did not take the write",
+    "SQLITE_IOERR_FSYNC": "the disk did not take the write (fsync)",
+    "SQLITE_IOERR_DIR_FSYNC": "the disk did not take the write (fsync)",
+    "SQLITE_IOERR_TRUNCATE": "a file could not be truncated (a full disk)",
+    "SQLITE_IOERR_NOMEM": "the process is out of memory",
+    "SQLITE_READONLY": "this process may not write the database",
+    "SQLITE_READONLY_DIRECTORY": "this process may not write the database's directory",
+    "SQLITE_PERM": "this process may not use the database",
+}
+"""SQLite's extended result codes (`sqlite3.Error.sqlite_errorname`) that the machine
+causes: more precise than the message, which says "disk I/O error" for a full disk's
+shared-memory file and for a damaged read alike."""
+
+
 def sqlite_error(path: Path, error: sqlite3.Error, *, writing: bool = False) -> IqstateError:
     """SQLite's error while using the database in `path` (`writing`: in a write
     transaction), naming it: the machine's (a full disk: `StateStorageError`), or damage
     (`CorruptStateError`)."""
-    text = f"{type(error).__name__}: {error}"
-    causes = WRITE_CAUSES if writing else CAUSES
+    name = getattr(error, "sqlite_errorname", None) or ""
+    if name.startswith("SQLITE_READONLY"):
+        name = name if name in MACHINE_ERRORS else "SQLITE_READONLY"
+    text = f"{name + ': ' if name else ''}{type(error).__name__}: {error}"
+    causes = {**(WRITE_CAUSES if writing else CAUSES), **MACHINE_ERRORS}
     failure = storage_failure(f"SQLite store {path} failed", text, causes)
     return failure if failure is not None else damaged(path, f"cannot be read: {text}")
 
@@ -47,7 +69,15 @@ an overflow page, one more page read per lookup: a versioned store's timeline of
 def create_database(path: Path) -> None:
     """Create the database in `path` unless the directory exists (then it is kept)."""
     if not path.exists():
-        create_directory_whole(path, _build)
+        try:
+            create_directory_whole(path, _build)
+        except sqlite3.Error as error:  # nothing was there to lose: a machine's error
+            raise sqlite_error(path, error, writing=True) from error
+        except OSError as error:
+            failure = storage_failure(f"SQLite store {path} could not be created", str(error))
+            if failure is None:
+                raise
+            raise failure from error
 
 
 def _build(staging: Path) -> None:

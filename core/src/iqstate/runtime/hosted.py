@@ -271,15 +271,17 @@ class HostedPartition:
     def close(self, reason: str | None = None) -> None:
         """Close the partition; its subscriptions end with `reason` (default: it is no
         longer hosted here)."""
-        with self.lock:
-            if not self.closed:
-                self.closed = True
-                self.chain.close()
-        self.changes.end(
-            reason
-            or f"store {self.spec.name!r} partition {self.partition} is no longer hosted "
-            "here (a rebalance moved it to another instance)"
-        )
+        try:
+            with self.lock:
+                if not self.closed:
+                    self.closed = True
+                    self.chain.close()
+        finally:  # subscriptions end even when the store's close fails
+            self.changes.end(
+                reason
+                or f"store {self.spec.name!r} partition {self.partition} is no longer hosted "
+                "here (a rebalance moved it to another instance)"
+            )
 
     def follow_changes(
         self, settings: ChangeBufferSettings, start: Callable[[ChangeFeed, StoreChain[Any]], T]

@@ -25,10 +25,7 @@ class DirectoryLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:  # a file in the way, no permission, a read-only disk
-            raise StateStorageError(
-                f"state directory {self.path.parent} cannot be created or locked: "
-                f"{exc.strerror or exc}{f' ({exc.filename})' if exc.filename else ''}"
-            ) from exc
+            raise self._unusable(exc) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -43,9 +40,22 @@ class DirectoryLock:
             raise StateDirectoryLockedError(
                 f"state directory {self.path.parent} is locked by process {holder}; {who}"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        except OSError as exc:
+            os.close(fd)
+            raise self._unusable(exc) from exc
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        except OSError as exc:  # a full disk: give the lock back, or it stays held
+            os.close(fd)
+            raise self._unusable(exc) from exc
         self._fd = fd
+
+    def _unusable(self, exc: OSError) -> StateStorageError:
+        return StateStorageError(
+            f"state directory {self.path.parent} cannot be created or locked: "
+            f"{exc.strerror or exc}{f' ({exc.filename})' if exc.filename else ''}"
+        )
 
     def release(self) -> None:
         fd, self._fd = self._fd, None

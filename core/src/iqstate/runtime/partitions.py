@@ -127,10 +127,18 @@ class HostedPartitions:
         return {name: durations.snapshot() for name, durations in self._commit_durations.items()}
 
     def close_all(self) -> None:
+        """Close every partition, also those after one whose close fails (a full disk fails
+        the clean-close mark): each releases its files; the first failure is raised then."""
+        failure: Exception | None = None
         for partitions in self._hosted.values():
             for hosted in partitions.values():
-                hosted.close()
+                try:
+                    hosted.close()
+                except Exception as exc:
+                    failure = failure or exc
         self._hosted = {}
+        if failure is not None:
+            raise failure
 
     def local_partitions(self) -> list[tuple[str, int, PartitionRole, Position]]:
         return [

@@ -98,7 +98,7 @@ class _Server(uvicorn.Server):
         self,
         config: uvicorn.Config,
         service: QueryService,
-        on_started: Callable[[], None] | None = None,
+        on_started: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__(config)
         self._service = service
@@ -107,7 +107,7 @@ class _Server(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)  # exits if the port cannot be bound
         if self.started and self._on_started is not None:
-            self._on_started()
+            self._on_started(self.servers[0].sockets[0].getsockname()[1])
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._service.end_change_streams()
@@ -145,9 +145,9 @@ def serve(
         app, token, max_body, max_rows, range_limits, forward_timeout,
         None if tls is None else tls.peer_context(), change_streams,
     )  # fmt: skip
-    url = f"{'http' if tls is None else 'https'}://{host}:{port}"
 
-    def started() -> None:
+    def started(bound: int) -> None:  # the port bound: `port` may be 0
+        url = f"{'http' if tls is None else 'https'}://{host}:{bound}"
         log.info("serving %s on %s", app.application_id, url)
         if on_started is not None:
             on_started(url)

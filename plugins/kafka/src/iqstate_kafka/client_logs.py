@@ -50,7 +50,8 @@ class RepeatedLines(logging.Filter):
             if len(self._shapes) >= _MOST_SHAPES:
                 self._shapes.clear()
             self._shapes[key] = [now, 0]
-        held = 0 if seen is None else int(seen[1])
-        if held:
-            record.msg, record.args = f"{line} ({held} more like it in {self._window:g} s)", ()
+        if seen is not None and seen[1]:
+            held, since = int(seen[1]), now - seen[0]
+            record.msg = f"{line} ({held} more like it in the {since:.0f} s before)"
+            record.args = ()
         return True

@@ -527,7 +527,7 @@ class Follower:
                 *key,
                 len(behind),
                 followed.changelog,
-                behind[0].offset,
+                min(refusal.offset for refusal in behind),
                 behind[0].detail,
             )
         others = [refusal for refusal in refused if refusal.reason != BEHIND]

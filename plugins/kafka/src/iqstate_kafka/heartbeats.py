@@ -85,7 +85,7 @@ def decode(member_id: str, value: bytes) -> Heartbeat:
         raise ValueError("stores must map names to partition counts")
     shapes = document.get("shapes", {})
     if not isinstance(shapes, dict) or not all(isinstance(v, str) for v in shapes.values()):
-        raise ValueError("shapes must map store names to strings")
+        shapes = {}  # another version's form: nothing to compare, the member still counts
     lags = {}
     for entry in _list(document, "lags"):
         if not (isinstance(entry, list) and len(entry) == 3 and _is_int(entry[2])):

@@ -156,14 +156,19 @@ _SILENT.propagate = False
 def _check_client_config(config: Mapping[str, Any]) -> None:
     """Refuse settings librdkafka refuses (an unknown name, a bad value, a certificate file
     it cannot read) now, naming them, rather than when the first client is made at start.
-    librdkafka checks them when a client is created: one is, without a broker to reach,
-    and dropped (its warnings about settings for the other kind of client are not shown)."""
-    if not config:
+    librdkafka checks them when a client is created: a producer and a consumer are, without
+    a broker to reach, and dropped (their warnings about settings for the other kind of
+    client are not shown)."""
+    # The user's callbacks are left out: an `oauth_cb` would fetch a real token.
+    checked = {key: value for key, value in config.items() if not callable(value)}
+    if not checked:
         return
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import Consumer, KafkaException, Producer
 
+    settings = {**checked, "bootstrap.servers": "", "logger": _SILENT}
     try:
-        Producer({**config, "bootstrap.servers": "", "logger": _SILENT})
+        Producer(settings)
+        Consumer({"group.id": "iqstate-config-check", **settings}).close()
     except KafkaException as exc:
         raise ValueError(f"client_config: {exc.args[0].str()}") from None
 

@@ -24,7 +24,7 @@ from iqstate.errors import CorruptStateError, IqstateError
 from iqstate.files import create_directory_whole
 from iqstate.persistent import CLOSED, STATUS_KEY, UNTRUSTED_REMEDY
 from iqstate.sealing import FORMAT, FORMAT_KEY, seal
-from iqstate.storage_failures import WRITE_CAUSES, storage_failure
+from iqstate.storage_failures import CAUSES, WRITE_CAUSES, storage_failure
 
 DATA_DB, OFFSETS_DB = b"data", b"offsets"
 DATA_FILE = "data.mdb"
@@ -90,8 +90,10 @@ def _open(path: Path, *, map_size: int, max_readers: int, sync: bool) -> Any:
             metasync=sync,
             readahead=False,
         )
-    except lmdb.Error as error:
-        raise lmdb_error(path, error) from error
+    except lmdb.Error as error:  # a read-only file or a full disk, or damage
+        text = f"{type(error).__name__}: {error}"
+        failure = storage_failure(f"LMDB environment {path} failed to open", text, CAUSES)
+        raise (failure or lmdb_error(path, error)) from error
 
 
 def _create(path: Path, *, map_size: int, max_readers: int) -> None:

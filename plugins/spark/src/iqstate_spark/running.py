@@ -59,11 +59,12 @@ def run_until_stopped(*queries: Any) -> None:
     with StopSignals() as signals:
         try:
             while not signals.requested.wait(POLL_SECONDS):
-                for query in queries:
+                ended = not any(query.isActive for query in queries)
+                for query in queries:  # after isActive: a query that just failed is seen
                     failure = query.exception()
                     if failure is not None:
                         raise failure
-                if not any(query.isActive for query in queries):
+                if ended:
                     return
         finally:
             for query in queries:
