@@ -105,6 +105,22 @@ def test_a_file_size_limit_is_a_storage_error_and_nothing_committed_is_lost(
     check_everything_committed_is_there(engine, directory, last)
 
 
+def start_on_full_disk(engine: str, directory: Path) -> None:
+    """Start (and close) the store on a full disk: it may refuse, as the machine's failure,
+    never as damage."""
+    app = Application("full", directory)
+    app.key_value_store("s", 1, engine=engine)
+    try:
+        app.start()
+    except CorruptStateError as exc:
+        pytest.fail(f"a full disk was called damage: {exc}")
+    except StateStorageError:
+        pass
+    finally:
+        with contextlib.suppress(StateStorageError):
+            app.close()
+
+
 @contextlib.contextmanager
 def small_tmpfs(mount_point: Path) -> Iterator[None]:
     mount_point.mkdir()
@@ -131,16 +147,7 @@ def test_a_full_disk_is_a_storage_error_not_damage(engine: str, tmp_path: Path) 
         assert "full" in message and "nothing committed is lost" in message
         # Starting on the still-full disk is refused the same way, never as damage (which
         # would set a store with a changelog aside and rebuild it onto the full disk).
-        app = Application("full", directory)
-        app.key_value_store("s", 1, engine=engine)
-        try:
-            app.start()
-        except CorruptStateError as exc:
-            pytest.fail(f"a full disk was called damage: {exc}")
-        except StateStorageError:
-            pass
-        finally:
-            app.close()
+        start_on_full_disk(engine, directory)
         subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
         check_everything_committed_is_there(engine, directory, last)
 
@@ -170,17 +177,7 @@ def test_starting_on_a_full_disk_keeps_a_clean_store_where_it_is(
             with app.begin_batch(position={"src": {0: 0}}, batch_id=0) as batch:
                 batch.put_all("s", [(f"k0-{i}", "x" * 100) for i in range(ROWS)])
         fill(disk)
-        app = Application("full", directory)
-        app.key_value_store("s", 1, engine=engine)
-        try:
-            app.start()
-        except CorruptStateError as exc:
-            pytest.fail(f"a full disk was called damage: {exc}")
-        except StateStorageError:
-            pass
-        finally:
-            with contextlib.suppress(StateStorageError):
-                app.close()
+        start_on_full_disk(engine, directory)
         assert not list(directory.rglob("*untrusted*")), "nothing is set aside"
         (disk / "filler").unlink()
         check_everything_committed_is_there(engine, directory, 0)
