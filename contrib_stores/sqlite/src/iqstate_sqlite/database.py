@@ -54,7 +54,9 @@ def sqlite_error(path: Path, error: sqlite3.Error, *, writing: bool = False) -> 
     if name.startswith("SQLITE_READONLY"):
         name = name if name in MACHINE_ERRORS else "SQLITE_READONLY"
     text = f"{name + ': ' if name else ''}{type(error).__name__}: {error}"
-    causes = {**(WRITE_CAUSES if writing else CAUSES), **MACHINE_ERRORS}
+    # With its code, an I/O error is told apart (a damaged read is not the machine's);
+    # without one (an older SQLite), any in a write transaction counts as the machine's.
+    causes = {**CAUSES, **MACHINE_ERRORS} if name else WRITE_CAUSES if writing else CAUSES
     failure = storage_failure(f"SQLite store {path} failed", text, causes)
     return failure if failure is not None else damaged(path, f"cannot be read: {text}")
 
