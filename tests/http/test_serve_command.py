@@ -76,6 +76,10 @@ def test_serve_with_a_cluster_names_missing_flags_and_bad_stores() -> None:
     ignored = run_serve("some_module:app", "--state-dir", "/srv/x", "--store", "s:key_value:2")
     assert ignored.returncode != 0
     assert "--state-dir, --store declare a --cluster instance" in ignored.stderr
+    # Given at its default value, a flag is still given: refused too.
+    defaults = run_serve("some_module:app", "--standbys", "1", "--reader-processes", "0")
+    assert defaults.returncode != 0
+    assert "--standbys, --reader-processes declare a --cluster instance" in defaults.stderr
 
 
 def test_kafka_client_settings_from_a_file_and_flags(tmp_path: Path) -> None:

@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 _log = logging.getLogger("iqstate_http")
 _LIMITS = {field.name: field for field in dataclasses.fields(ConnectionLimits)}
 
+CLUSTER_DEFAULTS: dict[str, Any] = {"state_dir": "state", "standbys": 1, "reader_processes": 0}
+"""What `--state-dir`, `--standbys` and `--reader-processes` mean when not given. Their
+parsed value is `None` then, so a module's Application given beside one is refused."""
+
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -45,11 +49,14 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     cluster.add_argument("--app-id", help="the application id (names the changelog topics)")
     cluster.add_argument("--application-server", metavar="HOST:PORT",
                          help="where other instances and clients reach this one")  # fmt: skip
-    cluster.add_argument("--state-dir", default="state", help="local replicas live here")
-    cluster.add_argument("--standbys", type=int, default=1, help="standby replicas per partition")
-    cluster.add_argument("--reader-processes", type=int, default=0, metavar="N",
+    cluster.add_argument("--state-dir", help="local replicas live here (default: "
+                         f"{CLUSTER_DEFAULTS['state_dir']})")  # fmt: skip
+    cluster.add_argument("--standbys", type=int, help="standby replicas per partition "
+                         f"(default: {CLUSTER_DEFAULTS['standbys']})")  # fmt: skip
+    cluster.add_argument("--reader-processes", type=int, metavar="N",
                          help="read the changelogs in N worker processes: a restore reads "
-                         "on another core while this one applies (0: in this one)")  # fmt: skip
+                         "on another core while this one applies (0: in this one; default: "
+                         f"{CLUSTER_DEFAULTS['reader_processes']})")  # fmt: skip
     cluster.add_argument("--max-held-records", type=int, metavar="N",
                          help="changelog records held in memory waiting for their batch "
                          "markers, so that each batch is applied whole (0: no bound; "
@@ -192,9 +199,9 @@ def _refuse_cluster_options(args: argparse.Namespace) -> None:
         for flag, set_ in (
             ("--app-id", args.app_id is not None),
             ("--application-server", args.application_server is not None),
-            ("--state-dir", args.state_dir != "state"),
-            ("--standbys", args.standbys != 1),
-            ("--reader-processes", args.reader_processes != 0),
+            ("--state-dir", args.state_dir is not None),
+            ("--standbys", args.standbys is not None),
+            ("--reader-processes", args.reader_processes is not None),
             ("--max-held-records", args.max_held_records is not None),
             ("--kafka-config", args.kafka_config is not None),
             ("-X", bool(args.kafka_settings)),
@@ -245,15 +252,17 @@ def cluster_application(args: argparse.Namespace) -> Application:
         settings = kafka_settings(args.kafka_config, args.kafka_settings)
         held = args.max_held_records
         held_records: dict[str, Any] = {} if held is None else {"max_held_records": held or None}
+        chosen = {name: default if getattr(args, name) is None else getattr(args, name)
+                  for name, default in CLUSTER_DEFAULTS.items()}  # fmt: skip
         app = Application(
             args.app_id,
-            args.state_dir,
+            chosen["state_dir"],
             application_server=args.application_server,
-            num_standby_replicas=args.standbys,
+            num_standby_replicas=chosen["standbys"],
             cluster=KafkaCluster(
                 args.cluster,
                 client_config=settings,
-                reader_processes=args.reader_processes,
+                reader_processes=chosen["reader_processes"],
                 **held_records,
             ),
         )
