@@ -31,7 +31,7 @@ from importlib.metadata import entry_points
 
 TARGET_MB = 15.0
 HEAVY = ["rocksdict", "lmdb", "uvicorn", "starlette", "httpx", "pyspark", "pyarrow", "numpy",
-         "pandas", "confluent_kafka", "sqlite3"]  # fmt: skip
+         "pandas", "confluent_kafka", "sqlite3", "asyncio"]  # fmt: skip
 
 EAGER_BEFORE = ["iqstate_rocksdb.store", "iqstate_lmdb.store", "iqstate_sqlite.store",
                 "iqstate_http.client", "iqstate_http.server", "iqstate_http.service",

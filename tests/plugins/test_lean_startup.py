@@ -20,6 +20,7 @@ HEAVY = [
     "numpy",
     "pandas",
     "confluent_kafka",
+    "asyncio",
 ]
 
 PROGRAM = """

@@ -9,7 +9,6 @@ whole and in commit order; across partitions in the order the batches were commi
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -385,6 +384,8 @@ class Subscription:
         return self
 
     async def __anext__(self) -> ChangeBatch:
+        import asyncio  # loaded by whoever runs the loop; `import iqstate` does not load it
+
         loop = asyncio.get_running_loop()
         while True:
             try:

@@ -14,14 +14,17 @@ A loop that wakes many subscribers at once collects garbage around them (`collec
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import queue
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from iqstate.subscriptions.collecting import MANY, after_fan_out, before_fan_out
+
+if TYPE_CHECKING:
+    import asyncio  # annotations only: `import iqstate` does not load asyncio (10 MB)
 
 _log = logging.getLogger(__name__)
 
