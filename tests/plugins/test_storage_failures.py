@@ -1,17 +1,19 @@
 """A machine that refuses a write is not damage: every persistent engine reports a full
 disk (or a file size limit) as `StateStorageError`, keeps its last commit, and carries on
-once the cause is gone.
+once the cause is gone. So do files this process may not use (permissions).
 
 Writes fail for real: in a process of its own under a file size limit (`RLIMIT_FSIZE`, any
 user), and, where this process may mount one, on a 3 MB tmpfs that fills up (`ENOSPC`),
-then grows. A user checks afterwards that every committed batch is there, that the
-application starts, and that the next batch commits."""
+then grows. Permissions are checked for real too, as root without the capabilities that
+let root ignore them (`setpriv`). A user checks afterwards that every committed batch is
+there, that the application starts, and that the next batch commits."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ import pytest
 from iqstate import (
     Application,
     CorruptStateError,
+    InMemoryChangelog,
     RangeQuery,
     StateQueryRequest,
     StateStorageError,
@@ -226,3 +229,78 @@ def test_a_state_directory_on_a_full_disk_is_not_left_locked(tmp_path: Path) -> 
         again.key_value_store("s", 1)
         with again:  # the failed start gave its lock back
             assert again.state.name == "RUNNING"
+
+
+OPENER = """
+import json, sys
+from pathlib import Path
+from iqstate import Application, InMemoryChangelog
+engine, directory = sys.argv[1], Path(sys.argv[2])
+# With a changelog, a store called damaged is set aside and rebuilt (here: empty).
+app = Application("full", directory, changelog=InMemoryChangelog())
+app.key_value_store("s", 1, engine=engine, logging=True)
+try:
+    app.start()
+    failure = None
+except Exception as exc:
+    failure = [type(exc).__name__, str(exc)]
+else:
+    app.close()
+print(json.dumps(failure))
+"""
+
+WITHOUT_ROOTS_PRIVILEGE = [
+    "setpriv",
+    "--bounding-set=-dac_override,-dac_read_search",
+    "--inh-caps=-dac_override,-dac_read_search",
+    "--",
+]
+"""Run a command as root without the capabilities that let root ignore file permissions."""
+
+DATABASE_FILES = {"rocksdb": "CURRENT", "lmdb": "data.mdb", "sqlite": "store.db"}
+
+
+def start_refused(engine: str, directory: Path) -> list[str]:
+    """Start the store in a process held to file permissions: its failure's type, message."""
+    finished = subprocess.run(
+        [*WITHOUT_ROOTS_PRIVILEGE, sys.executable, "-c", OPENER, engine, str(directory)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    failure: list[str] | None = json.loads(finished.stdout.splitlines()[-1])
+    assert failure is not None, "the store opened in spite of its permissions"
+    return failure
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="dropping root's file capabilities needs root and setpriv (util-linux)",
+)
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("refused", ["database file", "partition directory"])
+def test_files_this_process_may_not_use_are_a_storage_error_not_damage(
+    engine: str, refused: str, tmp_path: Path
+) -> None:
+    directory = tmp_path / "state"
+    app = Application("full", directory, changelog=InMemoryChangelog())
+    app.key_value_store("s", 1, engine=engine, logging=True)
+    with app:
+        with app.begin_batch(position={"src": {0: 0}}, batch_id=0) as batch:
+            batch.put_all("s", [(f"k0-{i}", "x" * 100) for i in range(ROWS)])
+    (store_directory,) = directory.glob(f"*/s/0/{engine}")
+    target = (
+        store_directory / DATABASE_FILES[engine]
+        if refused == "database file"
+        else (store_directory.parent)
+    )
+    mode = target.stat().st_mode
+    target.chmod(0)
+    try:
+        kind, message = start_refused(engine, directory)
+    finally:
+        target.chmod(mode)
+    # Damage would set the store aside and rebuild it; a permission is the operator's to fix.
+    assert kind == "StateStorageError", message
+    assert "may not" in message and "nothing committed is lost" in message
+    assert not list(directory.rglob("*untrusted*")), "nothing is set aside"
+    check_everything_committed_is_there(engine, directory, 0)

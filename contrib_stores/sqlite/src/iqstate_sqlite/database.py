@@ -8,6 +8,7 @@ complete database, opened without the right to create one: a deleted or emptied
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -54,11 +55,27 @@ def sqlite_error(path: Path, error: sqlite3.Error, *, writing: bool = False) -> 
     if name.startswith("SQLITE_READONLY"):
         name = name if name in MACHINE_ERRORS else "SQLITE_READONLY"
     text = f"{name + ': ' if name else ''}{type(error).__name__}: {error}"
+    if name.startswith("SQLITE_CANTOPEN"):
+        text += why_not_opened(path)
     # With its code, an I/O error is told apart (a damaged read is not the machine's);
     # without one (an older SQLite), any in a write transaction counts as the machine's.
     causes = {**CAUSES, **MACHINE_ERRORS} if name else WRITE_CAUSES if writing else CAUSES
     failure = storage_failure(f"SQLite store {path} failed", text, causes)
     return failure if failure is not None else damaged(path, f"cannot be read: {text}")
+
+
+def why_not_opened(path: Path) -> str:
+    """What the operating system says opening the database's files read-write, where it
+    refuses: SQLite's `SQLITE_CANTOPEN` names no cause, and a file this process may not
+    open (permissions, a read-only file system, no file descriptors left) is not damage."""
+    for name in (DATABASE_FILE, f"{DATABASE_FILE}-wal", f"{DATABASE_FILE}-shm"):
+        try:
+            os.close(os.open(path / name, os.O_RDWR))
+        except FileNotFoundError:
+            continue  # the database file's absence is checked before opening
+        except OSError as error:
+            return f" ({name}: {error.strerror})"
+    return ""
 
 
 PAGE_SIZE = 16_384
