@@ -277,7 +277,7 @@ def start_refused(engine: str, directory: Path) -> list[str]:
     reason="dropping root's file capabilities needs root and setpriv (util-linux)",
 )
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("refused", ["database file", "partition directory"])
+@pytest.mark.parametrize("refused", ["database file", "partition directory", "store directory"])
 def test_files_this_process_may_not_use_are_a_storage_error_not_damage(
     engine: str, refused: str, tmp_path: Path
 ) -> None:
@@ -287,12 +287,12 @@ def test_files_this_process_may_not_use_are_a_storage_error_not_damage(
     with app:
         with app.begin_batch(position={"src": {0: 0}}, batch_id=0) as batch:
             batch.put_all("s", [(f"k0-{i}", "x" * 100) for i in range(ROWS)])
-    (store_directory,) = directory.glob(f"*/s/0/{engine}")
-    target = (
-        store_directory / DATABASE_FILES[engine]
-        if refused == "database file"
-        else (store_directory.parent)
-    )
+    (engine_directory,) = directory.glob(f"*/s/0/{engine}")
+    target = {
+        "database file": engine_directory / DATABASE_FILES[engine],
+        "partition directory": engine_directory.parent,
+        "store directory": engine_directory.parent.parent,  # its store.json, say
+    }[refused]
     mode = target.stat().st_mode
     target.chmod(0)
     try:
@@ -304,3 +304,50 @@ def test_files_this_process_may_not_use_are_a_storage_error_not_damage(
     assert "may not" in message and "nothing committed is lost" in message
     assert not list(directory.rglob("*untrusted*")), "nothing is set aside"
     check_everything_committed_is_there(engine, directory, 0)
+
+
+COMMITTER = """
+import json, sys
+from pathlib import Path
+from iqstate import Application
+app = Application("full", Path(sys.argv[1]))
+app.key_value_store("s", 1, engine="lmdb")
+app.start()
+try:
+    with app.begin_batch(position={"src": {0: 0}}, batch_id=0) as batch:
+        batch.put_all("s", [(f"k0-{i}", "x" * 100) for i in range(int(sys.argv[2]))])
+    failure = None
+except Exception as exc:
+    failure = [type(exc).__name__, str(exc)]
+app.close()
+print(json.dumps(failure))
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="dropping root's file capabilities needs root and setpriv (util-linux)",
+)
+def test_a_record_of_committed_partitions_it_may_not_write_is_a_storage_error(
+    tmp_path: Path,
+) -> None:
+    # A partition's first commit records it beside the store (committed-partitions.json).
+    directory = tmp_path / "state"
+    app = Application("full", directory)
+    app.key_value_store("s", 1, engine="lmdb")
+    with app:
+        pass
+    (store_directory,) = directory.glob("*/s")
+    store_directory.chmod(0o555)
+    try:
+        finished = subprocess.run(
+            [*WITHOUT_ROOTS_PRIVILEGE, sys.executable, "-c", COMMITTER, str(directory), str(ROWS)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        store_directory.chmod(0o755)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    kind, message = json.loads(finished.stdout.splitlines()[-1])
+    assert kind == "StateStorageError" and "committed-partitions.json" in message, message
+    # The batch's own commit came first: it is there, and the next one commits.
+    check_everything_committed_is_there("lmdb", directory, 0)

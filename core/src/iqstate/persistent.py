@@ -34,7 +34,7 @@ from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import prefix_upper_bound
 from iqstate.offset_files import CHECKPOINT_FILE, POSITION_FILE, read_legacy_state
 from iqstate.position import Position, TopicPartition
-from iqstate.storage_failures import storage_failure
+from iqstate.storage_failures import machine_failures
 from iqstate.store import KeyValueStore
 
 Pair = tuple[bytes, bytes]
@@ -155,20 +155,15 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
             )
         super().init(context)
         self._pending = {}
+        # The engine's own checks name what they find; a directory this process may not
+        # enter (say) reaches here as the operating system's error.
+        opening = f"{self.kind} store {self.name!r} partition {context.partition} in " \
+            f"{context.directory} could not be opened"  # fmt: skip
         try:
-            stored = self._open_storage(context.directory, context)
-        except BaseException as error:
+            with machine_failures(opening):
+                stored = self._open_storage(context.directory, context)
+        except BaseException:
             self._open = False
-            if isinstance(error, OSError) and not isinstance(error, IqstateError):
-                # The engine's own checks name what they find; a directory this process
-                # may not enter (say) reaches here as the operating system's error.
-                failure = storage_failure(
-                    f"{self.kind} store {self.name!r} partition {context.partition} in "
-                    f"{context.directory} could not be opened",
-                    str(error),
-                )
-                if failure is not None:
-                    raise failure from error
             raise
         if (
             stored.was_open

@@ -11,9 +11,11 @@ causes in the message and gives `StateStorageError` instead.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 
-from iqstate.errors import StateStorageError
+from iqstate.errors import CorruptStateError, IqstateError, StateStorageError
 
 CAUSES = {
     "No space left on device": "the disk is full",
@@ -57,3 +59,25 @@ def storage_failure(
             detail = " ".join(text.split()).rstrip(".")
             return StateStorageError(f"{what}: {cause} ({detail}). {REMEDY}")
     return None
+
+
+@contextmanager
+def machine_failures(what: str) -> Iterator[None]:
+    """Raise the operating system's errors inside that the machine causes (permissions, a
+    full disk) as `StateStorageError` naming `what`; other errors pass unchanged."""
+    try:
+        yield
+    except OSError as error:
+        if isinstance(error, IqstateError):
+            raise
+        failure = storage_failure(what, str(error))
+        if failure is None:
+            raise
+        raise failure from error
+
+
+def unreadable(path: Path, error: OSError) -> IqstateError:
+    """The error for a file of iqstate's own that reading raised `error` for: the machine's
+    (`StateStorageError`: this process may not read it, say), else damage."""
+    failure = storage_failure(f"cannot read {path}", str(error))
+    return failure or CorruptStateError(f"cannot read {path}: {error}")

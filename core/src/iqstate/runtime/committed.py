@@ -15,6 +15,7 @@ from pathlib import Path
 
 from iqstate.errors import CorruptStateError
 from iqstate.files import replace_atomically
+from iqstate.storage_failures import machine_failures, unreadable
 
 RECORD_FILE = "committed-partitions.json"
 
@@ -33,7 +34,7 @@ class CommittedPartitions:
         except FileNotFoundError:
             return frozenset()
         except OSError as exc:
-            raise CorruptStateError(f"cannot read {self.path}: {exc}") from exc
+            raise unreadable(self.path, exc) from exc
         try:
             partitions = json.loads(text)["partitions"]
             if not all(isinstance(p, int) and not isinstance(p, bool) for p in partitions):
@@ -53,7 +54,7 @@ class CommittedPartitions:
         """Record that `partition` holds committed state (written once per partition)."""
         if partition in self._partitions:
             return
-        with self._lock:
+        with self._lock, machine_failures(f"cannot write {self.path}"):
             partitions = self._partitions | {partition}
             replace_atomically(self.path, json.dumps({"partitions": sorted(partitions)}) + "\n")
             self._partitions = partitions

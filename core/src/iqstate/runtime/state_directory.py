@@ -15,6 +15,7 @@ from iqstate.errors import CorruptStateError, IncompatibleStateError
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.lock import DirectoryLock
 from iqstate.runtime.spec import StoreSpec
+from iqstate.storage_failures import machine_failures, unreadable
 
 STORE_METADATA_FILE = "store.json"
 
@@ -41,13 +42,20 @@ class StateDirectory:
             if not spec.engine.persistent:
                 continue
             directory = self.path / spec.name
-            directory.mkdir(parents=True, exist_ok=True)
+            with machine_failures(f"store directory {directory} cannot be created"):
+                directory.mkdir(parents=True, exist_ok=True)
             metadata_file = directory / STORE_METADATA_FILE
             declared = spec.describe()
-            if metadata_file.exists():
+            try:
+                text: str | None = metadata_file.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                text = None
+            except OSError as exc:
+                raise unreadable(metadata_file, exc) from exc
+            if text is not None:
                 try:
-                    recorded = json.loads(metadata_file.read_text(encoding="utf-8"))
-                except (OSError, ValueError) as exc:
+                    recorded = json.loads(text)
+                except ValueError as exc:
                     raise CorruptStateError(f"cannot read {metadata_file}: {exc}") from exc
                 if recorded != declared:
                     differ = ", ".join(
@@ -61,7 +69,8 @@ class StateDirectory:
                         "as it was"
                     )
             else:
-                metadata_file.write_text(json.dumps(declared, sort_keys=True), encoding="utf-8")
+                with machine_failures(f"cannot write {metadata_file}"):
+                    metadata_file.write_text(json.dumps(declared, sort_keys=True), "utf-8")
             records[spec.name] = CommittedPartitions(directory)
         return records
 
@@ -70,5 +79,6 @@ class StateDirectory:
         if not spec.engine.persistent:
             return None
         directory = self.path / spec.name / str(partition)
-        directory.mkdir(parents=True, exist_ok=True)
+        with machine_failures(f"partition directory {directory} cannot be created"):
+            directory.mkdir(parents=True, exist_ok=True)
         return directory
