@@ -67,10 +67,10 @@ def test_new_store_works_from_a_built_wheel(tmp_path: Path, built_from: str) -> 
     assert 'name = "iqstate-my-kv"' in (project / "pyproject.toml").read_text()
 
 
-def refusal(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> str:
-    """Run `iqstate new-store name`; assert it was refused cleanly; its one-line message."""
+def refusal(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, *more: str) -> str:
+    """Run `iqstate new-store name *more`; assert it was refused cleanly; its one-line message."""
     before = set(tmp_path.iterdir())
-    code = main(["new-store", name, "--output-dir", str(tmp_path)])
+    code = main(["new-store", name, "--output-dir", str(tmp_path), *more])
     captured = capsys.readouterr()
     assert code == 2
     assert captured.err.startswith("iqstate new-store: ")
@@ -107,6 +107,21 @@ def test_refuses_an_existing_folder(tmp_path: Path, capsys: pytest.CaptureFixtur
     message = refusal(tmp_path, capsys, "acme_store")
     assert f"{project} already exists; choose another name or --output-dir" in message
     assert (project / "src" / "iqstate_acme_store" / "store.py").read_text() == store
+
+
+@pytest.mark.parametrize("given", ["missing", "a-file", "a-folder"])
+def test_refuses_a_template_that_is_not_one_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: str
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "a-file").write_text("not a template\n")
+    (elsewhere / "a-folder").mkdir()
+    output = tmp_path / "out"
+    output.mkdir()
+    template = elsewhere / given
+    message = refusal(output, capsys, "my-store", "--template", str(template))
+    assert f"--template {template} is not a store template" in message
 
 
 def with_byte_code(template: Path) -> Path:

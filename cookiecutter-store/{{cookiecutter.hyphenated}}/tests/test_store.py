@@ -45,6 +45,12 @@ def test_entry_count_query_through_an_application(tmp_path: Path) -> None:
         assert sum(r.result for r in result.partition_results.values()) == 3
 
 
+def test_an_unknown_engine_option_is_refused_at_declaration(tmp_path: Path) -> None:
+    app = Application("options", tmp_path)
+    with pytest.raises(ValueError, match="has no option 'sync'"):
+        app.key_value_store("words", 2, engine="{{ cookiecutter.hyphenated }}", config={"sync": True})
+
+
 def test_versioned_and_session_stores_come_with_the_engine(tmp_path: Path) -> None:
     # The conformance suite above checks them store by store; here through an application.
     app = Application("types", tmp_path)

@@ -136,7 +136,8 @@ def new_store(name: str, output_dir: str, template: str | None, registry: Plugin
     except ScaffoldError as error:
         print(f"iqstate new-store: {error}", file=sys.stderr)
         return 2
-    print(f"created {created}: cd there, then pip install -e '.[testing]' && python -m pytest")
+    print(f"created {created}: cd there, then, in this environment (it has iqstate), "
+          "pip install -e '.[testing]' && python -m pytest")  # fmt: skip
     return 0
 
 

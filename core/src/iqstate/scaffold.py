@@ -76,11 +76,19 @@ def render(name: str, output_dir: Path, template: Path | None, taken: Collection
     source = template or shipped_template()
     if source is None:
         raise ScaffoldError("no store template found; pass --template <path to cookiecutter-store>")
+    if not (source / "cookiecutter.json").is_file():
+        raise ScaffoldError(
+            f"--template {source} is not a store template (a folder with a cookiecutter.json, "
+            "like cookiecutter-store/ of the iqstate repository)"
+        )
     try:
         from cookiecutter.exceptions import CookiecutterException
         from cookiecutter.main import cookiecutter
     except ImportError:
-        raise ScaffoldError("it needs cookiecutter: pip install 'iqstate[new-store]'") from None
+        raise ScaffoldError(
+            "it needs cookiecutter: pip install cookiecutter (or install iqstate with its "
+            "new-store extra, e.g. pip install './core[new-store]' from a checkout)"
+        ) from None
     with tempfile.TemporaryDirectory(prefix="iqstate-template-") as scratch:
         clean = shutil.copytree(
             source, Path(scratch) / source.name, ignore=shutil.ignore_patterns(*NOT_TEMPLATE)

@@ -6,6 +6,7 @@ the store is named by import path and imported when a store of this engine is bu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from iqstate.engine import Engine
@@ -15,11 +16,29 @@ from iqstate_{{ cookiecutter.underscored }}.query import EntryCountQuery, answer
 KIND = "{{ cookiecutter.hyphenated }}.key_value"
 """The kind of this engine's key-value stores (`{{ cookiecutter.class_prefix }}Store.kind`)."""
 
+OPTIONS: frozenset[str] = frozenset()
+"""The engine options a store may give (`config={...}` at declaration); none yet. Add
+yours here and read them from `context.config` in the store's `_open_storage`."""
+
+
+def check_config(config: Mapping[str, Any], store_name: str) -> None:
+    """Refuse options this engine does not know when the store is declared: a typo fails
+    there, naming the option, instead of being ignored."""
+    unknown = sorted(set(config) - OPTIONS)
+    if unknown:
+        known = ", ".join(sorted(OPTIONS)) or "none"
+        raise ValueError(
+            f"store {store_name!r}: the {{ cookiecutter.hyphenated }} engine has no option "
+            f"{', '.join(map(repr, unknown))} (its options: {known})"
+        )
+
+
 ENGINE = Engine(
     name="{{ cookiecutter.hyphenated }}",
     key_value_store="iqstate_{{ cookiecutter.underscored }}.store:{{ cookiecutter.class_prefix }}Store",
     persistent=True,
     description="{{ cookiecutter.description }}",
+    check_config=check_config,
     # Timestamped, versioned, session and global stores come with the key-value store:
     # versioned and session stores are kept in its key spaces, with its commits and crash
     # guarantees. For a layout of its own, give a factory `(name, retention_ms)` by import
