@@ -72,6 +72,12 @@ RETENTION_MS = 10_000
 HISTORY_RETENTION_MS = 1_000_000
 
 
+def settle(store: KeyValueStore[bytes, bytes], committed: bool) -> None:
+    """Commit the store's writes when a test reads them `committed`."""
+    if committed:
+        store.commit({})
+
+
 class UnknownToEveryStore(Query[int]):
     """A query type no handler is registered for."""
 
@@ -210,34 +216,53 @@ class StoreConformance:
 
     # -- key-value data operations ------------------------------------------------------
 
-    def test_put_get_delete(self, kv: KeyValueStore[bytes, bytes]) -> None:
+    @pytest.fixture(params=[False, True], ids=["uncommitted", "committed"])
+    def committed(self, request: pytest.FixtureRequest) -> bool:
+        """Whether a test commits its writes before reading: a persistent store answers
+        uncommitted writes from its overlay, committed ones from the engine (its `_read`
+        and `_scan`), and both must give the same answers."""
+        return bool(request.param)
+
+    def test_put_get_delete(self, kv: KeyValueStore[bytes, bytes], committed: bool) -> None:
         assert kv.get(b"k") is None
         kv.put(b"k", b"v1")
+        settle(kv, committed)
         assert kv.get(b"k") == b"v1"
         kv.put(b"k", b"v2")
+        settle(kv, committed)
         assert kv.get(b"k") == b"v2"
         assert kv.delete(b"k") == b"v2"
+        settle(kv, committed)
         assert kv.get(b"k") is None
         assert kv.delete(b"k") is None
 
-    def test_put_none_deletes(self, kv: KeyValueStore[bytes, bytes]) -> None:
+    def test_put_none_deletes(self, kv: KeyValueStore[bytes, bytes], committed: bool) -> None:
         kv.put(b"k", b"v")
+        settle(kv, committed)
         kv.put(b"k", None)
+        settle(kv, committed)
         assert kv.get(b"k") is None
         assert list(kv.all()) == []
 
-    def test_empty_value_is_a_value(self, kv: KeyValueStore[bytes, bytes]) -> None:
+    def test_empty_value_is_a_value(self, kv: KeyValueStore[bytes, bytes], committed: bool) -> None:
         kv.put(b"k", b"")
+        settle(kv, committed)
         assert kv.get(b"k") == b""
         assert list(kv.all()) == [(b"k", b"")]
 
-    def test_put_all_applies_in_order(self, kv: KeyValueStore[bytes, bytes]) -> None:
+    def test_put_all_applies_in_order(
+        self, kv: KeyValueStore[bytes, bytes], committed: bool
+    ) -> None:
         kv.put_all([(b"a", b"1"), (b"b", b"2"), (b"a", b"3"), (b"b", None), (b"c", b"4")])
+        settle(kv, committed)
         assert list(kv.all()) == [(b"a", b"3"), (b"c", b"4")]
 
-    def test_range_bounds_are_inclusive_and_ordered(self, kv: KeyValueStore[bytes, bytes]) -> None:
+    def test_range_bounds_are_inclusive_and_ordered(
+        self, kv: KeyValueStore[bytes, bytes], committed: bool
+    ) -> None:
         data = {bytes([i]): bytes([i, i]) for i in (0, 1, 5, 9, 200, 255)}
         kv.put_all(list(data.items()))
+        settle(kv, committed)
         ordered = sorted(data.items())
         assert list(kv.range(b"\x01", b"\x09")) == [
             p for p in ordered if b"\x01" <= p[0] <= b"\x09"
@@ -276,25 +301,31 @@ class StoreConformance:
                 )
                 assert answer.is_success and list(answer.result) == expected
 
-    def test_keys_order_by_bytes(self, kv: KeyValueStore[bytes, bytes]) -> None:
+    def test_keys_order_by_bytes(self, kv: KeyValueStore[bytes, bytes], committed: bool) -> None:
         keys = [b"b", b"a", b"ab", b"\x00", b"\xff", b"a\x00", b""]
         kv.put_all([(k, k) for k in keys if k])
+        settle(kv, committed)
         assert [k for k, _ in kv.all()] == sorted(k for k in keys if k)
 
-    def test_prefix_scan(self, kv: KeyValueStore[bytes, bytes]) -> None:
+    def test_prefix_scan(self, kv: KeyValueStore[bytes, bytes], committed: bool) -> None:
         keys = [b"a", b"ab", b"abc", b"abd", b"ac", b"b", b"\xff", b"\xff\xff", b"\xff\x00"]
         kv.put_all([(k, b"v") for k in keys])
+        settle(kv, committed)
         assert [k for k, _ in kv.prefix_scan(b"ab")] == [b"ab", b"abc", b"abd"]
         assert [k for k, _ in kv.prefix_scan(b"\xff")] == [b"\xff", b"\xff\x00", b"\xff\xff"]
         assert list(kv.prefix_scan(b"zz")) == []
 
-    def test_iterators_are_snapshots_and_closeable(self, kv: KeyValueStore[bytes, bytes]) -> None:
+    def test_iterators_are_snapshots_and_closeable(
+        self, kv: KeyValueStore[bytes, bytes], committed: bool
+    ) -> None:
         kv.put_all([(b"a", b"1"), (b"b", b"2"), (b"c", b"3")])
+        settle(kv, committed)
         iterator = kv.range(None, None)
         assert next(iterator) == (b"a", b"1")
         kv.put(b"b", b"changed")
         kv.delete(b"c")
         kv.put(b"d", b"4")
+        settle(kv, committed)  # a commit after the iterator was made changes nothing in it
         assert list(iterator) == [(b"b", b"2"), (b"c", b"3")], "an iterator is a snapshot"
         with kv.all() as scoped:
             assert scoped.peek_next_key() == b"a"
