@@ -109,7 +109,7 @@ class Instances:
             heartbeat_interval=INTERVAL,
             liveness_timeout=liveness,
             acceptable_recovery_lag=100,
-            shapes=shapes,
+            shapes=None if shapes is None else lambda: shapes,
         )
         self.started.append(provider)
         if progress is not None:  # before start, as KafkaCluster.connect attaches the follower

@@ -4,6 +4,7 @@ instances of one application with one standby each, through the real `KafkaConne
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -121,3 +122,39 @@ def test_two_instances_share_actives_and_standbys_and_a_clean_leave_promotes_sta
     everything = {(store, p): [ACTIVE] for store, count in STORES.items() for p in range(count)}
     eventually(lambda: roles_everywhere([a]) == everything, "a RUNNING active for everything")
     assert value_at(a, key, position) == (True, 7)
+
+
+def test_instances_declaring_a_store_otherwise_are_warned_about(
+    kafka_broker: LocalBroker,
+    tmp_path: Path,
+    unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Through the Application: its stores are declared after the cluster is connected.
+    cluster = KafkaCluster(
+        kafka_broker.bootstrap_servers, timeout=10.0, heartbeat_interval=0.2, liveness_timeout=1.0
+    )
+    application_id = unique_name("shapes")
+    apps = []
+    for name, value_serde in (("a", "json"), ("b", "string")):
+        app = Application(
+            application_id, tmp_path / name, application_server=f"{name}.test:7000",
+            num_standby_replicas=1, cluster=cluster,
+        )  # fmt: skip
+        app.key_value_store("orders", 2, value_serde=value_serde)
+        apps.append(app)
+    try:
+        with caplog.at_level(logging.WARNING, logger="iqstate_kafka.assignment"):
+            for app in apps:
+                app.start()
+            eventually(
+                lambda: (
+                    sum("must declare each store alike" in r.message for r in caplog.records) >= 2
+                ),
+                "a warning on each instance",
+            )
+    finally:
+        for app in apps:
+            app.close()
+    warned = " ".join(r.message for r in caplog.records)
+    assert "value_serde string" in warned and "value_serde json" in warned, warned

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from iqstate.runtime.assignment import (
     ACTIVE,
@@ -84,7 +84,7 @@ class KafkaAssignment(AssignmentProvider):
         heartbeat_interval: float = 0.5,
         liveness_timeout: float = 3.0,
         acceptable_recovery_lag: int = 10_000,
-        shapes: Mapping[str, str] | None = None,
+        shapes: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         super().__init__()
         if isinstance(num_standby_replicas, bool) or num_standby_replicas < 0:
@@ -115,8 +115,10 @@ class KafkaAssignment(AssignmentProvider):
         self._announced = Assignment.empty()
         self._cluster: dict[HostInfo, Assignment] = {}
         self._warned: set[str] = set()
-        self._shapes = dict(shapes or {})
-        """Each store's `heartbeats.store_shape`, compared with the other members'."""
+        self._store_shapes = shapes
+        self._shapes: dict[str, str] = {}
+        """Each store's `heartbeats.store_shape`, compared with the other members'; taken
+        from `shapes()` at `start`, when the application has declared its stores."""
         self._thread: threading.Thread | None = None
 
     @property
@@ -134,6 +136,8 @@ class KafkaAssignment(AssignmentProvider):
         if self._membership is not None:
             raise RuntimeError("KafkaAssignment.start() was called already")
         ensure_changelog_topics(self._kafka, self._application_id, stores)
+        if self._store_shapes is not None:
+            self._shapes = dict(self._store_shapes())
         self._host = this_host
         self._stores = dict(stores)
         self._member_id = f"{this_host}/{uuid.uuid4().hex}"

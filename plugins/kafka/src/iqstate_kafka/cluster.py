@@ -68,7 +68,8 @@ class KafkaCluster(ClusterSettings):
             heartbeat_interval=self.heartbeat_interval,
             liveness_timeout=self.liveness_timeout,
             acceptable_recovery_lag=self.acceptable_recovery_lag,
-            shapes={name: store_shape(spec) for name, spec in member.stores.items()},
+            # At start: the application declares its stores after connecting.
+            shapes=lambda: {name: store_shape(spec) for name, spec in member.stores.items()},
         )
         follower = Follower(self, reader_processes=self.reader_processes)
         assignment.attach_progress(follower)
