@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from iqstate_kafka import KafkaCluster, LocalBroker
+from iqstate_kafka import ChangelogTopicError, KafkaCluster, LocalBroker
 from replica_support import (
     KEY_VALUE,
     STORES,
@@ -158,3 +158,24 @@ def test_instances_declaring_a_store_otherwise_are_warned_about(
             app.close()
     warned = " ".join(r.message for r in caplog.records)
     assert "value_serde string" in warned and "value_serde json" in warned, warned
+
+
+def test_a_start_the_changelog_topics_refuse_records_nothing_locally(
+    kafka_broker: LocalBroker, tmp_path: Path, unique_name: Callable[[str], str]
+) -> None:
+    # The error tells the user to declare the store as its topics are: that must then work.
+    cluster = KafkaCluster(kafka_broker.bootstrap_servers, timeout=10.0)
+    application_id = unique_name("declared")
+
+    def instance(name: str, partitions: int) -> Application:
+        app = Application(application_id, tmp_path / name, application_server=f"{name}.test:7000",
+                          cluster=cluster)  # fmt: skip
+        app.key_value_store("orders", partitions, engine="rocksdb")
+        return app
+
+    with instance("first", 4):
+        pass
+    with pytest.raises(ChangelogTopicError, match="declare the store with 4 partitions"):
+        instance("second", 8).start()
+    with instance("second", 4) as second:
+        assert second.state.name == "RUNNING"

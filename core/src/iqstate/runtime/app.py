@@ -423,6 +423,7 @@ class Application:
                 raise
             self._transition(AppState.REBALANCING)
             try:
+                self._state_directory.record_new_stores()  # the start's checks passed
                 self._partitions.install(self._assignment.assignment())
                 self._assignment.add_listener(self._rebalance)
                 if self._connection is not None:

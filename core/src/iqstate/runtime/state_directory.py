@@ -26,6 +26,8 @@ class StateDirectory:
     def __init__(self, state_dir: Path, application_id: str) -> None:
         self.path = state_dir / application_id
         self._lock = DirectoryLock(self.path)
+        self._new_declarations: dict[Path, dict[str, object]] = {}
+        """`store.json` files `check_stores` found missing, to write at `record_new_stores`."""
 
     def lock(self) -> None:
         """Take the directory for this process; `StateDirectoryLockedError` names the holder."""
@@ -36,8 +38,10 @@ class StateDirectory:
 
     def check_stores(self, specs: list[StoreSpec]) -> dict[str, CommittedPartitions]:
         """Recognise persistent stores from an earlier run, refuse ones declared differently,
-        and return each persistent store's record of partitions with committed data."""
+        and return each persistent store's record of partitions with committed data. New
+        stores are recorded by `record_new_stores`, once the start has passed its checks."""
         records: dict[str, CommittedPartitions] = {}
+        self._new_declarations = {}
         for spec in specs:
             if not spec.engine.persistent:
                 continue
@@ -69,10 +73,18 @@ class StateDirectory:
                         "as it was"
                     )
             else:
-                with machine_failures(f"cannot write {metadata_file}"):
-                    metadata_file.write_text(json.dumps(declared, sort_keys=True), "utf-8")
+                self._new_declarations[metadata_file] = declared
             records[spec.name] = CommittedPartitions(directory)
         return records
+
+    def record_new_stores(self) -> None:
+        """Write the declaration of each store `check_stores` found new: after the checks
+        of a start (the cluster's topics, say), so that a start they refuse records nothing
+        a corrected declaration would then contradict."""
+        for metadata_file, declared in self._new_declarations.items():
+            with machine_failures(f"cannot write {metadata_file}"):
+                metadata_file.write_text(json.dumps(declared, sort_keys=True), "utf-8")
+        self._new_declarations = {}
 
     def partition_directory(self, spec: StoreSpec, partition: int) -> Path | None:
         """The directory of a persistent store partition (created), `None` for others."""
