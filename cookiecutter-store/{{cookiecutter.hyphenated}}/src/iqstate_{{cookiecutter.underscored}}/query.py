@@ -8,7 +8,7 @@ from iqstate import PositionBound, Query, QueryConfig, QueryResult
 
 
 class EntryCountQuery(Query[int]):
-    """How many committed entries a store partition holds."""
+    """About how many entries a store partition holds, writes not yet committed included."""
 
     __slots__ = ()
 
