@@ -8,10 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from iqstate_kafka import KafkaCluster
 from support.network import free_port
 
-from iqstate import Application, RangeQuery, StateQueryRequest
+from iqstate import Application, RangeQuery, StateQueryRequest, UnknownStateStoreError
 
 
 def test_a_writer_writes_without_joining(
@@ -52,3 +53,18 @@ def test_a_writer_writes_without_joining(
         time.sleep(1.5)  # heartbeats: a member that left would be listed as gone by now
         statuses = serving.cluster_status()
         assert [(s.host_info, s.live) for s in statuses] == [(serving.host_info, True)]
+
+
+def test_an_application_with_no_store_starts_and_says_why_a_write_fails(
+    kafka_broker: Any, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    # Nothing to check on the cluster: it starts (the client used to refuse describing no
+    # topics, with a raw error from inside confluent_kafka), and a write names the store.
+    writer = Application(
+        unique_name("empty"), tmp_path, cluster=KafkaCluster(kafka_broker.bootstrap_servers),
+        serving=False,
+    )  # fmt: skip
+    with writer:
+        with pytest.raises(UnknownStateStoreError, match="orders"):
+            with writer.begin_batch(position={"src": {0: 1}}, batch_id=1) as batch:
+                batch.put("orders", "k", "v")

@@ -331,6 +331,8 @@ def _configs(
     kind: _Kind,
 ) -> dict[str, dict[str, str]]:
     """The values of the settings `names` of each of `topics`."""
+    if not topics:  # the client refuses to describe nothing
+        return {}
     resources = [ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in topics]
     futures = admin.describe_configs(resources, request_timeout=cluster.timeout)
     configs = {}
