@@ -124,6 +124,18 @@ def test_forged_markers_stray_records_and_older_batches_are_refused(
             )
             assert scraped[behind] == len(KEYS) + PARTITIONS  # its records and markers
 
+        # A writer whose batch ids skip ahead has every later batch refused: all counted,
+        # and logged once per partition and reason per 30 s, not once per record or batch.
+        for batch_id in range(100, 120):
+            _write(writer, batch_id)
+        gap = ("iqstate_changelog_records_skipped_total", (("reason", "gap"), ("store", "counts")))
+        refused = PARTITIONS + 20 * (len(KEYS) + PARTITIONS)  # the forgeries, then 20 batches
+        for instance in instances:
+            url = instance.url
+            wait_for("every skipping batch refused", lambda: _scrape(url)[gap] == refused)  # noqa: B023
+            lines = [line for line in instance.output().splitlines() if "refused (gap)" in line]
+            assert 1 <= len(lines) <= 2 * PARTITIONS, "\n".join(lines)
+
 
 def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """`/metrics` as `{(sample name, sorted labels): value}`, read by prometheus_client's

@@ -1,4 +1,5 @@
-"""librdkafka's log lines, each shape once per window while it repeats.
+"""Log lines that repeat, each shape once per window: librdkafka's, and a follower's
+refusals.
 
 While a broker is down every client reconnects on its own schedule and logs each failed
 attempt: measured with one serving instance and its broker stopped, its two changelog and
@@ -30,18 +31,24 @@ def shape(line: str) -> str:
 
 
 class RepeatedLines(logging.Filter):
-    """A logging filter passing each shape of line once per `window` seconds."""
+    """A logging filter passing each shape of line once per `window` seconds; `shape` maps
+    a line to what its repeats share (by default librdkafka's lines, `shape`)."""
 
-    def __init__(self, window: float = 30.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        window: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        shape: Callable[[str], str] = shape,
+    ):
         super().__init__()
-        self._window, self._clock = window, clock
+        self._window, self._clock, self._shape = window, clock, shape
         self._lock = threading.Lock()
         self._shapes: dict[str, list[float | int]] = {}
         """shape -> [when its window began, lines held back since]"""
 
     def filter(self, record: logging.LogRecord) -> bool:
         line = record.getMessage()
-        key, now = shape(line), self._clock()
+        key, now = self._shape(line), self._clock()
         with self._lock:
             seen = self._shapes.get(key)
             if seen is not None and now - seen[0] < self._window:

@@ -50,6 +50,7 @@ from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.cluster import ChangelogCounts
 from iqstate.runtime.following import FollowedPartition, FollowedPartitions
 from iqstate_kafka.applying import BEHIND, Refusal, StoreCommit, fold
+from iqstate_kafka.client_logs import RepeatedLines
 from iqstate_kafka.progress import CaughtUpListener
 from iqstate_kafka.reader import (
     ChangelogConsumer,
@@ -64,6 +65,11 @@ from iqstate_kafka.settings import ClusterSettings
 from iqstate_kafka.watermarks import WatermarkAsker
 
 logger = logging.getLogger("iqstate_kafka.follower")
+refusals_logger = logging.getLogger("iqstate_kafka.follower.refusals")
+"""Records a follower refuses or skips, one line per reason per commit. A partition whose
+writer keeps skipping batch ids has every later batch refused: each partition's line of a
+reason passes once per 30 s, saying how many it held back (all are counted in metrics)."""
+refusals_logger.addFilter(RepeatedLines(shape=lambda line: line.split(":", 2)[0]))
 
 CONSUMER_DEFAULTS: Mapping[str, Any] = {
     "max.partition.fetch.bytes": 16 * 1024 * 1024,
@@ -86,9 +92,6 @@ SETTLE_AFTER = 50_000
 """Records a replica must have applied in its restore (from when it was tracked or rebuilt
 until it first reached the end of its changelog) for its engine to be settled then
 (`FollowedPartition.settle`): once per restore, never for what it applies at the tail."""
-
-_LOGGED_REFUSALS = 5
-"""Refused records logged one by one per commit; the rest are counted in one line."""
 
 
 class _Backoff:
@@ -517,34 +520,28 @@ class Follower:
     def _refuse(
         self, key: StorePartition, followed: _Followed, refused: tuple[Refusal, ...]
     ) -> None:
-        """Log and count records the fold refused (`iqstate_kafka.applying`): a batch older
-        than the fence in one warning (its marker's), the others one by one."""
-        behind = [refusal for refusal in refused if refusal.reason == BEHIND]
-        if behind:  # the marker's report comes first, saying why and what to do
-            logger.warning(
-                "store %r partition %d: %d changelog records and markers from %s offset %d "
-                "on skipped: %s",
+        """Log and count records the fold refused (`iqstate_kafka.applying`): per reason,
+        one line naming the first (a batch's marker says why and what to do) and how many.
+        A batch older than the fence is skipped (a warning), the others refused (an error)."""
+        by_reason: dict[str, list[Refusal]] = {}
+        for refusal in refused:
+            by_reason.setdefault(refusal.reason, []).append(refusal)
+        for reason, some in by_reason.items():
+            offsets = [refusal.offset for refusal in some]
+            # "store 's' partition p (reason)" first: the line's shape for the rate limit.
+            refusals_logger.log(
+                logging.WARNING if reason == BEHIND else logging.ERROR,
+                "store %r partition %d (%s): %s (%s): %s; %d changelog records and markers "
+                "of %s at offsets %d-%d not applied",
                 *key,
-                len(behind),
+                reason,
+                "skipped" if reason == BEHIND else "refused",
+                reason,
+                some[0].detail,
+                len(some),
                 followed.changelog,
-                min(refusal.offset for refusal in behind),
-                behind[0].detail,
-            )
-        others = [refusal for refusal in refused if refusal.reason != BEHIND]
-        for refusal in others[:_LOGGED_REFUSALS]:
-            logger.error(
-                "changelog record at %s partition %d offset %d refused (%s): %s; not applied",
-                followed.changelog.topic,
-                followed.changelog.partition,
-                refusal.offset,
-                refusal.reason,
-                refusal.detail,
-            )
-        if len(others) > _LOGGED_REFUSALS:
-            logger.error(
-                "%d more changelog records of %s refused in the same commit",
-                len(others) - _LOGGED_REFUSALS,
-                followed.changelog,
+                min(offsets),
+                max(offsets),
             )
         with self._lock:
             counts = self._refused.setdefault(key, {})
