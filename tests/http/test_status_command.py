@@ -188,6 +188,13 @@ def test_status_renders_in_a_terminal(served: str) -> None:
     assert text.count("RUNNING") >= 3  # the status line and both partitions
 
 
+def test_status_takes_host_and_port_as_an_application_server_is_named(served: str) -> None:
+    address = served.removeprefix("http://")
+    code, text = run_in_terminal(["status", address], 30, interrupt=False)
+    assert code == 0, text
+    assert f"{served}: ok (RUNNING)" in text
+
+
 def _times(text: str) -> set[str]:
     return set(re.findall(r"\d\d:\d\d:\d\d", text))
 

@@ -274,7 +274,11 @@ def cluster_application(args: argparse.Namespace) -> Application:
 
 
 def _add_status_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("url", help="any instance, e.g. http://127.0.0.1:7070")
+    parser.add_argument(
+        "url",
+        help="any instance, e.g. http://127.0.0.1:7070, or host:port as --application-server "
+        "names it (http; https with --tls-ca)",
+    )
     parser.add_argument(
         "--token-env", default=None, help="environment variable holding the bearer token"
     )
@@ -295,9 +299,12 @@ def _status(args: argparse.Namespace) -> int:
         raise SystemExit(f"iqstate status: --interval must be > 0 seconds, got {args.interval}")
     console = Console()
     verify = True if args.tls_ca is None else ssl.create_default_context(cafile=args.tls_ca)
+    url = args.url
+    if "://" not in url:  # host:port, as an application server is named
+        url = f"{'http' if args.tls_ca is None else 'https'}://{url}"
     if args.watch:
-        return watch(args.url, token, console, args.interval, verify)
-    return show(args.url, token, console, verify)
+        return watch(url, token, console, args.interval, verify)
+    return show(url, token, console, verify)
 
 
 @hookimpl
