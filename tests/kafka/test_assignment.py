@@ -386,6 +386,31 @@ def test_an_instance_declaring_a_store_with_other_serdes_is_warned_about(
     assert any(f"store 's' as {ours}, this instance as {theirs}" in m for m in warned), warned
 
 
+def test_an_instance_declaring_one_store_more_leaves_the_shared_ones_served(
+    instances: Instances,
+) -> None:
+    # A rolling upgrade that adds store "t": the first two do not declare it yet. They used
+    # to compute layouts over their own stores and disagree: a partition of "s" had no
+    # running active anywhere for as long as the third ran.
+    ports = [7311, 7312, 7313]
+    providers = [
+        instances.start(7311, {"s": 4}),
+        instances.start(7312, {"s": 4}),
+        instances.start(7313, {"s": 4, "t": 2}),
+    ]
+    wait_until(lambda: converged(providers, ports), PATIENCE, "the three agree on the cluster")
+    cluster = providers[0].cluster()
+    owners: dict[StorePartition, list[HostInfo]] = {}
+    for h, assignment in cluster.items():
+        for partition in actives(assignment):
+            owners.setdefault(partition, []).append(h)
+    assert sorted(owners) == [("s", n) for n in range(4)] + [("t", 0), ("t", 1)]
+    assert all(len(hosts) == 1 for hosts in owners.values()), owners
+    assert owners[("t", 0)] == owners[("t", 1)] == [host(7313)]
+    for port in (7311, 7312):
+        assert {store for store, _, _ in cluster[host(port)].items()} <= {"s"}
+
+
 def test_an_unreachable_broker_is_a_clear_error() -> None:
     with socket.socket() as placeholder:
         placeholder.bind(("127.0.0.1", 0))

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from iqstate_kafka.assignor import Member, assign
+from iqstate_kafka.assignor import Member, assign, assign_declared
 
 from iqstate.runtime.assignment import ACTIVE, STANDBY, Assignment
 from iqstate.runtime.batch import StorePartition
@@ -331,3 +331,36 @@ def test_no_members_no_assignment() -> None:
 def test_negative_settings_are_refused(standbys: int, lag: int, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         assign([Member("a", host(1))], {"s": 1}, standbys, lag)
+
+
+@given(clusters(), st.data())
+def test_members_declaring_different_stores_share_each_store_among_its_declarers(
+    cluster: tuple[list[Member], dict[str, int], int], data: st.DataObject
+) -> None:
+    # A rolling upgrade that adds a store: some members declare it, others not yet.
+    members, stores, standbys = cluster
+    declared = [
+        (member, {s: n for s, n in stores.items() if data.draw(st.booleans(), label=s)})
+        for member in members
+    ]
+    result = assign_declared(declared, standbys, ACCEPTABLE)
+    assert set(result) == {m.host for m in members}
+    for store in stores:
+        declarers = {m.host for m, theirs in declared if store in theirs}
+        hosting = {
+            h for h, assignment in result.items() for s, _, _ in assignment.items() if s == store
+        }
+        assert hosting <= declarers, f"{store} placed on a member that does not declare it"
+        actives = {p: h for p, h in actives_of(result).items() if p[0] == store}
+        assert sorted(actives) == (partitions_of({store: stores[store]}) if declarers else [])
+
+
+@given(clusters())
+def test_members_declaring_the_same_stores_get_the_one_assignment(
+    cluster: tuple[list[Member], dict[str, int], int],
+) -> None:
+    members, stores, standbys = cluster
+    declared = [(member, stores) for member in members]
+    assert assign_declared(declared, standbys, ACCEPTABLE) == assign(
+        members, stores, standbys, ACCEPTABLE
+    )

@@ -56,7 +56,7 @@ from iqstate.runtime.assignment import (
 )
 from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.metadata import Departure, HostInfo
-from iqstate_kafka.assignor import Member, assign
+from iqstate_kafka.assignor import Member, assign_declared
 from iqstate_kafka.heartbeats import Heartbeat
 from iqstate_kafka.membership import Membership
 from iqstate_kafka.progress import ReplicaProgress
@@ -319,9 +319,8 @@ class KafkaAssignment(AssignmentProvider):
         cluster's."""
         assert self._host is not None
         self._check_stores(live)
-        computed = assign(
-            (heartbeat.member for heartbeat in live.values()),
-            self._stores,
+        computed = assign_declared(
+            ((heartbeat.member, heartbeat.stores) for heartbeat in live.values()),
             self._standbys,
             self._acceptable,
             self._everywhere,
@@ -373,9 +372,10 @@ class KafkaAssignment(AssignmentProvider):
             if heartbeat.stores != self._stores:
                 self._warned.add(member_id)
                 logger.warning(
-                    "member %s (%s) declares stores %s, this instance %s: instances of one "
-                    "application must declare the same stores, or they compute different "
-                    "assignments",
+                    "member %s (%s) declares stores %s, this instance %s: a store's "
+                    "partitions are shared among the instances that declare it (an instance "
+                    "that lacks one hosts none of it); declare the same stores everywhere "
+                    "once a rolling change is done",
                     member_id,
                     heartbeat.member.host,
                     dict(heartbeat.stores),

@@ -109,6 +109,46 @@ def assign(
     return {m.host: Assignment(mine) for m, mine in zip(live, roles, strict=True)}
 
 
+def assign_declared(
+    declared: Iterable[tuple[Member, Mapping[str, int]]],
+    num_standby_replicas: int,
+    acceptable_recovery_lag: int,
+    everywhere: frozenset[str] = frozenset(),
+) -> dict[HostInfo, Assignment]:
+    """`assign` over members that may declare different stores: each member with the stores
+    it declares (name -> partition count). A store's partitions go only to the members that
+    declare it: stores declared by the same members are assigned together, each such group
+    on its own. Every member computes the same layout from the same reports whatever it
+    declares itself, so an instance declaring one store more (say, during a rolling upgrade
+    that adds it) leaves the shared stores served; when all declare the same stores this is
+    `assign`."""
+    declared = list(declared)
+    holders: dict[tuple[str, int], list[Member]] = {}
+    for member, stores in declared:
+        for store, partitions in stores.items():
+            holders.setdefault((store, partitions), []).append(member)
+    groups: dict[frozenset[str], dict[str, int]] = {}
+    members_of: dict[frozenset[str], list[Member]] = {}
+    for (store, partitions), members in sorted(holders.items()):
+        ids = frozenset(member.member_id for member in members)
+        groups.setdefault(ids, {})[store] = partitions
+        members_of[ids] = members
+    roles: dict[HostInfo, dict[str, Mapping[int, PartitionRole]]] = {
+        member.host: {} for member in _one_per_host(member for member, _ in declared)
+    }
+    for ids, stores in sorted(groups.items(), key=lambda group: sorted(group[1])):
+        computed = assign(
+            members_of[ids],
+            stores,
+            num_standby_replicas,
+            acceptable_recovery_lag,
+            everywhere & frozenset(stores),
+        )
+        for host, assignment in computed.items():
+            roles.setdefault(host, {}).update(assignment.roles)
+    return {host: Assignment(mine) for host, mine in roles.items()}
+
+
 def _one_per_host(members: Iterable[Member]) -> list[Member]:
     """The members that count, sorted by member id: the first of each host."""
     seen: set[HostInfo] = set()
