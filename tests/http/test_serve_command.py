@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -283,3 +284,25 @@ def test_a_target_that_is_not_an_application_is_refused_by_name(tmp_path: Path) 
     assert finished.returncode != 0
     assert "not_app:app is a int, not an iqstate Application" in finished.stderr
     assert "Traceback" not in finished.stderr
+
+
+def test_a_port_another_program_listens_on_is_refused_before_the_application_starts(
+    tmp_path: Path,
+) -> None:
+    # In a cluster it would join, be routed to, then leave when the server failed.
+    state = tmp_path / "state"
+    (tmp_path / "taken_app.py").write_text(
+        "from iqstate import Application\n"
+        f"app = Application('taken', {str(state)!r})\n"
+        "app.key_value_store('s', 1, engine='rocksdb')\n"
+    )
+    with socket.create_server(("127.0.0.1", 0)) as other:
+        port = other.getsockname()[1]
+        finished = subprocess.run(
+            [sys.executable, "-m", "iqstate.cli", "serve", "taken_app:app", "--port", str(port)],
+            cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert finished.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{port}" in finished.stderr, finished.stderr
+    assert "Traceback" not in finished.stderr
+    assert not (state / "taken").exists(), "the application did not start"

@@ -171,7 +171,9 @@ def _serve(args: argparse.Namespace) -> int:
                 args.port,
                 app.host_info,
             )
+    listen_host, listen_port = args.host or host, args.port or port
     if app.state.name == "CREATED":
+        _refuse_a_taken_port(listen_host, listen_port)
         try:
             app.start()
         except IqstateError as exc:
@@ -179,7 +181,7 @@ def _serve(args: argparse.Namespace) -> int:
     progress = RestoreProgress(app, terminal=sys.stderr.isatty())
     progress.start()
     try:
-        serve(app, host=args.host or host, port=args.port or port, token=token,
+        serve(app, host=listen_host, port=listen_port, token=token,
               max_body=args.max_body, limits=limits, ssl_certfile=args.tls_cert,
               ssl_keyfile=args.tls_key, ssl_ca_certs=args.tls_ca,
               on_started=_announcer(app, args))  # fmt: skip
@@ -189,6 +191,24 @@ def _serve(args: argparse.Namespace) -> int:
         progress.stop()
         app.close()
     return 0
+
+
+def _refuse_a_taken_port(host: str, port: int) -> None:
+    """Refuse, before the application starts, an address the server cannot listen on: an
+    instance joining its cluster first would be assigned partitions and routed to, then
+    leave when the server fails (another instance already serving there, say)."""
+    import socket
+
+    if port == 0:
+        return
+    try:
+        socket.create_server((host, port)).close()  # SO_REUSEADDR, as the server binds
+    except OSError as exc:
+        raise SystemExit(
+            f"iqstate serve: cannot listen on {host}:{port} ({exc.strerror or exc}); is another "
+            "instance or program serving there? Choose another --port, or --application-server "
+            "with --cluster"
+        ) from None
 
 
 def _refuse_cluster_options(args: argparse.Namespace) -> None:
