@@ -79,11 +79,19 @@ def test_frozen_and_copied() -> None:
         ("localhost:99999", "port in 1..65535"),
         (":9092", "not 'host:port'"),
         (9092, "bootstrap_servers must be"),
+        # an instance's HTTP address given for the broker's: refused, not waited out
+        ("http://127.0.0.1:7071", "names the scheme 'http://': give a Kafka broker's"),
     ],
 )
 def test_bad_bootstrap_servers(servers: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         KafkaCluster(servers)  # type: ignore[arg-type]
+
+
+def test_a_kafka_listener_scheme_is_taken() -> None:
+    assert KafkaCluster("SSL://b-1:9093,sasl_ssl://b-2:9093").bootstrap_servers == (
+        "SSL://b-1:9093,sasl_ssl://b-2:9093"
+    )
 
 
 @pytest.mark.parametrize(

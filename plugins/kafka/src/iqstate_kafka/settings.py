@@ -145,7 +145,18 @@ def _servers(value: object) -> str:
             raise ValueError(
                 f"bootstrap_servers entry {entry!r} is not 'host:port' with a port in 1..65535"
             )
+        scheme, separator, _ = host.partition("://")
+        if separator and scheme.upper() not in _LISTENER_SCHEMES:
+            raise ValueError(
+                f"bootstrap_servers entry {entry!r} names the scheme {scheme + '://'!r}: give "
+                "a Kafka broker's host:port (an iqstate instance's HTTP address is not one), "
+                f"optionally after one of {', '.join(sorted(_LISTENER_SCHEMES))}://"
+            )
     return ",".join(entries)
+
+
+_LISTENER_SCHEMES = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
+"""The security protocols librdkafka takes before a bootstrap server's host."""
 
 
 _SILENT = logging.getLogger("iqstate_kafka.client.config_check")

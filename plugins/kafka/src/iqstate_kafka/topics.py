@@ -286,7 +286,7 @@ def unavailable(
     return BrokerUnavailableError(
         f"Kafka at {cluster.bootstrap_servers} did not answer within {within:g} s "
         f"({cause}); check bootstrap_servers, that the brokers run, and the security settings "
-        "in client_config"
+        "in client_config (iqstate serve: --cluster, --kafka-config and -X)"
     )
 
 
