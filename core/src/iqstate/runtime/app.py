@@ -187,6 +187,7 @@ class Application:
         )
         self._state = AppState.CREATED
         self._state_lock = threading.RLock()
+        self._leaving = False
 
     # -- declaring stores ------------------------------------------------------------------
 
@@ -435,6 +436,23 @@ class Application:
                 self._transition(AppState.PENDING_ERROR)
                 self._transition(AppState.ERROR)
                 raise
+
+    def leave(self) -> float:
+        """Tell the cluster this instance is going, before `close()`: the other instances
+        take its partitions over while it keeps hosting and answering them (from then on
+        it follows the changelogs but takes no new role). Returns the seconds that takes,
+        for a server to keep answering meanwhile (a drain: `iqstate serve` does this at
+        SIGTERM); 0 without a cluster, or when not running."""
+        with self._state_lock:
+            if self._state is not _RUNNING and self._state is not _REBALANCING:
+                return 0.0
+            self._leaving = True
+        return self._assignment.leave()
+
+    @property
+    def leaving(self) -> bool:
+        """True once `leave()` was called: the instance answers still, but is going."""
+        return self._leaving
 
     def close(self) -> None:
         """Stop serving and release every store and the directory lock (idempotent)."""

@@ -152,6 +152,12 @@ class AssignmentProvider(ABC):
         for listener in list(self._listeners):
             listener(assignment)
 
+    def leave(self) -> float:
+        """Tell the other instances this one is going, before it closes: they take its
+        partitions over while it keeps hosting and answering them, and it hears of no
+        change any more. The seconds until they have; 0 with nobody to tell (the default)."""
+        return 0.0
+
     def close(self) -> None:
         self._listeners.clear()
 

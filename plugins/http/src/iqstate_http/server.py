@@ -92,17 +92,48 @@ def _config(
 class _Server(uvicorn.Server):
     """uvicorn's server, which first ends the open change streams when it shuts down: each
     sends its final event (`unavailable`, with the cursor) where uvicorn would otherwise
-    wait for them to close, without end, and then cut them."""
+    wait for them to close, without end, and then cut them.
+
+    With `drain` (a callable giving seconds, `Application.leave`), the first SIGTERM does
+    not stop it at once: the application leaves its cluster, and the server keeps
+    answering while the other instances take its partitions over (they forward to it
+    until then), then stops. A second SIGTERM, or Ctrl-C, stops it at once."""
 
     def __init__(
         self,
         config: uvicorn.Config,
         service: QueryService,
         on_started: Callable[[int], None] | None = None,
+        drain: Callable[[], float] | None = None,
     ) -> None:
         super().__init__(config)
         self._service = service
         self._on_started = on_started
+        self._drain = drain
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        drain, self._drain = self._drain, None
+        if sig != signal.SIGTERM or drain is None or self.should_exit:
+            super().handle_exit(sig, frame)
+            return
+        threading.Thread(
+            target=self._drain_then_exit, args=(drain, sig, frame), name="iqstate-drain",
+            daemon=True,
+        ).start()  # fmt: skip
+
+    def _drain_then_exit(
+        self, drain: Callable[[], float], sig: int, frame: FrameType | None
+    ) -> None:
+        try:
+            seconds = drain()
+        except Exception:
+            log.exception("SIGTERM: leaving the cluster failed; stopping now")
+            seconds = 0.0
+        if seconds > 0:
+            log.info("SIGTERM: left the cluster; answering %.1f s more while the other "
+                     "instances take over", seconds)  # fmt: skip
+            time.sleep(seconds)
+        super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)  # exits if the port cannot be bound
@@ -131,8 +162,10 @@ def serve(
     on_started: Callable[[str], None] | None = None,
 ) -> None:
     """Serve `app` until interrupted (listens on localhost unless told otherwise): Ctrl-C
-    raises `KeyboardInterrupt`, SIGTERM returns (unless the process handles it itself).
-    `on_started` is called with the server's URL once it listens.
+    raises `KeyboardInterrupt`, SIGTERM returns (unless the process handles it itself)
+    after a drain: an application in a cluster leaves it first (`Application.leave`) and
+    is served while the other instances take its partitions over; a second SIGTERM ends
+    the drain. `on_started` is called with the server's URL once it listens.
 
     `max_rows` caps an unmerged range answer (422 beyond it), `range_limits` how many
     range requests run and wait at once, `forward_timeout` how long a request forwarded to
@@ -155,7 +188,7 @@ def serve(
     try:
         with _sigterm_returns():
             config = _config(app, host, port, token, limits, service, tls)
-            _Server(config, service, started).run()
+            _Server(config, service, started, drain=app.leave).run()
     finally:  # also when uvicorn hands the Ctrl-C it caught back as KeyboardInterrupt
         log.info("stopped serving %s", app.application_id)
 
@@ -171,8 +204,8 @@ def _terminated(signum: int, frame: FrameType | None) -> None:
 @contextlib.contextmanager
 def _sigterm_returns() -> Iterator[None]:
     """Make SIGTERM (systemd's, Docker's and Kubernetes' stop) end `serve` by returning, so
-    that the caller closes the application: its partitions move to their standbys at once
-    and its stores close cleanly. uvicorn catches the signal to shut down, then raises it
+    that the caller closes the application: its stores close cleanly (its partitions have
+    moved to their standbys during the drain). uvicorn catches the signal to shut down, then raises it
     again for the handler it found: the default one ended the process there, before
     anything after `serve` ran. A handler of the caller's own is left to do its job."""
     if (

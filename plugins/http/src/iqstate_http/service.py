@@ -452,6 +452,11 @@ class QueryService:
         reason = None
         if state is not AppState.RUNNING:
             reason = f"the application is {state.name}, not RUNNING"
+        elif self.app.leaving:
+            reason = (
+                "the instance is leaving its cluster: it answers still while the other "
+                "instances take its partitions over, then stops"
+            )
         elif contact is not None and contact.lost:
             reason = (
                 f"no contact with Kafka for {contact.silence_s:.1f} s (liveness timeout "

@@ -58,7 +58,7 @@ from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.metadata import Departure, HostInfo
 from iqstate_kafka.assignor import Member, assign_declared
 from iqstate_kafka.heartbeats import Heartbeat
-from iqstate_kafka.membership import Membership
+from iqstate_kafka.membership import LEAVING_GRACE, Membership
 from iqstate_kafka.progress import ReplicaProgress
 from iqstate_kafka.settings import ClusterSettings
 from iqstate_kafka.topics import ensure_changelog_topics
@@ -213,6 +213,13 @@ class KafkaAssignment(AssignmentProvider):
         with self._lock:
             self._listening = True
         self._stale()
+
+    def leave(self) -> float:
+        """Leave the cluster now (a tombstone), keeping the assignment held: the others drop
+        this member `LEAVING_GRACE` heartbeat intervals after reading the tombstone and
+        promote its standbys. The seconds until then, with one interval to spare."""
+        self.close()
+        return (LEAVING_GRACE + 1) * self._interval
 
     def close(self) -> None:
         """Leave the cluster (a tombstone: the others take over at once) and stop."""
