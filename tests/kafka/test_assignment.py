@@ -386,6 +386,24 @@ def test_an_instance_declaring_a_store_with_other_serdes_is_warned_about(
     assert any(f"store 's' as {ours}, this instance as {theirs}" in m for m in warned), warned
 
 
+def test_a_rolling_upgrade_that_adds_a_store_still_compares_the_shared_ones(
+    instances: Instances, caplog: pytest.LogCaptureFixture
+) -> None:
+    ours = "key_value, key_serde string, value_serde json"
+    theirs = "key_value, key_serde string, value_serde string"
+    first = instances.start(7321, {"s": 4}, shapes={"s": ours})
+    with caplog.at_level(logging.WARNING, logger="iqstate_kafka.assignment"):
+        instances.start(7322, {"s": 4, "t": 2}, shapes={"s": theirs, "t": ours})
+        wait_until(lambda: len(first.cluster()) == 2, PATIENCE, "both members seen")
+        wait_until(
+            lambda: sum("must declare each store alike" in r.message for r in caplog.records) >= 2,
+            PATIENCE,
+            "the shared store's serdes warned about on each side",
+        )
+    messages = " ".join(r.message for r in caplog.records)
+    assert "shared among the instances that declare it" in messages
+
+
 def test_an_instance_declaring_one_store_more_leaves_the_shared_ones_served(
     instances: Instances,
 ) -> None:

@@ -364,3 +364,33 @@ def test_members_declaring_the_same_stores_get_the_one_assignment(
     assert assign_declared(declared, standbys, ACCEPTABLE) == assign(
         members, stores, standbys, ACCEPTABLE
     )
+
+
+def test_a_host_counts_once_with_the_stores_its_counted_member_declares() -> None:
+    # An instance restarted with a store fewer while its earlier incarnation (the smaller
+    # member id here) still counts: its host gets only what that incarnation declares...
+    earlier, restarted, other = (Member("a", host(0)), Member("b", host(0)), Member("c", host(1)))
+    result = assign_declared(
+        [(earlier, {"s": 2}), (restarted, {"s": 2, "t": 2}), (other, {"s": 2, "t": 2})],
+        1,
+        ACCEPTABLE,
+    )
+    assert {store for store, _, _ in result[host(0)].items()} <= {"s"}
+    assert {p for p, h in actives_of(result).items() if p[0] == "t"} == {("t", 0), ("t", 1)}
+    assert all(h == host(1) for p, h in actives_of(result).items() if p[0] == "t")
+    # ... and never a store none of its members declared, whichever counts.
+    result = assign_declared(
+        [(earlier, {"s": 2, "t": 2}), (restarted, {"s": 2}), (other, {"s": 2})], 1, ACCEPTABLE
+    )
+    assert set(result) == {host(0), host(1)}
+    assert all(h == host(0) for p, h in actives_of(result).items() if p[0] == "t")
+
+
+def test_a_store_declared_with_two_partition_counts_is_assigned_at_one() -> None:
+    # The changelog topics refuse all but one count at start; the layout never mixes them.
+    members = [Member(f"m{i}", host(i)) for i in range(3)]
+    result = assign_declared(
+        [(members[0], {"s": 2}), (members[1], {"s": 2}), (members[2], {"s": 4})], 0, ACCEPTABLE
+    )
+    assert sorted(actives_of(result)) == [("s", 0), ("s", 1)]
+    assert result[host(2)] == Assignment({})

@@ -22,10 +22,11 @@ from iqstate_kafka import BrokerUnavailableError, KafkaCluster, LocalBroker
 from iqstate_kafka import membership as membership_module
 from iqstate_kafka.assignor import Member
 from iqstate_kafka.errors import MembersTopicError
-from iqstate_kafka.heartbeats import Heartbeat, decode, encode
+from iqstate_kafka.heartbeats import Heartbeat, decode, encode, is_global, store_shape
 from iqstate_kafka.membership import Membership
 from iqstate_kafka.topics import ensure_members_topic
 
+from iqstate import Application
 from iqstate.runtime.metadata import HostInfo
 
 INTERVAL = 0.1
@@ -214,6 +215,16 @@ def test_heartbeats_round_trip_as_json() -> None:
     # A later version's other form of shapes: not compared, still a member.
     other = json.dumps({**document, "shapes": {"s": {"type": "key_value"}}}).encode()
     assert decode("m-1", other).member == heartbeat.member and decode("m-1", other).shapes == {}
+
+
+def test_a_global_store_is_known_as_one_from_its_shape(tmp_path: Path) -> None:
+    # A member that does not declare a global store (a rolling upgrade adding it) still
+    # lays it out as one, from the declarers' heartbeats.
+    app = Application("shapes", tmp_path)
+    app.key_value_store("orders", 2)
+    app.global_key_value_store("currencies")
+    assert is_global(store_shape(app.stores["currencies"]))
+    assert not is_global(store_shape(app.stores["orders"]))
 
 
 VALID = {"v": 1, "host": "h", "port": 80, "stores": {}, "lags": [], "actives": [], "restoring": []}

@@ -20,6 +20,7 @@ from iqstate import (
     Application,
     AppState,
     BatchGapError,
+    CorruptStateError,
     Engine,
     InMemoryChangelog,
     KeyQuery,
@@ -295,3 +296,12 @@ def test_unknown_engine_option_fails_at_declaration(tmp_path: Path, engine: str)
     with pytest.raises(ValueError, match="no_such_option"):
         app.key_value_store("s", 2, engine=engine, config={"no_such_option": 1})
     assert app.state is AppState.CREATED and "s" not in app.stores
+
+
+@pytest.mark.parametrize("damage", [b"{not json", b'{"partitions": [1\xff]}', b'{"other": 1}'])
+def test_a_damaged_record_of_committed_partitions_is_damage(tmp_path: Path, damage: bytes) -> None:
+    with make_app(tmp_path, "lmdb") as app:
+        write(app, 1, 10)
+    (tmp_path / "app" / "s" / RECORD_FILE).write_bytes(damage)
+    with pytest.raises(CorruptStateError, match=RECORD_FILE):
+        make_app(tmp_path, "lmdb").start()

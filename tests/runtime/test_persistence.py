@@ -150,6 +150,9 @@ def test_store_declared_differently_is_refused(tmp_path: Path) -> None:
     (tmp_path / "app" / "s" / "store.json").write_text("{not json")
     with pytest.raises(CorruptStateError, match="store.json"):
         open_app(tmp_path)
+    (tmp_path / "app" / "s" / "store.json").write_bytes(b'{"partitions": 3\xff}')  # not UTF-8
+    with pytest.raises(CorruptStateError, match="store.json"):
+        open_app(tmp_path)
 
 
 WRITER = """

@@ -30,13 +30,13 @@ class CommittedPartitions:
 
     def _read(self) -> frozenset[int]:
         try:
-            text = self.path.read_text(encoding="utf-8")
+            text = self.path.read_bytes()
         except FileNotFoundError:
             return frozenset()
         except OSError as exc:
             raise unreadable(self.path, exc) from exc
         try:
-            partitions = json.loads(text)["partitions"]
+            partitions = json.loads(text.decode("utf-8"))["partitions"]
             if not all(isinstance(p, int) and not isinstance(p, bool) for p in partitions):
                 raise ValueError("partitions must be integers")
             return frozenset(partitions)

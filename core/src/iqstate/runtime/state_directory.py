@@ -56,6 +56,8 @@ class StateDirectory:
                 text = None
             except OSError as exc:
                 raise unreadable(metadata_file, exc) from exc
+            except ValueError as exc:  # not UTF-8
+                raise CorruptStateError(f"cannot read {metadata_file}: {exc}") from exc
             if text is not None:
                 try:
                     recorded = json.loads(text)

@@ -57,7 +57,7 @@ from iqstate.runtime.assignment import (
 from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.metadata import Departure, HostInfo
 from iqstate_kafka.assignor import Member, assign_declared
-from iqstate_kafka.heartbeats import Heartbeat
+from iqstate_kafka.heartbeats import Heartbeat, is_global
 from iqstate_kafka.membership import LEAVING_GRACE, Membership
 from iqstate_kafka.progress import ReplicaProgress
 from iqstate_kafka.settings import ClusterSettings
@@ -326,13 +326,21 @@ class KafkaAssignment(AssignmentProvider):
         cluster's."""
         assert self._host is not None
         self._check_stores(live)
+        # Global stores, also those only others declare (a rolling upgrade adding one):
+        # every member lays them out alike.
+        everywhere = self._everywhere | {
+            name
+            for heartbeat in live.values()
+            for name, shape in heartbeat.shapes.items()
+            if is_global(shape)
+        }
         computed = assign_declared(
             ((heartbeat.member, heartbeat.stores) for heartbeat in live.values()),
             self._standbys,
             self._acceptable,
-            self._everywhere,
+            frozenset(everywhere),
         )
-        mine = self._restoring(computed.get(self._host, Assignment.empty()), previous, progress)
+        mine = self._restoring(self._declared(computed.get(self._host)), previous, progress)
         if cut_off:
             mine = Assignment(
                 {
@@ -349,6 +357,19 @@ class KafkaAssignment(AssignmentProvider):
             for host, assignment in computed.items()
         }
         return mine, cluster
+
+    def _declared(self, computed: Assignment | None) -> Assignment:
+        """This instance's part of the layout, of the store partitions it declares only (a
+        layout computed from other members' reports never asks it to host another)."""
+        if computed is None:
+            return Assignment.empty()
+        return Assignment(
+            {
+                store: {n: role for n, role in roles.items() if n < self._stores[store]}
+                for store, roles in computed.roles.items()
+                if store in self._stores
+            }
+        )
 
     @staticmethod
     def _restoring(
@@ -373,38 +394,50 @@ class KafkaAssignment(AssignmentProvider):
         return Assignment(roles)
 
     def _check_stores(self, live: Mapping[str, Heartbeat]) -> None:
+        """Warn, once per member, of what it declares otherwise than this instance: other
+        stores, other partition counts, or a shared store of another type, serde or
+        partitioner."""
         for member_id, heartbeat in live.items():
             if member_id in self._warned:
                 continue
-            if heartbeat.stores != self._stores:
-                self._warned.add(member_id)
+            theirs, host = heartbeat.stores, heartbeat.member.host
+            shared = sorted(set(theirs) & set(self._stores))
+            recounted = [name for name in shared if theirs[name] != self._stores[name]]
+            if set(theirs) != set(self._stores):
                 logger.warning(
                     "member %s (%s) declares stores %s, this instance %s: a store's "
                     "partitions are shared among the instances that declare it (an instance "
                     "that lacks one hosts none of it); declare the same stores everywhere "
                     "once a rolling change is done",
-                    member_id,
-                    heartbeat.member.host,
-                    dict(heartbeat.stores),
-                    self._stores,
-                )
-                continue
-            differ = sorted(
+                    member_id, host, sorted(theirs), sorted(self._stores),
+                )  # fmt: skip
+            if recounted:
+                logger.warning(
+                    "member %s (%s) declares %s, this instance %s: a store has the partition "
+                    "count of its changelog topic, so one of the two cannot have started; "
+                    "only one count is assigned",
+                    member_id, host,
+                    "; ".join(f"store {n!r} with {theirs[n]} partitions" for n in recounted),
+                    "; ".join(f"with {self._stores[n]}" for n in recounted),
+                )  # fmt: skip
+            differ = [
                 name
-                for name, shape in heartbeat.shapes.items()
-                if name in self._shapes and shape != self._shapes[name]
-            )
+                for name in shared
+                if name in heartbeat.shapes
+                and name in self._shapes
+                and heartbeat.shapes[name] != self._shapes[name]
+            ]
             if differ:
-                self._warned.add(member_id)
                 logger.warning(
                     "member %s (%s) declares %s, this instance %s: instances of one "
                     "application must declare each store alike, or they answer the same key "
                     "differently (a value another serde wrote) and place keys apart",
-                    member_id,
-                    heartbeat.member.host,
+                    member_id, host,
                     "; ".join(f"store {n!r} as {heartbeat.shapes[n]}" for n in differ),
                     "; ".join(f"as {self._shapes[n]}" for n in differ),
-                )
+                )  # fmt: skip
+            if set(theirs) != set(self._stores) or recounted or differ:
+                self._warned.add(member_id)
 
     def _report(self) -> Heartbeat:
         """This instance's heartbeat: lags, actives and restoring actives (membership thread)."""

@@ -123,10 +123,19 @@ def assign_declared(
     that adds it) leaves the shared stores served; when all declare the same stores this is
     `assign`."""
     declared = list(declared)
+    counted = {member.member_id for member in _one_per_host(m for m, _ in declared)}
     holders: dict[tuple[str, int], list[Member]] = {}
     for member, stores in declared:
+        if member.member_id not in counted:
+            continue  # a host counts once, as its first member, whatever the others declare
         for store, partitions in stores.items():
             holders.setdefault((store, partitions), []).append(member)
+    # A store declared with other partition counts (its topics refuse all but one at
+    # start): only the count most members declare (then the larger) is assigned.
+    chosen: dict[str, tuple[int, int]] = {}
+    for (store, partitions), members in holders.items():
+        chosen[store] = max(chosen.get(store, (0, 0)), (len(members), partitions))
+    holders = {key: members for key, members in holders.items() if chosen[key[0]][1] == key[1]}
     groups: dict[frozenset[str], dict[str, int]] = {}
     members_of: dict[frozenset[str], list[Member]] = {}
     for (store, partitions), members in sorted(holders.items()):
@@ -134,7 +143,7 @@ def assign_declared(
         groups.setdefault(ids, {})[store] = partitions
         members_of[ids] = members
     roles: dict[HostInfo, dict[str, Mapping[int, PartitionRole]]] = {
-        member.host: {} for member in _one_per_host(member for member, _ in declared)
+        member.host: {} for member, _ in declared if member.member_id in counted
     }
     for ids, stores in sorted(groups.items(), key=lambda group: sorted(group[1])):
         computed = assign(

@@ -69,7 +69,7 @@ refusals_logger = logging.getLogger("iqstate_kafka.follower.refusals")
 """Records a follower refuses or skips, one line per reason per commit. A partition whose
 writer keeps skipping batch ids has every later batch refused: each partition's line of a
 reason passes once per 30 s, saying how many it held back (all are counted in metrics)."""
-refusals_logger.addFilter(RepeatedLines(shape=lambda line: line.split(":", 2)[0]))
+refusals_logger.addFilter(RepeatedLines(shape=lambda line: line.split(":", 1)[0]))
 
 CONSUMER_DEFAULTS: Mapping[str, Any] = {
     "max.partition.fetch.bytes": 16 * 1024 * 1024,
@@ -528,18 +528,18 @@ class Follower:
             by_reason.setdefault(refusal.reason, []).append(refusal)
         for reason, some in by_reason.items():
             offsets = [refusal.offset for refusal in some]
-            # "store 's' partition p (reason)" first: the line's shape for the rate limit.
+            # Up to the first colon, the line's shape for the rate limit: the changelog
+            # partition (its topic names the application and store) and the reason.
             refusals_logger.log(
                 logging.WARNING if reason == BEHIND else logging.ERROR,
-                "store %r partition %d (%s): %s (%s): %s; %d changelog records and markers "
-                "of %s at offsets %d-%d not applied",
+                "%s, store %r partition %d, %s (%s): %s; %d changelog records and markers "
+                "at offsets %d-%d not applied",
+                followed.changelog,
                 *key,
-                reason,
                 "skipped" if reason == BEHIND else "refused",
                 reason,
                 some[0].detail,
                 len(some),
-                followed.changelog,
                 min(offsets),
                 max(offsets),
             )

@@ -51,6 +51,11 @@ def store_shape(spec: StoreSpec) -> str:
     return shape
 
 
+def is_global(shape: str) -> bool:
+    """Whether a store of this `store_shape` is a global store (every member hosts it all)."""
+    return shape.startswith("global_key_value,")
+
+
 def encode(heartbeat: Heartbeat) -> bytes:
     """The record value of `heartbeat` (its key is the member id)."""
     member = heartbeat.member
