@@ -306,3 +306,44 @@ def test_a_port_another_program_listens_on_is_refused_before_the_application_sta
     assert f"cannot listen on 127.0.0.1:{port}" in finished.stderr, finished.stderr
     assert "Traceback" not in finished.stderr
     assert not (state / "taken").exists(), "the application did not start"
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+def test_an_ipv6_address_is_checked_as_the_server_binds_it(tmp_path: Path) -> None:
+    # Free: it serves (the check binds an IPv6 socket); taken: refused, before starting.
+    state = tmp_path / "state"
+    (tmp_path / "v6_app.py").write_text(
+        "from iqstate import Application\n"
+        f"app = Application('v6', {str(state)!r})\n"
+        "app.key_value_store('s', 1)\n"
+    )
+    with socket.create_server(("::1", 0), family=socket.AF_INET6) as placeholder:
+        port = placeholder.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "iqstate.cli", "serve", "v6_app:app", "--host", "::1",
+         "--port", str(port)],
+        cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_until_ok(f"http://[::1]:{port}/v1/health", server, 30, "iqstate serve on ::1")
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)
+    with socket.create_server(("::1", 0), family=socket.AF_INET6) as other:
+        taken = other.getsockname()[1]
+        finished = subprocess.run(
+            [sys.executable, "-m", "iqstate.cli", "serve", "v6_app:app", "--host", "::1",
+             "--port", str(taken)],
+            cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert finished.returncode != 0
+    assert f"cannot listen on ::1:{taken}" in finished.stderr, finished.stderr

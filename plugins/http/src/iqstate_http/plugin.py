@@ -196,19 +196,33 @@ def _serve(args: argparse.Namespace) -> int:
 def _refuse_a_taken_port(host: str, port: int) -> None:
     """Refuse, before the application starts, an address the server cannot listen on: an
     instance joining its cluster first would be assigned partitions and routed to, then
-    leave when the server fails (another instance already serving there, say)."""
+    leave when the server fails (another instance already serving there, say). Each
+    address `host` resolves to is bound as the server binds it (asyncio: SO_REUSEADDR, and
+    IPv6 only on an IPv6 socket); anything else is left for the server to report."""
+    import errno
     import socket
 
     if port == 0:
         return
     try:
-        socket.create_server((host, port)).close()  # SO_REUSEADDR, as the server binds
-    except OSError as exc:
-        raise SystemExit(
-            f"iqstate serve: cannot listen on {host}:{port} ({exc.strerror or exc}); is another "
-            "instance or program serving there? Choose another --port, or --application-server "
-            "with --cluster"
-        ) from None
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return
+    for family, kind, protocol, _, address in addresses:
+        with socket.socket(family, kind, protocol) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
+                    continue
+                raise SystemExit(
+                    f"iqstate serve: cannot listen on {host}:{port} ({exc.strerror}); is "
+                    "another instance or program serving there? Choose another --port, or "
+                    "--application-server with --cluster"
+                ) from None
 
 
 def _refuse_cluster_options(args: argparse.Namespace) -> None:

@@ -205,9 +205,9 @@ def _terminated(signum: int, frame: FrameType | None) -> None:
 def _sigterm_returns() -> Iterator[None]:
     """Make SIGTERM (systemd's, Docker's and Kubernetes' stop) end `serve` by returning, so
     that the caller closes the application: its stores close cleanly (its partitions have
-    moved to their standbys during the drain). uvicorn catches the signal to shut down, then raises it
-    again for the handler it found: the default one ended the process there, before
-    anything after `serve` ran. A handler of the caller's own is left to do its job."""
+    moved to their standbys during the drain). uvicorn catches the signal to shut down,
+    then raises it again for the handler it found: the default one ended the process there,
+    before anything after `serve` ran. A handler of the caller's own is left to do its job."""
     if (
         threading.current_thread() is not threading.main_thread()  # signals reach it only
         or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
