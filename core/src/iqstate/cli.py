@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -145,6 +147,7 @@ def _add_plugin_command(commands: Any, command: Command) -> None:
     """Add a plugin's subcommand. One whose `add_arguments` fails (its module does not
     import, say) is reported and left unusable, so the other subcommands keep working."""
     subparser = commands.add_parser(command.name, help=command.help)
+    subparser.set_defaults(iqstate_parser=subparser)
     try:
         command.add_arguments(subparser)
     except Exception as error:
@@ -156,6 +159,21 @@ def _add_plugin_command(commands: Any, command: Command) -> None:
         subparser.set_defaults(iqstate_unavailable_command=reason)
 
 
+def unrecognized(arguments: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """argparse's message for arguments `parser` does not take, with the option meant
+    where one is close (`--state_dir`: `--state-dir`)."""
+    options = sorted(set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", parser.format_usage())))
+    meant = []
+    for argument in arguments:
+        if argument.startswith("-"):
+            given = argument.split("=", 1)[0]
+            close = difflib.get_close_matches(given.replace("_", "-"), options, n=1)
+            if close and close[0] != given:
+                meant.append(f"{given}: did you mean {close[0]}?")
+    hint = f" ({'; '.join(meant)})" if meant else ""
+    return f"unrecognized arguments: {' '.join(arguments)}{hint}"
+
+
 def build_parser(registry: PluginRegistry) -> argparse.ArgumentParser:
     """The `iqstate` parser: the built-in subcommands, then those of the plugins."""
     parser = argparse.ArgumentParser(prog="iqstate", description=__doc__)
@@ -164,7 +182,9 @@ def build_parser(registry: PluginRegistry) -> argparse.ArgumentParser:
         "plugins", help="list installed engines, query types and which engine answers which"
     )
     plugins.add_argument("--json", action="store_true", help="print JSON instead of text")
+    plugins.set_defaults(iqstate_parser=plugins)
     scaffold = commands.add_parser("new-store", help="scaffold a new store plugin distribution")
+    scaffold.set_defaults(iqstate_parser=scaffold)
     scaffold.add_argument("name", help="the engine's name, e.g. my-store")
     scaffold.add_argument("--output-dir", default=".")
     scaffold.add_argument(
@@ -185,7 +205,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     registry = default_registry()
-    args = build_parser(registry).parse_args(argv)
+    parser = build_parser(registry)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # reported by the subcommand's parser: its usage, and the flag meant
+        command_parser: argparse.ArgumentParser = getattr(args, "iqstate_parser", parser)
+        command_parser.error(unrecognized(unknown, command_parser))
     unavailable = getattr(args, "iqstate_unavailable_command", None)
     if unavailable is not None:
         print(f"iqstate {args.command}: {unavailable}", file=sys.stderr)
