@@ -31,3 +31,9 @@ def test_an_argument_nothing_resembles_is_named_alone(capsys: pytest.CaptureFixt
     with pytest.raises(SystemExit):
         main(["plugins", "extra"])
     assert "iqstate plugins: error: unrecognized arguments: extra\n" in capsys.readouterr().err
+
+
+def test_a_plugin_command_describes_itself_in_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    assert "serve an Application's stores over HTTP" in capsys.readouterr().out

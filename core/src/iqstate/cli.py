@@ -146,7 +146,7 @@ def new_store(name: str, output_dir: str, template: str | None, registry: Plugin
 def _add_plugin_command(commands: Any, command: Command) -> None:
     """Add a plugin's subcommand. One whose `add_arguments` fails (its module does not
     import, say) is reported and left unusable, so the other subcommands keep working."""
-    subparser = commands.add_parser(command.name, help=command.help)
+    subparser = commands.add_parser(command.name, help=command.help, description=command.help)
     subparser.set_defaults(iqstate_parser=subparser)
     try:
         command.add_arguments(subparser)

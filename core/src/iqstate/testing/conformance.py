@@ -146,7 +146,12 @@ class StoreConformance:
         query_handlers: QueryHandlerRegistry | None,
     ) -> Iterator[Callable[..., WindowStore[bytes, bytes]]]:
         if not self.window:
-            pytest.skip("store does not provide window stores")
+            pytest.skip(
+                "window = False, though the engine provides window stores: set window = True "
+                "on the test class to check them"
+                if store_factory.window is not None
+                else "store does not provide window stores"
+            )
         if store_factory.window is None:
             pytest.fail("window = True but store_factory has no window factory")
         window_factory = store_factory.window
