@@ -192,6 +192,21 @@ def test_hooks_that_would_do_nothing_silently_are_warned_about(
     ), warnings
 
 
+def test_an_extra_plugins_hooks_that_would_do_nothing_are_warned_about_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Unmarked:
+        def iqstate_register_engines(self, register: object) -> None:  # no @hookimpl
+            raise AssertionError("never called")
+
+    with caplog.at_level(logging.WARNING, logger="iqstate.plugins"):
+        make_plugin_manager(load_entry_points=False, extra_plugins=[("mine", Unmarked())])
+    assert any(
+        "plugin 'mine' defines iqstate_register_engines without @hookimpl" in r.getMessage()
+        for r in caplog.records
+    )
+
+
 def test_a_store_of_a_failed_plugins_engine_says_the_plugin_failed_and_why(
     install: Install, tmp_path: Path
 ) -> None:

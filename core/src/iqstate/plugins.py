@@ -191,6 +191,7 @@ def make_plugin_manager(
         manager.load_entry_points()
     for name, plugin in extra_plugins:
         manager.register(plugin, name=name)
+        manager._warn_hooks_doing_nothing(plugin, name)  # as for an entry point's
     manager.check_pending()
     return manager
 
