@@ -412,13 +412,12 @@ class KafkaAssignment(AssignmentProvider):
                     member_id, host, sorted(theirs), sorted(self._stores),
                 )  # fmt: skip
             if recounted:
-                logger.warning(
-                    "member %s (%s) declares %s, this instance %s: a store has the partition "
-                    "count of its changelog topic, so one of the two cannot have started; "
-                    "only one count is assigned",
+                _warn_unlike(
                     member_id, host,
-                    "; ".join(f"store {n!r} with {theirs[n]} partitions" for n in recounted),
-                    "; ".join(f"with {self._stores[n]}" for n in recounted),
+                    [f"store {n!r} with {theirs[n]} partitions" for n in recounted],
+                    [f"with {self._stores[n]}" for n in recounted],
+                    "a store has the partition count of its changelog topic, so one of the two "
+                    "cannot have started; only one count is assigned",
                 )  # fmt: skip
             differ = [
                 name
@@ -428,13 +427,13 @@ class KafkaAssignment(AssignmentProvider):
                 and heartbeat.shapes[name] != self._shapes[name]
             ]
             if differ:
-                logger.warning(
-                    "member %s (%s) declares %s, this instance %s: instances of one "
-                    "application must declare each store alike, or they answer the same key "
-                    "differently (a value another serde wrote) and place keys apart",
+                _warn_unlike(
                     member_id, host,
-                    "; ".join(f"store {n!r} as {heartbeat.shapes[n]}" for n in differ),
-                    "; ".join(f"as {self._shapes[n]}" for n in differ),
+                    [f"store {n!r} as {heartbeat.shapes[n]}" for n in differ],
+                    [f"as {self._shapes[n]}" for n in differ],
+                    "instances of one application must declare each store alike, or they "
+                    "answer the same key differently (a value another serde wrote) and place "
+                    "keys apart",
                 )  # fmt: skip
             if set(theirs) != set(self._stores) or recounted or differ:
                 self._warned.add(member_id)
@@ -455,6 +454,16 @@ class KafkaAssignment(AssignmentProvider):
             self._stores,
             self._shapes,
         )
+
+
+def _warn_unlike(
+    member_id: str, host: HostInfo, theirs: list[str], ours: list[str], why: str
+) -> None:
+    """Warn that member `member_id` declares stores otherwise than this instance."""
+    logger.warning(
+        "member %s (%s) declares %s, this instance %s: %s",
+        member_id, host, "; ".join(theirs), "; ".join(ours), why,
+    )  # fmt: skip
 
 
 def _described(assignment: Assignment) -> str:
