@@ -12,7 +12,13 @@ import pytest
 from iqstate_kafka import KafkaCluster
 from support.network import free_port
 
-from iqstate import Application, RangeQuery, StateQueryRequest, UnknownStateStoreError
+from iqstate import (
+    Application,
+    IncompatibleStateError,
+    RangeQuery,
+    StateQueryRequest,
+    UnknownStateStoreError,
+)
 
 
 def test_a_writer_writes_without_joining(
@@ -68,3 +74,34 @@ def test_an_application_with_no_store_starts_and_says_why_a_write_fails(
         with pytest.raises(UnknownStateStoreError, match="orders"):
             with writer.begin_batch(position={"src": {0: 1}}, batch_id=1) as batch:
                 batch.put("orders", "k", "v")
+
+
+def test_a_writer_declaring_a_store_otherwise_than_the_instances_is_refused_at_start(
+    kafka_broker: Any, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    # Its values would reach every replica and fail every read of those keys there.
+    app_id = unique_name("unlike")
+    bootstrap = kafka_broker.bootstrap_servers
+    serving = Application(
+        app_id, tmp_path / "serving", application_server=f"127.0.0.1:{free_port()}",
+        cluster=KafkaCluster(bootstrap),
+    )  # fmt: skip
+    serving.key_value_store("orders", 2, value_serde="json")
+
+    def writer(name: str, value_serde: str) -> Application:
+        app = Application(app_id, tmp_path / name, cluster=KafkaCluster(bootstrap), serving=False)
+        app.key_value_store("orders", 2, value_serde=value_serde)
+        return app
+
+    with serving:
+        unlike = writer("unlike", "string")
+        with pytest.raises(IncompatibleStateError) as refused:
+            unlike.start()
+        assert "store 'orders' as key_value, key_serde string, value_serde string here" in str(
+            refused.value
+        )
+        assert "value_serde json by 127.0.0.1:" in str(refused.value)
+        unlike.close()
+        with writer("alike", "json") as alike:
+            with alike.begin_batch(position={"src": {0: 1}}, batch_id=1) as batch:
+                batch.put("orders", "o-1", {"total": 12})

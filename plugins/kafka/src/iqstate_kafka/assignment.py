@@ -57,6 +57,7 @@ from iqstate.runtime.assignment import (
 from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.metadata import Departure, HostInfo
 from iqstate_kafka.assignor import Member, assign_declared
+from iqstate_kafka.declarations import check_like_the_members
 from iqstate_kafka.heartbeats import Heartbeat, is_global
 from iqstate_kafka.membership import LEAVING_GRACE, Membership
 from iqstate_kafka.progress import ReplicaProgress
@@ -493,17 +494,26 @@ def _as_reported(assignment: Assignment, running: frozenset[StorePartition] | No
 
 
 class WriterAssignment(AssignmentProvider):
-    """The assignment of an application that only writes (`serving=False`): it checks the
-    changelog topics its batches go to at start, hosts nothing, joins nothing, and so is
-    never in the cluster's metadata nor routed to."""
+    """The assignment of an application that only writes (`serving=False`): at start it
+    checks the changelog topics its batches go to, and its stores against how the serving
+    instances declare them (`shapes()`, read then: `declarations`); it hosts nothing, joins
+    nothing, and so is never in the cluster's metadata nor routed to."""
 
-    def __init__(self, kafka: ClusterSettings, application_id: str) -> None:
+    def __init__(
+        self,
+        kafka: ClusterSettings,
+        application_id: str,
+        shapes: Callable[[], Mapping[str, str]] | None = None,
+    ) -> None:
         super().__init__()
         self._kafka = kafka
         self._application_id = application_id
+        self._shapes = shapes
 
     def start(self, this_host: HostInfo, stores: Mapping[str, int]) -> None:
         ensure_changelog_topics(self._kafka, self._application_id, stores)
+        if self._shapes is not None:
+            check_like_the_members(self._kafka, self._application_id, self._shapes())
 
     def assignment(self) -> Assignment:
         return Assignment.empty()

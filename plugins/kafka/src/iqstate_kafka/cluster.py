@@ -58,8 +58,12 @@ class KafkaCluster(ClusterSettings):
         from iqstate_kafka.follower import Follower
         from iqstate_kafka.heartbeats import store_shape
 
+        def shapes() -> dict[str, str]:  # at start: stores are declared after connecting
+            return {name: store_shape(spec) for name, spec in member.stores.items()}
+
         if not member.serving:
-            return KafkaConnection(self, member, WriterAssignment(self, member.application_id))
+            writer = WriterAssignment(self, member.application_id, shapes)
+            return KafkaConnection(self, member, writer)
 
         assignment = KafkaAssignment(
             self,
@@ -68,8 +72,7 @@ class KafkaCluster(ClusterSettings):
             heartbeat_interval=self.heartbeat_interval,
             liveness_timeout=self.liveness_timeout,
             acceptable_recovery_lag=self.acceptable_recovery_lag,
-            # At start: the application declares its stores after connecting.
-            shapes=lambda: {name: store_shape(spec) for name, spec in member.stores.items()},
+            shapes=shapes,
         )
         follower = Follower(self, reader_processes=self.reader_processes)
         assignment.attach_progress(follower)
