@@ -17,7 +17,7 @@ from iqstate_kafka.topics import changelog_topic
 from iqstate_spark import ClusterStores, to_store
 
 from iqstate import Application, Position, Serdes
-from iqstate.errors import IqstateError
+from iqstate.errors import IncompatibleStateError, IqstateError
 from iqstate.keyspace import encode_window_key
 
 
@@ -137,3 +137,22 @@ def test_bad_declarations_and_rows_are_refused_clearly(
     with pytest.raises(Exception, match="returned 5; the store has partitions 0..1"):
         sink(spark.createDataFrame([("x", 1)], "k string, v long"), 0)
     assert sink.last_batch is None, "a failed batch is not reported as written"
+
+
+def test_a_sink_declaring_a_store_otherwise_than_the_serving_instances_is_refused(
+    cluster: KafkaCluster, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    # Its values would reach every replica and fail every read of those keys there.
+    app_id = unique_name("unlike")
+    serving = Application(
+        app_id, tmp_path / "serving", application_server="127.0.0.1:7099", cluster=cluster
+    )
+    serving.key_value_store("counts", 2, value_serde="json")
+    with serving:
+        unlike = ClusterStores(cluster, app_id)
+        unlike.key_value_store("counts", 2, value_serde="int64")
+        with pytest.raises(IncompatibleStateError, match="value_serde int64 here, as .*json"):
+            to_store(unlike, "counts", key="k", value="v")
+        alike = ClusterStores(cluster, app_id)
+        alike.key_value_store("counts", 2, value_serde="json")
+        assert callable(to_store(alike, "counts", key="k", value="v"))

@@ -40,15 +40,22 @@ class Heartbeat:
 def store_shape(spec: StoreSpec) -> str:
     """What instances of one application must agree on about a store, beyond its partition
     count: its type, its serdes and its partitioner (the engine may differ)."""
-    described = spec.describe()
+    return shape_of(spec.store_type, spec.key_serde, spec.value_serde, spec.partitioner)
+
+
+def shape_of(store_type: str, key_serde: object, value_serde: object, partitioner: object) -> str:
+    """`store_shape` of a store declared with these (a writer's declaration, say)."""
     shape = (
-        f"{described['store_type']}, key_serde {described['key_serde']}, "
-        f"value_serde {described['value_serde']}"
+        f"{store_type}, key_serde {_serde_name(key_serde)}, value_serde {_serde_name(value_serde)}"
     )
-    partitioner = spec.partitioner
     if partitioner is not None:
         shape += f", partitioner {getattr(partitioner, '__qualname__', type(partitioner).__name__)}"
     return shape
+
+
+def _serde_name(serde: object) -> str:
+    """How `StoreSpec.describe` names a serde (its `name`, else its class)."""
+    return str(getattr(serde, "name", type(serde).__name__))
 
 
 def is_global(shape: str) -> bool:
