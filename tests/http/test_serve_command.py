@@ -347,3 +347,29 @@ def test_an_ipv6_address_is_checked_as_the_server_binds_it(tmp_path: Path) -> No
         )  # fmt: skip
     assert finished.returncode != 0
     assert f"cannot listen on ::1:{taken}" in finished.stderr, finished.stderr
+
+
+def test_a_client_that_does_not_speak_http_is_logged_once_not_per_connection(
+    tmp_path: Path,
+) -> None:
+    # A Kafka client given an instance's address reconnects every few milliseconds.
+    (tmp_path / "plain_app.py").write_text(
+        "from iqstate import Application\n"
+        f"app = Application('plain', {str(tmp_path / 'state')!r})\n"
+        "app.key_value_store('s', 1)\n"
+    )
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "iqstate.cli", "serve", "plain_app:app", "--port", str(port)],
+        cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_until_ok(f"http://127.0.0.1:{port}/v1/health", server, 30, "iqstate serve")
+        for _ in range(50):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as peer:
+                peer.sendall(b"\x00\x00\x00\x14\x00\x12\x00\x03not http at all\r\n\r\n")
+                peer.recv(1024)  # uvicorn answers 400 and closes
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, stderr = server.communicate(timeout=30)
+    assert stderr.count("Invalid HTTP request received.") == 1, stderr

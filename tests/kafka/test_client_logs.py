@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import logging
 
-from iqstate_kafka.client_logs import RepeatedLines
+from iqstate_kafka.client_logs import shape
+
+from iqstate.repeated_lines import RepeatedLines
 
 REFUSED = (
     "FAIL [rdkafka#consumer-{client}] [thrd:127.0.0.1:9092/bootstrap]: 127.0.0.1:9092/bootstrap: "
@@ -21,7 +23,7 @@ def record(line: str) -> logging.LogRecord:
 
 def test_a_repeated_line_passes_once_per_window_with_the_count_held_back() -> None:
     now = [0.0]
-    repeated = RepeatedLines(window=30, clock=lambda: now[0])
+    repeated = RepeatedLines(shape, window=30, clock=lambda: now[0])
     passed = []
     for step in range(100):  # a reconnect every 0.5 s for 50 s, from two clients
         now[0] = step * 0.5

@@ -18,6 +18,7 @@ from types import FrameType
 import uvicorn
 
 from iqstate import Application
+from iqstate.repeated_lines import RepeatedLines
 from iqstate_http.admission import RangeLimits
 from iqstate_http.change_stream import StreamSettings
 from iqstate_http.limits import DEFAULT_MAX_BODY, DEFAULT_MAX_ROWS, ConnectionLimits
@@ -25,6 +26,14 @@ from iqstate_http.protocol import LimitedHttpToolsProtocol
 from iqstate_http.service import QueryService
 
 log = logging.getLogger("iqstate_http")
+
+INVALID_REQUEST = "Invalid HTTP request received."
+"""uvicorn's warning for bytes that are not HTTP, once per connection: a client of another
+protocol pointed at the port (a Kafka client given an instance's address, say) reconnects
+every few milliseconds. Logged once per 30 s, with how many were held back."""
+logging.getLogger("uvicorn.error").addFilter(
+    RepeatedLines(lambda line: line if line == INVALID_REQUEST else None)
+)
 
 
 def _is_loopback(host: str) -> bool:

@@ -46,11 +46,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from iqstate.position import TopicPartition
+from iqstate.repeated_lines import RepeatedLines
 from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.cluster import ChangelogCounts
 from iqstate.runtime.following import FollowedPartition, FollowedPartitions
 from iqstate_kafka.applying import BEHIND, Refusal, StoreCommit, fold
-from iqstate_kafka.client_logs import RepeatedLines
 from iqstate_kafka.progress import CaughtUpListener
 from iqstate_kafka.reader import (
     ChangelogConsumer,
@@ -69,7 +69,7 @@ refusals_logger = logging.getLogger("iqstate_kafka.follower.refusals")
 """Records a follower refuses or skips, one line per reason per commit. A partition whose
 writer keeps skipping batch ids has every later batch refused: each partition's line of a
 reason passes once per 30 s, saying how many it held back (all are counted in metrics)."""
-refusals_logger.addFilter(RepeatedLines(shape=lambda line: line.split(":", 1)[0]))
+refusals_logger.addFilter(RepeatedLines(lambda line: line.split(":", 1)[0]))
 
 CONSUMER_DEFAULTS: Mapping[str, Any] = {
     "max.partition.fetch.bytes": 16 * 1024 * 1024,

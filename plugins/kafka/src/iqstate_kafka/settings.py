@@ -20,12 +20,13 @@ from dataclasses import KW_ONLY, dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from iqstate_kafka.client_logs import RepeatedLines
+from iqstate.repeated_lines import RepeatedLines
+from iqstate_kafka.client_logs import shape
 
 CLIENT_LOGGER = logging.getLogger("iqstate_kafka.client")
 """Where librdkafka's own log lines go (instead of stderr) unless `client_config` names one;
 a line that repeats is logged once per 30 s (`iqstate_kafka.client_logs`)."""
-CLIENT_LOGGER.addFilter(RepeatedLines())
+CLIENT_LOGGER.addFilter(RepeatedLines(shape))
 
 OWNED_SETTINGS = frozenset(
     {
