@@ -32,7 +32,10 @@ Faults never stop it and never make it spin: a broker that does not answer makes
 (backing off) while queries keep being answered from the local replicas, and the reader's
 consumer reconnects by itself; a partition whose store fails to apply a unit is set aside
 and retried later, from its committed offset; any other failure replaces the reader and
-starts over from the committed offsets, after a pause that doubles up to a bound.
+starts over from the committed offsets, after a pause that doubles up to a bound. So does a
+reader that reads nothing at all for `STALL_AFTER` seconds while the broker says a partition
+it reads holds more (`iqstate_kafka.stall_watch`: a librdkafka consumer can stop fetching
+after a broker restart).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from iqstate_kafka.reader import (
 from iqstate_kafka.reader_processes import ProcessChangelogConsumer
 from iqstate_kafka.replicas import ReplicaOffsets
 from iqstate_kafka.settings import ClusterSettings
+from iqstate_kafka.stall_watch import StallWatch
 from iqstate_kafka.watermarks import WatermarkAsker
 
 logger = logging.getLogger("iqstate_kafka.follower")
@@ -87,6 +91,15 @@ and then waited a second per partition: measured on the real broker (1,000,080 r
 4 partitions, a bare `consume` loop), 224k records/s with librdkafka's default, 1.3-1.8M
 with 0-10 ms, at the same CPU a record; the follower restoring into RocksDB went from 210k
 to 259-277k records/s. 10 ms keeps the fetcher from spinning on a full queue."""
+
+STALL_AFTER = 30.0
+"""Seconds a partition may stay behind the end offset the broker last gave (that answer a
+success) while the reader reads nothing of any partition, before the reader counts as stuck
+and is replaced (`iqstate_kafka.stall_watch`). A healthy reader moves within a fetch, and
+after an outage it reconnects within seconds. A false alarm costs a new reader from the
+committed offsets (what it had read but not applied is read again)."""
+STALL_PATIENCE_MOST = 600.0
+"""The longest wait a partition that stalled again and again is given (it doubles)."""
 
 SETTLE_AFTER = 50_000
 """Records a replica must have applied in its restore (from when it was tracked or rebuilt
@@ -124,6 +137,8 @@ class _Followed:
     restored: int | None = 0
     """Records applied in the replica's restore; None once it first reached the end of its
     changelog (0 again when it is rebuilt)."""
+    unanswered: bool = False
+    """The broker's latest answer for the partition's offsets was a failure."""
 
 
 class Follower:
@@ -169,6 +184,7 @@ class Follower:
         self._broker_retry_at = 0.0
         self._broker_backoff = _Backoff(poll_timeout, max_backoff)
         self._listeners: list[CaughtUpListener] = []
+        self._stalls: StallWatch[StorePartition] = StallWatch(STALL_AFTER, STALL_PATIENCE_MOST)
         # Shared with other threads, under _lock:
         self._lock = threading.Lock()
         self._offsets: dict[StorePartition, ReplicaOffsets] = {}
@@ -288,8 +304,12 @@ class Follower:
                 try:
                     if reader is None:
                         reader = self._new_reader()
-                    self._loop(partitions, reader)
+                    stalled = self._loop(partitions, reader)
                     failures.reset()
+                    if stalled is not None:
+                        self._stalls.replaced(stalled)
+                        self._discard(reader, closing_aside=True)
+                        reader = None
                 except Exception:
                     delay = failures.next()
                     logger.exception(
@@ -297,6 +317,7 @@ class Follower:
                         "committed in the stores in %.1f s",
                         delay,
                     )
+                    self._stalls.replaced()
                     self._discard(reader)
                     reader = None
                     self._stopping.wait(delay)
@@ -306,8 +327,10 @@ class Follower:
                 self._running = False
                 self._lifecycle.notify_all()
 
-    def _discard(self, reader: ChangelogReading | None) -> None:
-        """Close `reader` (what it had assigned is assigned again to its successor)."""
+    def _discard(self, reader: ChangelogReading | None, *, closing_aside: bool = False) -> None:
+        """Close `reader` (what it had assigned is assigned again to its successor);
+        `closing_aside`: on a thread of its own, for a reader stuck in librdkafka, whose
+        close may hang as well."""
         for key, followed in self._followed.items():
             if followed.assigned and reader is not None:
                 self._skipped_before[key] = self._skipped_before.get(key, 0) + reader.skipped(
@@ -315,20 +338,26 @@ class Follower:
                 )
             followed.assigned = False
         if reader is not None:
-            try:
-                reader.close()
-            except Exception:
-                logger.exception("closing the changelog reader failed")
+            if closing_aside:
+                threading.Thread(
+                    target=_close, args=(reader,), name="iqstate-follower-close", daemon=True
+                ).start()
+            else:
+                _close(reader)
 
-    def _loop(self, partitions: FollowedPartitions, reader: ChangelogReading) -> None:
+    def _loop(
+        self, partitions: FollowedPartitions, reader: ChangelogReading
+    ) -> StorePartition | None:
+        """One round; the partition the reader stalled in, if it did."""
         self._sync(partitions, reader)
         self._ask_offsets(reader)
         events = reader.read(self._poll_timeout)
         self._apply(reader, events)
         self._count_skipped(reader)
-        self._note_positions(reader)
+        stalled = self._note_positions(reader)
         self._settle_restored()
         self._announce()
+        return stalled
 
     # -- 1. the hosted partitions ------------------------------------------------------------
 
@@ -385,8 +414,10 @@ class Follower:
                 continue  # no longer hosted
             if isinstance(answer, str):
                 failed.setdefault(answer, []).append(changelog)
+                self._followed[key].unanswered = True
                 continue
             followed = self._followed[key]
+            followed.unanswered = False
             followed.refresh_at = time.monotonic() + self._refresh_interval
             if not followed.assigned and time.monotonic() >= followed.retry_at:
                 self._assign(reader, key, followed, answer)
@@ -606,7 +637,8 @@ class Follower:
         with self._lock:
             self._skipped = counts
 
-    def _note_positions(self, reader: ChangelogReading) -> None:
+    def _note_positions(self, reader: ChangelogReading) -> StorePartition | None:
+        """Record where the reader is; the partition it stalled in, if it did (logged)."""
         positions = {
             key: reader.position(followed.changelog) if followed.assigned else None
             for key, followed in self._followed.items()
@@ -614,6 +646,33 @@ class Follower:
         with self._lock:
             for key, position in positions.items():
                 self._offsets[key].read_to(position)
+            behind = [
+                key
+                for key, position in positions.items()
+                if position is not None
+                and self._offsets[key].end_known
+                and not self._offsets[key].at_end
+            ]
+        reading = {key: position for key, position in positions.items() if position is not None}
+        found = self._stalls.stalled(
+            time.monotonic(), reading, (key for key in behind if not self._followed[key].unanswered)
+        )
+        if found is None:
+            return None
+        key, waited = found
+        with self._lock:
+            end = self._offsets[key].end
+        logger.warning(
+            "the changelog reader read nothing for %.0f s though the broker says %s (store %r "
+            "partition %d) holds offsets up to %s and it is at %s: it is stuck; replacing it, "
+            "from the offsets committed in the stores",
+            waited,
+            self._followed[key].changelog,
+            *key,
+            end,
+            reading[key],
+        )
+        return key
 
     # -- 4. caught up ----------------------------------------------------------------------------
 
@@ -652,3 +711,10 @@ class Follower:
                 finally:
                     with self._lifecycle:
                         self._in_listener = False
+
+
+def _close(reader: ChangelogReading) -> None:
+    try:
+        reader.close()
+    except Exception:
+        logger.exception("closing the changelog reader failed")

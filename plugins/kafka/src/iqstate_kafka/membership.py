@@ -27,8 +27,9 @@ live before gets a fresh `liveness_timeout` to be heard from again. So a broker 
 changes nobody's view, and a member that died meanwhile is dropped `liveness_timeout` after
 the topic flows again. A member whose own heartbeats do not get through while others' do is
 the odd one out: it keeps its view, the others drop it. Its heartbeats failing to be
-delivered meanwhile, it replaces its producer once a liveness timeout (a librdkafka producer
-can stay stuck after a broker restart: `Membership._renew_stuck_producer`).
+delivered meanwhile, it replaces its producer once a liveness timeout; delivered but not
+read back, its consumer (a librdkafka client can stay stuck after a broker restart:
+`Membership._renew_stuck_producer`, `Membership._renew_stuck_consumer`).
 
 **Joining.** A new member reads the topic from the beginning, writes its first heartbeat and
 waits (at most the cluster's `timeout`) until it reads it back. The topic stamps records with
@@ -182,8 +183,15 @@ class Membership:
         """Why the last heartbeat the producer failed to deliver failed (None: none since it
         was made)."""
         self._renewals = 0
-        """Producers replaced since this member's heartbeats last came back."""
+        """Producers and consumers replaced since this member's heartbeats last came back."""
         self._consumer: Consumer | None = None
+        self._consumer_since = 0.0
+        """When the consumer was made (monotonic): a stuck one is replaced at most this often."""
+        self._next_offset = OFFSET_BEGINNING
+        """The offset of the next record of the topic to read (where a new consumer starts)."""
+        self._unread_since: float | None = None
+        """When a record of this member was first delivered since its heartbeats last came
+        back (monotonic; None: none was)."""
         self._stop = threading.Event()
         self._beat = threading.Event()
         self._thread: threading.Thread | None = None
@@ -201,20 +209,10 @@ class Membership:
         heartbeat) and start heartbeating. `BrokerUnavailableError` if the cluster does not
         answer within its `timeout`; `MembersTopicError` for a topic that does not fit."""
         ensure_members_topic(self._cluster, self._application_id)
-        consumer = self._consumer = Consumer(
-            self._cluster.client_settings(
-                {**MEMBERS_CLIENT_DEFAULTS, "group.id": f"iqstate-members-{self._application_id}"},
-                **{
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "auto.offset.reset": "earliest",
-                },
-            )
-        )
+        consumer = self._consumer = self._new_consumer()
         producer = self._producer = self._new_producer()
-        self._producer_since = time.monotonic()
+        self._producer_since = self._consumer_since = time.monotonic()
         try:
-            consumer.assign([KafkaTopicPartition(self._topic, 0, OFFSET_BEGINNING)])
             self._join()
         except BaseException:
             producer.purge()
@@ -300,6 +298,7 @@ class Membership:
         as the broker stamped them before it (dead if longer than the liveness timeout)."""
         now = time.monotonic()
         self._clock.echo(now)
+        self._unread_since = None
         observed = self._clock.read(now)
         self._entries = {self._member_id: _Entry(own, observed)}
         for member_id, (heartbeat, sent) in sorted(backlog.items()):
@@ -335,6 +334,7 @@ class Membership:
                 self._receive(messages)
                 expired = self._expire()
                 self._renew_stuck_producer()
+                self._renew_stuck_consumer()
                 if (messages or expired) and self._publish():
                     self._on_change(self.live())
             except Exception:
@@ -421,6 +421,7 @@ class Membership:
         observed = self._clock.read(now)
         for entry in self._entries.values():
             entry.received = max(entry.received, observed)
+        self._unread_since = None
         self._blind_warned = None
         self._renewals = 0
         logger.info(
@@ -493,6 +494,21 @@ class Membership:
 
     # -- clients -----------------------------------------------------------------------------
 
+    def _new_consumer(self) -> Consumer:
+        """A consumer of the members topic from `_next_offset` (the beginning at first)."""
+        consumer = Consumer(
+            self._cluster.client_settings(
+                {**MEMBERS_CLIENT_DEFAULTS, "group.id": f"iqstate-members-{self._application_id}"},
+                **{
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "auto.offset.reset": "earliest",
+                },
+            )
+        )
+        consumer.assign([KafkaTopicPartition(self._topic, 0, self._next_offset)])
+        return consumer
+
     def _new_producer(self) -> Producer:
         return Producer(
             self._cluster.client_settings(
@@ -517,6 +533,8 @@ class Membership:
         past outage must not make a later, healthy silence look like a stuck producer)."""
         if error is None:
             self._undelivered = None
+            if self._unread_since is None and self._clock.blind(time.monotonic()):
+                self._unread_since = time.monotonic()
             return
         logger.debug("members topic: a record was not delivered: %s", error.str())
         self._undelivered = error.str()
@@ -552,6 +570,37 @@ class Membership:
         self._renewals += 1
         self._beat.set()  # the purged heartbeat again, from the new producer, at once
 
+    def _renew_stuck_consumer(self) -> None:
+        """Replace the consumer when this member's records are delivered but its heartbeats
+        do not come back for a liveness timeout, at most once a liveness timeout. A
+        librdkafka consumer of an assigned partition can stop fetching for good after a
+        broker restart while every other client carries on (seen once in a CI run: 300 s
+        blind while the producer delivered; confluentinc/librdkafka#5153 reports the same,
+        cured by a new consumer). The new one resumes after the last record read."""
+        now = time.monotonic()
+        if (
+            self._unread_since is None
+            or now - self._unread_since < self._timeout
+            or now - self._consumer_since < self._timeout
+        ):
+            return
+        assert self._consumer is not None
+        (logger.warning if self._renewals == 0 else logger.info)(
+            "members topic: this member's heartbeats are delivered but not read back for "
+            "%.0f s; replacing its consumer (resuming at offset %d)",
+            now - self._unread_since,
+            self._next_offset,
+        )
+        # On a thread of its own: closing a consumer stuck in librdkafka may hang as well,
+        # and this thread heartbeats.
+        threading.Thread(
+            target=self._consumer.close, name="iqstate-members-close", daemon=True
+        ).start()
+        self._consumer = self._new_consumer()
+        self._consumer_since = now
+        self._unread_since = None
+        self._renewals += 1
+
     def _send(self, member_id: str, value: bytes | None) -> None:
         assert self._producer is not None
         try:
@@ -563,6 +612,11 @@ class Membership:
         assert self._producer is not None and self._consumer is not None
         self._producer.poll(0)
         messages: list[Message] = self._consumer.consume(1000, timeout)
+        for message in reversed(messages):
+            offset = message.offset()
+            if message.error() is None and offset is not None:
+                self._next_offset = offset + 1
+                break
         return messages
 
     def _parse(self, message: Message) -> tuple[str, Heartbeat | None] | None:
