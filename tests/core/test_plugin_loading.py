@@ -72,6 +72,29 @@ def iqstate_register_commands(register):
              "iqstate_nowhere.tool:run")
 """
 
+FAILING_COMMANDS_PLUGIN = """
+from iqstate.errors import StateDirectoryLockedError
+from iqstate.hookspecs import hookimpl
+
+
+def add_arguments(parser):
+    pass
+
+
+def refuse(args):
+    raise StateDirectoryLockedError("state directory /srv/state is used by process 4242")
+
+
+def crash(args):
+    raise RuntimeError("a bug in the tool")
+
+
+@hookimpl
+def iqstate_register_commands(register):
+    register("refusing-tool", "refuses", add_arguments, refuse)
+    register("crashing-tool", "crashes", add_arguments, crash)
+"""
+
 SILENT_HOOKS_PLUGIN = """
 from iqstate.engine import Engine
 from iqstate.hookspecs import hookimpl
@@ -274,6 +297,21 @@ def test_a_command_that_fails_to_load_leaves_the_other_commands_working(
     assert broken.returncode == 2
     assert "No module named 'iqstate_nowhere'" in broken.stderr
     assert "Traceback" not in broken.stderr
+
+
+def test_a_plugin_commands_failures_say_what_failed_and_whose_it_is(
+    install: Install, site: Path
+) -> None:
+    install("tools", "iqstate_fake_tools", FAILING_COMMANDS_PLUGIN)
+    refused = run_cli(site, "refusing-tool")
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        "iqstate refusing-tool: error: state directory /srv/state is used by process 4242\n"
+    )
+    crashed = run_cli(site, "crashing-tool")
+    assert crashed.returncode == 1
+    assert "the command of plugin 'tools' failed unexpectedly" in crashed.stderr
+    assert "Traceback" in crashed.stderr and "RuntimeError: a bug in the tool" in crashed.stderr
 
 
 def test_a_blocked_engine_says_it_is_blocked(monkeypatch: pytest.MonkeyPatch) -> None:

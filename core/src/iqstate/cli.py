@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from iqstate.engine import Engine
-from iqstate.errors import PluginError
+from iqstate.errors import IqstateError, PluginError
 from iqstate.lazy import resolved
 from iqstate.plugins import Command, PluginRegistry, default_registry
 from iqstate.scaffold import ScaffoldError, render
@@ -159,6 +159,26 @@ def _add_plugin_command(commands: Any, command: Command) -> None:
         subparser.set_defaults(iqstate_unavailable_command=reason)
 
 
+def _run_plugin_command(command: Command, args: argparse.Namespace) -> int:
+    """Run a plugin's subcommand. An iqstate error it raises (a state directory in use, a
+    broker that does not answer, its module missing) is a message and exit status 1; any
+    other exception is a bug of the command: its traceback follows a line naming the plugin."""
+    try:
+        return command.run(args)
+    except IqstateError as error:
+        print(f"iqstate {command.name}: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception:
+        print(
+            f"iqstate {command.name}: the command of plugin {command.plugin!r} failed "
+            "unexpectedly (its traceback follows: report it to the plugin's authors)",
+            file=sys.stderr,
+        )
+        raise
+
+
 def unrecognized(arguments: Sequence[str], parser: argparse.ArgumentParser) -> str:
     """argparse's message for arguments `parser` does not take, with the option meant
     where one is close (`--state_dir`: `--state-dir`)."""
@@ -217,7 +237,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "new-store":
         return new_store(args.name, args.output_dir, args.template, registry)
     if args.command in registry.commands:
-        return registry.commands[args.command].run(args)
+        return _run_plugin_command(registry.commands[args.command], args)
     if args.command == "plugins":
         report = describe_plugins(registry)
         if args.json:
