@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -141,7 +143,8 @@ def test_corrupt_legacy_file_is_a_clear_error(tmp_path: Path, content: str) -> N
 
 
 def test_store_declared_differently_is_refused(tmp_path: Path) -> None:
-    open_app(tmp_path).close()
+    with contextlib.closing(open_app(tmp_path)) as first:
+        write_batch(first, 1)
     app = Application("app", tmp_path, plugins=registry_with_snapshot_engines())
     app.key_value_store("s", PARTITIONS + 1, engine="snapshot", value_serde="int64")
     with pytest.raises(IncompatibleStateError, match="declared: partitions 3 then, 4 now;"):
@@ -153,6 +156,15 @@ def test_store_declared_differently_is_refused(tmp_path: Path) -> None:
     (tmp_path / "app" / "s" / "store.json").write_bytes(b'{"partitions": 3\xff}')  # not UTF-8
     with pytest.raises(CorruptStateError, match="store.json"):
         open_app(tmp_path)
+    (tmp_path / "app" / "s" / "store.json").write_text("[3]")  # JSON, not an object
+    with pytest.raises(CorruptStateError, match="needs a JSON object") as damaged:
+        open_app(tmp_path)
+    # The error gives the declaration to write back; written, the store opens with its data.
+    declaration = re.search(r"write (\{.*\}) to it", str(damaged.value))
+    assert declaration is not None, damaged.value
+    (tmp_path / "app" / "s" / "store.json").write_text(declaration.group(1))
+    with contextlib.closing(open_app(tmp_path)) as repaired:
+        assert flat(repaired) == expected_after(1)
 
 
 WRITER = """

@@ -11,9 +11,11 @@ causes in the message and gives `StateStorageError` instead.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from iqstate.errors import CorruptStateError, IqstateError, StateStorageError
 
@@ -74,6 +76,22 @@ def machine_failures(what: str) -> Iterator[None]:
         if failure is None:
             raise
         raise failure from error
+
+
+def read_own_json(path: Path, remedy: str) -> Any:
+    """The JSON document in a file of iqstate's own (`None` if there is no such file). The
+    machine's failure to read it is `unreadable`'s error; a file that is not UTF-8 JSON is
+    damage: `CorruptStateError` naming it, then `remedy` (what the operator can do)."""
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise unreadable(path, exc) from exc
+    try:
+        return json.loads(text.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise CorruptStateError(f"{path} is corrupt ({exc}); {remedy}") from exc
 
 
 def unreadable(path: Path, error: OSError) -> IqstateError:

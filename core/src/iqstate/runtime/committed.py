@@ -15,9 +15,13 @@ from pathlib import Path
 
 from iqstate.errors import CorruptStateError
 from iqstate.files import replace_atomically
-from iqstate.storage_failures import machine_failures, unreadable
+from iqstate.storage_failures import machine_failures, read_own_json
 
 RECORD_FILE = "committed-partitions.json"
+_REMEDY = (
+    "it lists the partitions of the store that hold committed data: restore it from a "
+    "backup, or delete it to skip the check for lost partitions at the next start"
+)
 
 
 class CommittedPartitions:
@@ -29,23 +33,18 @@ class CommittedPartitions:
         self._partitions = self._read()
 
     def _read(self) -> frozenset[int]:
-        try:
-            text = self.path.read_bytes()
-        except FileNotFoundError:
+        document = read_own_json(self.path, _REMEDY)
+        if document is None:
             return frozenset()
-        except OSError as exc:
-            raise unreadable(self.path, exc) from exc
-        try:
-            partitions = json.loads(text.decode("utf-8"))["partitions"]
-            if not all(isinstance(p, int) and not isinstance(p, bool) for p in partitions):
-                raise ValueError("partitions must be integers")
-            return frozenset(partitions)
-        except (ValueError, TypeError, KeyError) as exc:
+        partitions = document.get("partitions") if isinstance(document, dict) else None
+        if not isinstance(partitions, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) for p in partitions
+        ):
             raise CorruptStateError(
-                f"{self.path} is corrupt ({exc}); it lists the partitions of the store that "
-                "hold committed data: restore it from a backup, or delete it to skip the "
-                "check for lost partitions at the next start"
-            ) from exc
+                f"{self.path} is corrupt (it needs a list of integers under 'partitions'); "
+                f"{_REMEDY}"
+            )
+        return frozenset(partitions)
 
     def __contains__(self, partition: int) -> bool:
         return partition in self._partitions

@@ -12,10 +12,11 @@ import json
 from pathlib import Path
 
 from iqstate.errors import CorruptStateError, IncompatibleStateError
+from iqstate.files import replace_atomically
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.lock import DirectoryLock
 from iqstate.runtime.spec import StoreSpec
-from iqstate.storage_failures import machine_failures, unreadable
+from iqstate.storage_failures import machine_failures, read_own_json
 
 STORE_METADATA_FILE = "store.json"
 
@@ -50,19 +51,17 @@ class StateDirectory:
                 directory.mkdir(parents=True, exist_ok=True)
             metadata_file = directory / STORE_METADATA_FILE
             declared = spec.describe()
-            try:
-                text: str | None = metadata_file.read_text(encoding="utf-8")
-            except FileNotFoundError:
-                text = None
-            except OSError as exc:
-                raise unreadable(metadata_file, exc) from exc
-            except ValueError as exc:  # not UTF-8
-                raise CorruptStateError(f"cannot read {metadata_file}: {exc}") from exc
-            if text is not None:
-                try:
-                    recorded = json.loads(text)
-                except ValueError as exc:
-                    raise CorruptStateError(f"cannot read {metadata_file}: {exc}") from exc
+            remedy = (
+                "it records how the store was declared when it was created: restore it from "
+                "a backup, or, if the store is declared as it was then, write "
+                f"{json.dumps(declared, sort_keys=True)} to it"
+            )
+            recorded = read_own_json(metadata_file, remedy)
+            if recorded is not None:
+                if not isinstance(recorded, dict):
+                    raise CorruptStateError(
+                        f"{metadata_file} is corrupt (it needs a JSON object); {remedy}"
+                    )
                 if recorded != declared:
                     differ = ", ".join(
                         f"{name} {recorded.get(name)!r} then, {declared.get(name)!r} now"
@@ -85,7 +84,7 @@ class StateDirectory:
         a corrected declaration would then contradict."""
         for metadata_file, declared in self._new_declarations.items():
             with machine_failures(f"cannot write {metadata_file}"):
-                metadata_file.write_text(json.dumps(declared, sort_keys=True), "utf-8")
+                replace_atomically(metadata_file, json.dumps(declared, sort_keys=True))
         self._new_declarations = {}
 
     def partition_directory(self, spec: StoreSpec, partition: int) -> Path | None:
