@@ -4,7 +4,8 @@ layout of who hosts what, and waiting (bounded) for what replicas converge to.""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -228,6 +229,35 @@ def start_instances(
             instance.app.close()
         raise
     return instances
+
+
+@contextmanager
+def two_instances(
+    kafka: KafkaCluster, application_id: str, state_dir: Path
+) -> Iterator[tuple[list[Application], list[RecordingCluster]]]:
+    """Instances `a.test:7000` and `b.test:7000` of one application (the stores of
+    `declare_stores`, one standby) on `kafka`'s membership and assignment, started, with the
+    clusters they connected through (for their followers); closed at the end."""
+    recordings = [RecordingCluster(kafka) for _ in range(2)]
+    apps = [
+        declare_stores(
+            Application(
+                application_id,
+                state_dir / name,
+                application_server=f"{name}.test:7000",
+                num_standby_replicas=1,
+                cluster=recording,
+            )
+        )
+        for name, recording in zip(("a", "b"), recordings, strict=True)
+    ]
+    try:
+        for app in apps:
+            app.start()
+        yield apps, recordings
+    finally:
+        for app in apps:
+            app.close()
 
 
 Raw = tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]

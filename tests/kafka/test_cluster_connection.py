@@ -14,10 +14,10 @@ from replica_support import (
     KEY_VALUE,
     STORES,
     WINDOWS,
-    declare_stores,
     eventually,
     key_in,
     reached,
+    two_instances,
     value_at,
     windows_at,
 )
@@ -69,26 +69,8 @@ def instances(
     cluster = KafkaCluster(
         kafka_broker.bootstrap_servers, timeout=10.0, heartbeat_interval=0.2, liveness_timeout=1.0
     )
-    application_id = unique_name("app")
-    apps = [
-        declare_stores(
-            Application(
-                application_id,
-                tmp_path / name,
-                application_server=f"{name}.test:7000",
-                num_standby_replicas=1,
-                cluster=cluster,
-            )
-        )
-        for name in ("a", "b")
-    ]
-    try:
-        for app in apps:
-            app.start()
+    with two_instances(cluster, unique_name("app"), tmp_path) as (apps, _):
         yield apps
-    finally:
-        for app in apps:
-            app.close()
 
 
 def test_two_instances_share_actives_and_standbys_and_a_clean_leave_promotes_standbys(

@@ -8,17 +8,9 @@ import time
 from pathlib import Path
 
 from iqstate_kafka import KafkaCluster, LocalBroker
-from replica_support import (
-    KEY_VALUE,
-    RecordingCluster,
-    declare_stores,
-    eventually,
-    key_in,
-    reached,
-    value_at,
-)
+from replica_support import KEY_VALUE, eventually, key_in, reached, two_instances, value_at
 
-from iqstate import Application, Position
+from iqstate import Position
 
 
 def test_replicas_serve_through_a_broker_restart_and_catch_up_after_it(tmp_path: Path) -> None:
@@ -26,22 +18,7 @@ def test_replicas_serve_through_a_broker_restart_and_catch_up_after_it(tmp_path:
         cluster = KafkaCluster(
             broker.bootstrap_servers, timeout=2.0, heartbeat_interval=0.2, liveness_timeout=1.0
         )
-        recordings = [RecordingCluster(cluster) for _ in range(2)]
-        apps = [
-            declare_stores(
-                Application(
-                    "restart",
-                    tmp_path / name,
-                    application_server=f"{name}.test:7000",
-                    num_standby_replicas=1,
-                    cluster=recording,
-                )
-            )
-            for name, recording in zip(("a", "b"), recordings, strict=True)
-        ]
-        try:
-            for app in apps:
-                app.start()
+        with two_instances(cluster, "restart", tmp_path) as (apps, recordings):
             a, b = apps
             key = key_in(a, KEY_VALUE, 0)
             before = Position.from_map({"events": {0: 1}})
@@ -69,6 +46,3 @@ def test_replicas_serve_through_a_broker_restart_and_catch_up_after_it(tmp_path:
                     60.0,
                 )
             assert [recording.follower.applied_records for recording in recordings] == [2, 2]
-        finally:
-            for app in apps:
-                app.close()

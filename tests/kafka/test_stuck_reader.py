@@ -18,9 +18,9 @@ from confluent_kafka import Consumer, Message
 from iqstate_kafka import KafkaCluster
 from iqstate_kafka import follower as follower_module
 from iqstate_kafka import reader as reader_module
-from replica_support import RecordingCluster, declare_stores, key_in, reached, value_at
+from replica_support import key_in, reached, two_instances, value_at
 
-from iqstate import Application, Position
+from iqstate import Position
 
 STALL_AFTER = 2.0
 
@@ -58,22 +58,7 @@ def test_a_reader_that_stops_fetching_is_replaced_and_the_replicas_catch_up(
     monkeypatch.setattr(reader_module, "Consumer", StallingConsumer)
     monkeypatch.setattr(follower_module, "STALL_AFTER", STALL_AFTER)
     application_id = unique_name("app")
-    recordings = [RecordingCluster(cluster) for _ in range(2)]
-    apps = [
-        declare_stores(
-            Application(
-                application_id,
-                tmp_path / name,
-                application_server=f"{name}.test:7000",
-                num_standby_replicas=1,
-                cluster=recording,
-            )
-        )
-        for name, recording in zip(("a", "b"), recordings, strict=True)
-    ]
-    try:
-        for app in apps:
-            app.start()
+    with two_instances(cluster, application_id, tmp_path) as (apps, recordings):
         a = apps[0]
         key = key_in(a, "counts", 0)
         before = Position.from_map({"events": {0: 1}})
@@ -98,6 +83,3 @@ def test_a_reader_that_stops_fetching_is_replaced_and_the_replicas_catch_up(
         # Not before the reader was behind for STALL_AFTER seconds of broker answers.
         assert caught_up_after >= STALL_AFTER, caught_up_after
         assert [recording.follower.applied_records for recording in recordings] == [2, 2]
-    finally:
-        for app in apps:
-            app.close()
