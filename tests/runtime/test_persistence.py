@@ -167,6 +167,27 @@ def test_store_declared_differently_is_refused(tmp_path: Path) -> None:
         assert flat(repaired) == expected_after(1)
 
 
+def test_a_persistent_store_declared_in_memory_later_is_refused_not_ignored(
+    tmp_path: Path,
+) -> None:
+    """Leaving `engine=` out on a restart declares the store in memory: its kept data would
+    answer every query as absent. It is refused, and the store as it was still has its data."""
+
+    def declared(**engine: str) -> Application:
+        app = Application("app", tmp_path)
+        app.key_value_store("s", PARTITIONS, value_serde="int64", **engine)
+        return app
+
+    with declared(engine="rocksdb") as first:
+        write_batch(first, 1)
+    forgetful = declared()
+    with pytest.raises(IncompatibleStateError, match="engine 'rocksdb' then, 'memory' now"):
+        forgetful.start()
+    forgetful.close()
+    with declared(engine="rocksdb") as again:
+        assert flat(again) == expected_after(1)
+
+
 WRITER = """
 import sys
 sys.path.insert(0, {support!r})

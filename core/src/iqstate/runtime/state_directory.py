@@ -38,45 +38,54 @@ class StateDirectory:
         self._lock.release()
 
     def check_stores(self, specs: list[StoreSpec]) -> dict[str, CommittedPartitions]:
-        """Recognise persistent stores from an earlier run, refuse ones declared differently,
-        and return each persistent store's record of partitions with committed data. New
-        stores are recorded by `record_new_stores`, once the start has passed its checks."""
+        """Recognise persistent stores from an earlier run, refuse ones declared differently
+        (a store declared in memory where a persistent one was kept, too: its data would be
+        silently ignored), and return each persistent store's record of partitions with
+        committed data. New stores are recorded by `record_new_stores`, once the start has
+        passed its checks."""
         records: dict[str, CommittedPartitions] = {}
         self._new_declarations = {}
         for spec in specs:
-            if not spec.engine.persistent:
-                continue
             directory = self.path / spec.name
+            metadata_file = directory / STORE_METADATA_FILE
+            if not spec.engine.persistent:
+                self._check_declared(spec, metadata_file)
+                continue
             with machine_failures(f"store directory {directory} cannot be created"):
                 directory.mkdir(parents=True, exist_ok=True)
-            metadata_file = directory / STORE_METADATA_FILE
-            declared = spec.describe()
-            remedy = (
-                "it records how the store was declared when it was created: restore it from "
-                "a backup, or, if the store is declared as it was then, write "
-                f"{json.dumps(declared, sort_keys=True)} to it"
-            )
-            recorded = read_own_json(metadata_file, remedy)
-            if recorded is not None:
-                if not isinstance(recorded, dict):
-                    raise CorruptStateError(
-                        f"{metadata_file} is corrupt (it needs a JSON object); {remedy}"
-                    )
-                if recorded != declared:
-                    differ = ", ".join(
-                        f"{name} {recorded.get(name)!r} then, {declared.get(name)!r} now"
-                        for name in sorted({*recorded, *declared})
-                        if recorded.get(name) != declared.get(name)
-                    )
-                    raise IncompatibleStateError(
-                        f"store {spec.name!r} in {directory} was created otherwise than it is "
-                        f"declared: {differ}; move the directory away or declare the store "
-                        "as it was"
-                    )
-            else:
-                self._new_declarations[metadata_file] = declared
+            if not self._check_declared(spec, metadata_file):
+                self._new_declarations[metadata_file] = spec.describe()
             records[spec.name] = CommittedPartitions(directory)
         return records
+
+    @staticmethod
+    def _check_declared(spec: StoreSpec, metadata_file: Path) -> bool:
+        """Whether `metadata_file` records a store, after refusing one declared otherwise
+        than `spec` (`IncompatibleStateError`) or a damaged record (`CorruptStateError`)."""
+        declared = spec.describe()
+        remedy = (
+            "it records how the store was declared when it was created: restore it from "
+            "a backup, or, if the store is declared as it was then, write "
+            f"{json.dumps(declared, sort_keys=True)} to it"
+        )
+        recorded = read_own_json(metadata_file, remedy)
+        if recorded is None:
+            return False
+        if not isinstance(recorded, dict):
+            raise CorruptStateError(
+                f"{metadata_file} is corrupt (it needs a JSON object); {remedy}"
+            )
+        if recorded != declared:
+            differ = ", ".join(
+                f"{name} {recorded.get(name)!r} then, {declared.get(name)!r} now"
+                for name in sorted({*recorded, *declared})
+                if recorded.get(name) != declared.get(name)
+            )
+            raise IncompatibleStateError(
+                f"store {spec.name!r} in {metadata_file.parent} was created otherwise than it "
+                f"is declared: {differ}; move the directory away or declare the store as it was"
+            )
+        return True
 
     def record_new_stores(self) -> None:
         """Write the declaration of each store `check_stores` found new: after the checks
