@@ -136,6 +136,31 @@ def test_an_exception_in_the_block_discards_the_batch(make_app: MakeApp) -> None
         assert len(retry.applied) == 2, "a discarded batch id can be used again"
 
 
+def test_a_batch_begun_inside_another_is_refused_and_the_outer_one_commits(
+    make_app: MakeApp,
+) -> None:
+    """A nested batch would commit first and fence out the batch around it (its writes
+    skipped): it is refused at once, and the outer batch is not harmed."""
+    app = make_app()
+    app.key_value_store("s", 2)
+    other = make_app("other")
+    other.key_value_store("s", 2)
+    with app, other:
+        with app.begin_batch(position={"src": {0: 1}}, batch_id=1) as outer:
+            outer.put("s", "k", 1)
+            with pytest.raises(RuntimeError, match="already open in this thread"):
+                with app.begin_batch(batch_id=2, allow_gaps=True) as inner:
+                    inner.put("s", "k", 2)
+            with other.begin_batch(batch_id=1) as elsewhere:  # another application's: fine
+                elsewhere.put("s", "k", 3)
+        assert len(outer.applied) == 2 and len(elsewhere.applied) == 2
+        found = app.query(StateQueryRequest.in_store("s").with_query(KeyQuery.with_key("k")))
+        assert found.only_partition_result().result == 1  # type: ignore[union-attr]
+        with app.begin_batch(batch_id=2) as following:  # once ended, the next one begins
+            following.put("s", "k", 4)
+        assert len(following.applied) == 2
+
+
 def test_fence_skips_replayed_batches_and_reports_them(
     make_app: MakeApp, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -215,6 +240,9 @@ def test_bad_writes_fail_at_once_and_write_nothing(make_app: MakeApp) -> None:
                 batch.put("kv", "not-an-int", "x")
             with pytest.raises(SerializationError, match="store 'kv'.*json.*set"):
                 batch.put("kv", 2, {1, 2})
+            # json's own reason is in the message, not only in the exception's cause
+            with pytest.raises(SerializationError, match="float .*not JSON compliant"):
+                batch.put("kv", 2, float("inf"))
             with pytest.raises(UnknownStateStoreError, match="declared stores: kv, w"):
                 batch.put("nope", 1, 1)
             with pytest.raises(TypeError, match="window_start"):

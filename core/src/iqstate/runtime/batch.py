@@ -10,6 +10,7 @@ completes it where it was missing and changes nothing where it was applied.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol
@@ -63,6 +64,10 @@ class _StoreWriter:
             ) from exc
 
 
+_open_batches = threading.local()
+"""`targets`: the ids of the applications with a batch open in this thread."""
+
+
 class Batch:
     """A context manager collecting one batch's writes; see `Application.begin_batch`."""
 
@@ -82,6 +87,7 @@ class Batch:
         self.stores = stores
         self._writers: dict[str, _StoreWriter] = {}
         self._done = False
+        self._open_here: set[int] = set()
         self.applied: frozenset[StorePartition] = frozenset()
         self.skipped: frozenset[StorePartition] = frozenset()
 
@@ -215,6 +221,15 @@ class Batch:
         }
 
     def __enter__(self) -> Batch:
+        open_here: set[int] = _open_batches.__dict__.setdefault("targets", set())
+        if id(self._target) in open_here:
+            raise RuntimeError(
+                "a batch of this application is already open in this thread: end it before "
+                "beginning another (a nested batch would commit first, and fence out the "
+                "batch around it)"
+            )
+        open_here.add(id(self._target))
+        self._open_here = open_here
         return self
 
     def __exit__(
@@ -224,6 +239,7 @@ class Batch:
         tb: TracebackType | None,
     ) -> None:
         self._done = True
+        self._open_here.discard(id(self._target))
         try:
             if exc_type is None:
                 self.applied, self.skipped = self._target.commit_batch(self)
