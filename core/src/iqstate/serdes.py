@@ -376,7 +376,8 @@ def encoding_error(
     store: str, serde: object, value: object, what: str, cause: BaseException
 ) -> SerializationError:
     """The error for a key or value a store's serde cannot encode: names store, serde and type."""
-    detail = "" if isinstance(cause, SerializationError) else f" ({type(cause).__name__}: {cause})"
+    reason = cause.__cause__ if isinstance(cause, SerializationError) else cause
+    detail = "" if reason is None else f" ({type(reason).__name__}: {reason})"
     return SerializationError(
         f"store {store!r}: serde {serde_name(serde)} cannot encode the {what} "
         f"{value!r:.80} of type {type(value).__name__}{detail}"
