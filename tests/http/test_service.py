@@ -42,6 +42,18 @@ def test_the_key_route_refuses_query_parameters_it_does_not_know(client: httpx.C
     assert client.get("/v1/stores/counts/keys/kafka?acceptable_lag=5").json()["value"] == 5
 
 
+def test_a_query_body_with_a_field_it_does_not_know_is_refused(client: httpx.Client) -> None:
+    # A misspelt "bound" would otherwise be ignored: an answer not up to the bound asked.
+    body = {"store": "counts", "query": {"type": "key", "key": "kafka"}}
+    misspelt = client.post("/v1/query", json={**body, "bounds": {"words": {"0": 500}}})
+    assert misspelt.status_code == 400
+    message = misspelt.json()["error"]["message"]
+    assert message.startswith("unknown field 'bounds' in the request body (did you mean 'bound'?)")
+    assert client.post("/v1/query", json={**body, "acceptible_lag": 5}).status_code == 400
+    bounded = client.post("/v1/query", json={**body, "bound": {"words": {"0": 500}}}).json()
+    assert [p["failure"] for p in bounded["partitions"].values()] == ["NOT_UP_TO_BOUND"]
+
+
 def test_iqv2_query_per_partition(client: httpx.Client) -> None:
     body = {
         "store": "counts",

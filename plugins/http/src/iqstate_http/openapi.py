@@ -469,6 +469,7 @@ def _query_requests(spec: StoreSpec, max_rows: int) -> list[dict[str, Any]]:
         {
             "type": "object",
             "required": ["store", "query"],
+            "additionalProperties": False,
             "properties": {
                 **common,
                 "query": _one_of(_queries(spec)),
@@ -483,6 +484,7 @@ def _query_requests(spec: StoreSpec, max_rows: int) -> list[dict[str, Any]]:
             {
                 "type": "object",
                 "required": ["store", "query", "merge"],
+                "additionalProperties": False,
                 "description": "one page of rows merged across partitions in key order",
                 "properties": {
                     **common,

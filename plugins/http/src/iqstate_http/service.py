@@ -14,6 +14,7 @@ scan never stalls the requests around it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import hmac
 import re
@@ -291,6 +292,27 @@ def _lag_in(scope: Scope) -> int | None:
     return _acceptable_lag(values[0])
 
 
+_QUERY_FIELDS = frozenset(
+    {
+        "store", "query", "partitions", "bound", "require_active", "execution_info",
+        "acceptable_lag", "scope", "max_rows", "merge", "limit", "cursor",
+    }
+)  # fmt: skip
+"""The fields of a `POST /v1/query` body."""
+
+
+def _refuse_unknown_fields(body: dict[str, Any], known: frozenset[str]) -> None:
+    """`BadRequest` for a field of `body` not in `known`, naming the one meant where one is
+    close: a misspelt `"bound"` would otherwise be ignored, and the answer not bounded."""
+    unknown = sorted(set(body) - known)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        meant = f" (did you mean {close[0]!r}?)" if close else ""
+        raise BadRequest(
+            f"unknown field {unknown[0]!r} in the request body{meant}; known: {sorted(known)}"
+        )
+
+
 def _cursor_text(value: Any) -> str | None:
     """A page's `cursor`: the `next` of the previous page; null or empty for the first."""
     if value is None or value == "":
@@ -494,6 +516,7 @@ class QueryService:
         self, spec: StoreSpec, body: dict[str, Any], forwarded: bool, request: Request
     ) -> QueryOptions:
         """A `POST /v1/query` body, read and checked (`BadRequest` says what is wrong)."""
+        _refuse_unknown_fields(body, _QUERY_FIELDS)
         scope = body.get("scope", "cluster")
         if scope not in ("cluster", "local"):
             raise BadRequest("'scope' must be 'cluster' or 'local'")
