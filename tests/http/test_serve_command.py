@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import trustme
 from iqstate_http.kafka_settings import KafkaSettingError, kafka_settings
 from iqstate_http.store_options import StoreOptionError, parse_store
 from support.network import free_port, wait_until_ok
@@ -62,6 +63,41 @@ def test_serve_without_an_application_says_what_to_give() -> None:
     finished = run_serve()
     assert finished.returncode != 0 and "declare one with --cluster" in finished.stderr
     assert "Traceback" not in finished.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "complaint"),
+    [
+        (["--port", "99999"], "argument --port: must be a port number from 1 to 65535"),
+        (["--port", "0"], "argument --port: must be a port number from 1 to 65535"),
+        (["--port", "-1"], "argument --port: must be a port number from 1 to 65535"),
+        (["--max-body", "0"], "argument --max-body: must be a whole number >= 1"),
+        (["--max-body", "-5"], "argument --max-body: must be a whole number >= 1"),
+    ],
+)
+def test_serve_refuses_ports_and_body_limits_that_cannot_work(
+    arguments: list[str], complaint: str
+) -> None:
+    finished = run_serve("some.module:app", *arguments)
+    assert finished.returncode == 2 and complaint in finished.stderr, finished.stderr
+
+
+def test_serve_refuses_tls_files_it_cannot_load_naming_them(tmp_path: Path) -> None:
+    authority = trustme.CA()
+    served = authority.issue_cert("127.0.0.1")
+    cert, key, other_key = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "other.pem"
+    served.cert_chain_pems[0].write_to_path(str(cert))
+    served.private_key_pem.write_to_path(str(key))
+    authority.issue_cert("127.0.0.1").private_key_pem.write_to_path(str(other_key))
+    missing = run_serve("some.module:app", "--tls-cert", str(tmp_path / "nofile.pem"),
+                        "--tls-key", str(key))  # fmt: skip
+    assert missing.returncode != 0
+    assert f"--tls-cert {tmp_path / 'nofile.pem'}: no such file" in missing.stderr
+    mismatched = run_serve("some.module:app", "--tls-cert", str(cert), "--tls-key", str(other_key))
+    assert mismatched.returncode != 0
+    assert "do not load as a PEM certificate and its private key" in mismatched.stderr
+    for finished in (missing, mismatched):
+        assert "Traceback" not in finished.stderr, finished.stderr
 
 
 def test_serve_with_a_cluster_names_missing_flags_and_bad_stores() -> None:

@@ -40,7 +40,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--host", default=None, help="default: 127.0.0.1, or the host of "
                         "--application-server with --cluster")  # fmt: skip
-    parser.add_argument("--port", type=int, default=None, help="default: 7070, or the port "
+    parser.add_argument("--port", type=_port, default=None, help="default: 7070, or the port "
                         "of --application-server with --cluster")  # fmt: skip
     cluster = parser.add_argument_group(
         "distributed mode", "serve an instance of a cluster instead of a module's Application"
@@ -78,7 +78,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="environment variable holding the bearer token (it must be set and non-empty)",
     )
-    parser.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY, help="bytes")
+    parser.add_argument("--max-body", type=_positive, default=DEFAULT_MAX_BODY, help="bytes")
     parser.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate")
     parser.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     parser.add_argument("--tls-ca", metavar="PEM", help="CA bundle to verify the other "
@@ -95,6 +95,54 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
             help=("seconds" if number is float else "count")
             + " (default: ConnectionLimits' default)",
         )
+
+
+def _port(text: str) -> int:
+    """A `--port`: a TCP port number a server can listen on."""
+    import argparse
+
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, got {text!r}")
+    return int(text)
+
+
+def _positive(text: str) -> int:
+    """A size that must be at least 1."""
+    import argparse
+
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def _check_tls_files(args: argparse.Namespace) -> None:
+    """Refuse, before the application starts, TLS files the server could not load: each
+    must exist, and the certificate and key must load together (the server would otherwise
+    fail later with an SSL library error naming neither)."""
+    import ssl
+    from pathlib import Path
+
+    given = [("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--tls-ca", args.tls_ca)]
+    for flag, path in given:
+        if path is not None and not Path(path).is_file():
+            raise SystemExit(f"iqstate serve: {flag} {path}: no such file")
+    if args.tls_cert is None:
+        return
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise SystemExit(
+            f"iqstate serve: --tls-cert {args.tls_cert} and --tls-key {args.tls_key} do not "
+            f"load as a PEM certificate and its private key ({exc})"
+        ) from exc
+    if args.tls_ca is not None:
+        try:
+            context.load_verify_locations(args.tls_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise SystemExit(
+                f"iqstate serve: --tls-ca {args.tls_ca} does not load as PEM certificates ({exc})"
+            ) from exc
 
 
 def load_application(target: str) -> Application:
@@ -146,6 +194,7 @@ def _serve(args: argparse.Namespace) -> int:
     ):
         raise SystemExit("iqstate serve: --tls-cert and --tls-key go together (and --tls-ca "
                          "with them)")  # fmt: skip
+    _check_tls_files(args)
     chosen = {name: getattr(args, name) for name in _LIMITS if getattr(args, name) is not None}
     try:
         limits = ConnectionLimits(**chosen)
