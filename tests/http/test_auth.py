@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from iqstate_http import QueryService, start_background
+from iqstate_http import NoInstanceReached, QueryService, RemoteQueryClient, start_background
 
-from iqstate import Application
+from iqstate import Application, KeyQuery, StateQueryRequest
 
 DATA_ROUTES = ["/v1/stores/counts/keys/spark", "/v1/metadata", "/v1/lags", "/v1/partitions",
                "/v1/stores", "/v1/metadata/stores/counts"]  # fmt: skip
@@ -34,6 +34,23 @@ def test_a_token_guards_every_data_route(app: Application) -> None:
                 assert "invalid_token" in wrong.headers["www-authenticate"]
             assert httpx.get(url, headers={"Authorization": "Bearer s3cret"}).status_code == 200
         assert httpx.get(server.url + "/v1/health").status_code == 200
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("token", [None, "wrong"])
+def test_a_client_without_the_token_is_told_so_not_sent_to_the_network(
+    app: Application, token: str | None
+) -> None:
+    server = start_background(app, token="s3cret")
+    try:
+        with pytest.raises(ConnectionError) as refused:
+            RemoteQueryClient(server.url, token=token).query(
+                StateQueryRequest.in_store("counts").with_query(KeyQuery.with_key("spark"))
+            )
+        assert not isinstance(refused.value, NoInstanceReached)  # a refusal, not an outage
+        assert "HTTP 401: the service wants a bearer token" in str(refused.value)
+        assert "the client's token= must be the service's" in str(refused.value)
     finally:
         server.stop()
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
         RemoteSession,
         RemoteSubscription,
     )
-    from iqstate_http.client_plan import PageError, RemoteServiceError
+    from iqstate_http.client_plan import NoInstanceReached, PageError, RemoteServiceError
     from iqstate_http.client_subscribe import RefusedSubscription
     from iqstate_http.limits import ConnectionLimits
     from iqstate_http.server import BackgroundServer, serve, start_background
@@ -30,6 +30,7 @@ __all__ = [
     "AsyncRemoteSubscription",
     "BackgroundServer",
     "ConnectionLimits",
+    "NoInstanceReached",
     "PageError",
     "QueryService",
     "RangeLimits",
@@ -55,7 +56,7 @@ __getattr__, __dir__ = lazy_exports(
         ],
         "iqstate_http.client_subscribe": ["RefusedSubscription"],
         "iqstate_http.admission": ["RangeLimits"],
-        "iqstate_http.client_plan": ["PageError", "RemoteServiceError"],
+        "iqstate_http.client_plan": ["NoInstanceReached", "PageError", "RemoteServiceError"],
         "iqstate_http.limits": ["ConnectionLimits"],
         "iqstate_http.server": ["BackgroundServer", "serve", "start_background"],
         "iqstate_http.service": ["QueryService"],

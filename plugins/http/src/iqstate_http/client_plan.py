@@ -67,6 +67,15 @@ REFUSALS = (400, 401, 403, 404, 422)
 stops at them, where it waits out the others (an instance down or busy)."""
 
 
+_DISCOVERY_REFUSALS = {
+    401: ": the service wants a bearer token and was given none or another (the client's "
+    "token= must be the service's)",
+    403: ": the service refused the token (the client's token= must be the service's)",
+    404: ": no iqstate service at this URL (its metadata route is not there)",
+}
+"""What a refused discovery request means, beside its status."""
+
+
 class NoInstanceReached(ConnectionError):
     """No seed could be reached, or none could serve now (HTTP 5xx, 429...): unlike a
     refusal (a wrong token, a wrong URL), a subscription waits for one to come back."""
@@ -395,7 +404,8 @@ class ClientLogic:
                 self._install(metadata.body, stores.body)
                 return self.view
             failed = metadata if metadata.status != 200 else stores
-            errors.append(f"{seed}: {failed.error or f'HTTP {failed.status}'}")
+            why = _DISCOVERY_REFUSALS.get(failed.status, "")
+            errors.append(f"{seed}: {failed.error or f'HTTP {failed.status}{why}'}")
             refused = refused or failed.status in REFUSALS
         message = f"no iqstate instance answered discovery ({'; '.join(errors)})"
         raise ConnectionError(message) if refused else NoInstanceReached(message)
