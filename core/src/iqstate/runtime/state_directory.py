@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from iqstate.errors import CorruptStateError, IncompatibleStateError
 from iqstate.files import replace_atomically
@@ -48,21 +49,22 @@ class StateDirectory:
         for spec in specs:
             directory = self.path / spec.name
             metadata_file = directory / STORE_METADATA_FILE
+            declared = spec.describe()
             if not spec.engine.persistent:
-                self._check_declared(spec, metadata_file)
+                self._check_declared(spec.name, declared, metadata_file)
                 continue
             with machine_failures(f"store directory {directory} cannot be created"):
                 directory.mkdir(parents=True, exist_ok=True)
-            if not self._check_declared(spec, metadata_file):
-                self._new_declarations[metadata_file] = spec.describe()
+            if not self._check_declared(spec.name, declared, metadata_file):
+                self._new_declarations[metadata_file] = declared
             records[spec.name] = CommittedPartitions(directory)
         return records
 
     @staticmethod
-    def _check_declared(spec: StoreSpec, metadata_file: Path) -> bool:
-        """Whether `metadata_file` records a store, after refusing one declared otherwise
-        than `spec` (`IncompatibleStateError`) or a damaged record (`CorruptStateError`)."""
-        declared = spec.describe()
+    def _check_declared(name: str, declared: dict[str, Any], metadata_file: Path) -> bool:
+        """Whether `metadata_file` records store `name`, after refusing one recorded
+        otherwise than `declared` (`IncompatibleStateError`) or a damaged record
+        (`CorruptStateError`)."""
         remedy = (
             "it records how the store was declared when it was created: restore it from "
             "a backup, or, if the store is declared as it was then, write "
@@ -82,7 +84,7 @@ class StateDirectory:
                 if recorded.get(name) != declared.get(name)
             )
             raise IncompatibleStateError(
-                f"store {spec.name!r} in {metadata_file.parent} was created otherwise than it "
+                f"store {name!r} in {metadata_file.parent} was created otherwise than it "
                 f"is declared: {differ}; move the directory away or declare the store as it was"
             )
         return True

@@ -354,10 +354,10 @@ class Follower:
         events = reader.read(self._poll_timeout)
         self._apply(reader, events)
         self._count_skipped(reader)
-        stalled = self._note_positions(reader)
+        positions = self._note_positions(reader)
         self._settle_restored()
         self._announce()
-        return stalled
+        return self._stalled(positions)
 
     # -- 1. the hosted partitions ------------------------------------------------------------
 
@@ -637,8 +637,8 @@ class Follower:
         with self._lock:
             self._skipped = counts
 
-    def _note_positions(self, reader: ChangelogReading) -> StorePartition | None:
-        """Record where the reader is; the partition it stalled in, if it did (logged)."""
+    def _note_positions(self, reader: ChangelogReading) -> dict[StorePartition, int]:
+        """Record where the reader is; its next offset in each partition it reads."""
         positions = {
             key: reader.position(followed.changelog) if followed.assigned else None
             for key, followed in self._followed.items()
@@ -646,17 +646,20 @@ class Follower:
         with self._lock:
             for key, position in positions.items():
                 self._offsets[key].read_to(position)
+        return {key: position for key, position in positions.items() if position is not None}
+
+    def _stalled(self, positions: Mapping[StorePartition, int]) -> StorePartition | None:
+        """The partition the reader stalled in, if it did (logged: the caller replaces the
+        reader); `positions` as `_note_positions` gives them."""
+        with self._lock:
             behind = [
                 key
-                for key, position in positions.items()
-                if position is not None
+                for key in positions
+                if not self._followed[key].unanswered
                 and self._offsets[key].end_known
                 and not self._offsets[key].at_end
             ]
-        reading = {key: position for key, position in positions.items() if position is not None}
-        found = self._stalls.stalled(
-            time.monotonic(), reading, (key for key in behind if not self._followed[key].unanswered)
-        )
+        found = self._stalls.stalled(time.monotonic(), positions, behind)
         if found is None:
             return None
         key, waited = found
@@ -670,7 +673,7 @@ class Follower:
             self._followed[key].changelog,
             *key,
             end,
-            reading[key],
+            positions[key],
         )
         return key
 

@@ -533,8 +533,9 @@ class Membership:
         past outage must not make a later, healthy silence look like a stuck producer)."""
         if error is None:
             self._undelivered = None
-            if self._unread_since is None and self._clock.blind(time.monotonic()):
-                self._unread_since = time.monotonic()
+            now = time.monotonic()
+            if self._unread_since is None and self._clock.blind(now):
+                self._unread_since = now
             return
         logger.debug("members topic: a record was not delivered: %s", error.str())
         self._undelivered = error.str()
