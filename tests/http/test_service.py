@@ -108,6 +108,30 @@ def test_iqv2_query_per_partition(client: httpx.Client) -> None:
             400,
             "position",
         ),
+        (
+            b'{"store": "counts", "query": {"type": "key", "key": "a"}, "bound": {"t": {"0": -5}}}',
+            400,
+            "offset -5 of 't' partition 0 (an offset is a whole number from 0",
+        ),
+        (
+            b'{"store": "counts", "query": {"type": "key", "key": "a"}, "bound": {"t": {"0": '
+            + b"9" * 30
+            + b"}}}",
+            400,
+            "an offset is a whole number from 0 to 9223372036854775807",
+        ),
+        (
+            b'{"store": "counts", "query": {"type": "key", "key": "a"}, "bound": {"t": {"'
+            + b"9" * 5000
+            + b'": 1}}}',
+            400,
+            "a partition is a whole number up to 2147483647",
+        ),
+        (
+            b'{"store": "counts", "query": {"type": "key", "key": "a"}, "acceptable_lag": -1}',
+            400,
+            "'acceptable_lag' must be a whole number of offsets from 0",
+        ),
         (b'{"store": "nope", "query": {"type": "key", "key": "a"}}', 404, "no store"),
     ],
 )
@@ -117,6 +141,41 @@ def test_bad_requests_get_json_errors(
     response = client.post("/v1/query", content=body, headers={"content-type": "application/json"})
     assert response.status_code == status
     assert text in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [
+        ("/v1/stores/counts/keys/kafka?acceptable_lag=null", "got 'null' (leave it out"),
+        ("/v1/stores/counts/keys/kafka?acceptable_lag=-1", "got '-1'"),
+        (
+            "/v1/stores/counts/keys/kafka?acceptable_lag=" + "9" * 5000,
+            "from 0 to 9223372036854775807",
+        ),
+        ("/v1/stores/counts/changes?acceptable_lag=" + "9" * 5000, "from 0 to 9223372036854775807"),
+        ("/v1/stores/counts/changes?partitions=" + "9" * 5000, "'partitions' must be a whole"),
+        # Python's int() refuses 5,000 digits, and 1e99999999 as an int is minutes of a core
+        ("/v1/stores/by-id/keys/" + "9" * 5000, "outside the signed 64-bit range"),
+        ("/v1/stores/by-id/keys/1e99999999", "outside the signed 64-bit range"),
+        ("/v1/metadata/stores/by-id/keys/-1e99999999", "outside the signed 64-bit range"),
+        ("/v1/stores/by-id/keys/1.5", "not an integer"),
+    ],
+)
+def test_numbers_in_urls_are_refused_quickly_and_named(
+    client: httpx.Client, path: str, text: str
+) -> None:
+    response = client.get(path, timeout=5)
+    assert response.status_code == 400
+    assert text in response.json()["error"]["message"]
+
+
+def test_int64_keys_in_urls_take_every_decimal_form(client: httpx.Client) -> None:
+    with_zeros = client.get("/v1/stores/by-id/keys/-0007")
+    assert with_zeros.status_code == 200 and with_zeros.json()["partition"] is not None
+    for text in ("9223372036854775807", "-9223372036854775808", "1e18", "3.0", "0e99999999"):
+        assert client.get(f"/v1/stores/by-id/keys/{text}").status_code == 200, text
+    assert client.get("/v1/stores/by-id/keys/9223372036854775808").status_code == 400
+    assert client.get("/v1/stores/by-id/keys/1e19").status_code == 400
 
 
 def test_body_limit_and_unknown_routes(app: Application) -> None:

@@ -16,7 +16,6 @@ import functools
 import json
 import re
 from collections.abc import Callable, Mapping
-from decimal import Decimal
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -43,6 +42,7 @@ from iqstate import (
 from iqstate.plugins import PluginRegistry, QueryCodec
 from iqstate.runtime.spec import StoreSpec
 from iqstate_http import jsonin
+from iqstate_http.client_numbers import INT64_MAX, decimal_integer, whole_number
 
 D = TypeVar("D")
 
@@ -65,7 +65,9 @@ def expected_type(serde: Any) -> str:
     return f"{_TYPE_NAMES.get(name, name)} (serde {name})"
 
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT64_MIN = -(2**63)
+_INT64_TEXT = len(str(INT64_MIN))
+INT32_MAX = 2**31 - 1
 BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 """Padded standard base64: the form `bytes` keys take in JSON and in URLs."""
 INTEGER = r"^-?[0-9]+$"
@@ -111,11 +113,11 @@ def key_from_path(spec: StoreSpec, text: str) -> Any:
     name = getattr(spec.key_serde, "name", None)
     try:
         if name == "int64":
-            if _INTEGER.fullmatch(text):
+            if len(text) <= _INT64_TEXT and _INTEGER.fullmatch(text):  # the usual key, quickly
                 return key_from_json(spec, int(text))
-            if not _NUMBER.fullmatch(text) or not (exact := Decimal(text)) == exact.to_integral():
+            if not (_INTEGER.fullmatch(text) or _NUMBER.fullmatch(text)):
                 raise ValueError("not an integer")
-            return key_from_json(spec, int(exact))
+            return key_from_json(spec, decimal_integer(text))
         if name == "float64":
             if not _NUMBER.fullmatch(text):
                 raise ValueError("not a number")
@@ -191,11 +193,18 @@ def position_from_json(body: Any) -> Position:
     offsets: dict[str, dict[int, int]] = {}
     for topic, parts in body.items():
         for partition, offset in parts.items():
-            if not (partition.isascii() and partition.isdigit()):
-                raise BadRequest(f"malformed position: partition {partition[:40]!r} of {topic!r}")
-            if (number := jsonin.integer(offset)) is None:
-                raise BadRequest(f"malformed position: offset {json.dumps(offset)[:40]}")
-            offsets.setdefault(topic, {})[int(partition)] = number
+            if (number := whole_number(partition, INT32_MAX)) is None:
+                raise BadRequest(
+                    f"malformed position: partition {partition[:40]!r} of {topic!r} (a "
+                    f"partition is a whole number up to {INT32_MAX})"
+                )
+            offset_number = jsonin.integer(offset)
+            if offset_number is None or not 0 <= offset_number <= INT64_MAX:
+                raise BadRequest(
+                    f"malformed position: offset {json.dumps(offset)[:40]} of {topic!r} "
+                    f"partition {number} (an offset is a whole number from 0 to {INT64_MAX})"
+                )
+            offsets.setdefault(topic, {})[number] = offset_number
     try:
         return Position.from_map(offsets)
     except (TypeError, ValueError) as exc:

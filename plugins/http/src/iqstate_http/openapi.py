@@ -18,10 +18,11 @@ from iqstate.runtime.spec import StoreSpec
 from iqstate.subscriptions.subscription import DEFAULT_MAX_PENDING
 from iqstate_http.change_request import MAX_PENDING_LIMIT
 from iqstate_http.change_upstreams import END_EVENT
+from iqstate_http.client_numbers import INT64_MAX
 from iqstate_http.codecs import (
     BASE64,
     BUILTIN_CODECS,
-    INT64_MAX,
+    INT32_MAX,
     INT64_MIN,
     STORE_QUERY_TYPES,
     Codecs,
@@ -49,8 +50,8 @@ _POSITION = {
     "propertyNames": {"minLength": 1},
     "additionalProperties": {
         "type": "object",
-        "propertyNames": {"pattern": "^[0-9]+$"},
-        "additionalProperties": {"type": "integer"},
+        "propertyNames": {"pattern": "^[0-9]+$", "maxLength": len(str(INT32_MAX))},
+        "additionalProperties": {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
     },
 }
 _NULLABLE_POSITION = {"anyOf": [_POSITION, {"type": "null"}]}
@@ -347,7 +348,7 @@ _ACCEPTABLE_LAG = {
     "in": "query",
     "required": False,
     "description": "offsets a standby may lag and still answer (default: the running active)",
-    "schema": {"type": "integer", "minimum": 0},
+    "schema": {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
 }
 
 
@@ -456,7 +457,7 @@ def _query_requests(spec: StoreSpec, max_rows: int) -> list[dict[str, Any]]:
             "this instance's replicas only",
         },
         "acceptable_lag": {
-            "anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}],
+            "anyOf": [{"type": "integer", "minimum": 0, "maximum": INT64_MAX}, {"type": "null"}],
             "description": "offsets a standby may lag and still answer (null: running actives "
             "only)",
         },

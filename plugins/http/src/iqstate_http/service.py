@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import functools
 import hmac
+import json
 import re
 import ssl
 import weakref
@@ -46,6 +47,7 @@ from iqstate_http import jsonin
 from iqstate_http.admission import Gate, RangeLimits
 from iqstate_http.change_request import change_request
 from iqstate_http.change_stream import ChangeStream, StreamSettings
+from iqstate_http.client_numbers import INT64_MAX, whole_number
 from iqstate_http.codecs import (
     BadRequest,
     Codecs,
@@ -264,15 +266,23 @@ def _flag(body: dict[str, Any], field: str) -> bool:
     return value
 
 
+def _over(length: str, limit: int) -> bool:
+    """Whether a Content-Length of digits declares more than `limit` bytes."""
+    size = whole_number(length)
+    return size is None or size > limit
+
+
 def _acceptable_lag(value: Any) -> int | None:
-    """`acceptable_lag`: offsets a standby may be behind; `None` reads running actives only."""
+    """A query body's `acceptable_lag`: offsets a standby may be behind; `None` (or null)
+    reads running actives only."""
     if value is None:
         return None
-    number = jsonin.integer(value) if not isinstance(value, str) else None
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        number = int(value)
-    if number is None or number < 0:
-        raise BadRequest("'acceptable_lag' must be a number of offsets >= 0, or null")
+    number = jsonin.integer(value)
+    if number is None or not 0 <= number <= INT64_MAX:
+        raise BadRequest(
+            f"'acceptable_lag' must be a whole number of offsets from 0 to {INT64_MAX}, or "
+            f"null (running actives only); got {json.dumps(value)[:40]}"
+        )
     return number
 
 
@@ -289,7 +299,13 @@ def _lag_in(scope: Scope) -> int | None:
         return None
     if len(values) > 1:
         raise BadRequest("'acceptable_lag' is given more than once")
-    return _acceptable_lag(values[0])
+    number = whole_number(values[0])
+    if number is None:
+        raise BadRequest(
+            f"'acceptable_lag' must be a whole number of offsets from 0 to {INT64_MAX}, got "
+            f"{values[0][:40]!r} (leave it out to read running actives only)"
+        )
+    return number
 
 
 _QUERY_FIELDS = frozenset(
@@ -428,7 +444,7 @@ class QueryService:
 
     async def _json_body(self, request: Request) -> Any:
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+        if declared is not None and declared.isdigit() and _over(declared, self.max_body):
             raise ApiError(413, "body_too_large", f"request body over {self.max_body} bytes")
         body = b""
         async for chunk in request.stream():

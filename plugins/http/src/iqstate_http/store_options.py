@@ -21,9 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from iqstate import Application
+from iqstate_http.client_numbers import whole_number
 
 _COMMON = frozenset({"engine", "key_serde", "value_serde"})
 _MS = frozenset({"window_size_ms", "retention_ms", "history_retention_ms"})
+_MOST_PARTITIONS = 2**31 - 1
+"""Kafka numbers partitions with 32-bit integers."""
 
 
 @dataclass(frozen=True)
@@ -99,9 +102,13 @@ def parse_store(text: str) -> StoreOption:
             f"timestamped_key_value, versioned_key_value, session, global_key_value; got "
             f"{store_type!r}"
         )
-    if not count.isdigit() or int(count) < 1:
-        raise StoreOptionError(f"--store {text!r}: partitions must be a number >= 1, got {count!r}")
-    if not kind.partitioned and int(count) != 1:
+    partitions = whole_number(count, _MOST_PARTITIONS)
+    if partitions is None or partitions < 1:
+        raise StoreOptionError(
+            f"--store {text!r}: partitions must be a number from 1 to {_MOST_PARTITIONS}, "
+            f"got {count!r}"
+        )
+    if not kind.partitioned and partitions != 1:
         raise StoreOptionError(f"--store {text!r}: a {store_type} store has one partition")
     options: dict[str, Any] = {}
     for pair in filter(None, tail.split(",")):
@@ -116,20 +123,20 @@ def parse_store(text: str) -> StoreOption:
         raise StoreOptionError(
             f"--store {text!r}: a {store_type} store needs {' and '.join(kind.required)}"
         )
-    return StoreOption(name, store_type, int(count), options)
+    return StoreOption(name, store_type, partitions, options)
 
 
 def _value(text: str, key: str, value: str) -> Any:
     if key in _MS:
-        if not value.isdigit():
+        if (ms := whole_number(value)) is None:
             raise StoreOptionError(f"--store {text!r}: {key} must be a number of ms, got {value!r}")
-        return int(value)
+        return ms
     if key == "caching":
         if value in ("true", "false"):
             return value == "true"
-        if not value.isdigit():
+        if (size := whole_number(value)) is None:
             raise StoreOptionError(
                 f"--store {text!r}: caching must be true, false or a size, got {value!r}"
             )
-        return int(value)
+        return size
     return value
