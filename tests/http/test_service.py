@@ -194,17 +194,21 @@ def test_body_limit_and_unknown_routes(app: Application) -> None:
 
 
 def test_metadata_lags_health_and_503(app: Application, client: httpx.Client) -> None:
+    # served on a free port, a single instance is advertised where it is served
+    served = client.base_url.host, client.base_url.port
+    address = f"{served[0]}:{served[1]}"
     [instance] = client.get("/v1/metadata").json()
-    assert instance["host"] == "localhost" and instance["active"]["counts"] == [0, 1, 2]
-    assert instance["standby"] == {}
+    assert (instance["host"], instance["port"]) == served
+    assert instance["active"]["counts"] == [0, 1, 2] and instance["standby"] == {}
     posted = client.post("/v1/metadata/key", json={"store": "by-id", "key": 42}).json()
-    assert posted["active"] == "localhost:7070" and posted["partition"] in (0, 1)
+    assert posted["active"] == address and posted["partition"] in (0, 1)
     assert client.get("/v1/metadata/stores/counts").json() == [instance]
     where = client.get("/v1/metadata/stores/counts/keys/spark").json()
-    assert where["active"] == "localhost:7070" and where["standbys"] == []
+    assert where["active"] == address and where["standbys"] == []
+    assert client.get("/v1/stores/counts/keys/spark").json()["host"] == address
     assert client.get("/v1/lags").json()["counts"]["0"]["lag"] == 0
     [status] = client.get("/v1/cluster").json()
-    assert (status["host"], status["port"], status["live"]) == ("localhost", 7070, True)
+    assert (status["host"], status["port"], status["live"]) == (*served, True)
     assert status["departure"] is None
     counts = [r for r in status["replicas"] if r["store"] == "counts"]
     assert counts == [

@@ -755,6 +755,29 @@ class Application:
         self._check_queryable("read the cluster's status")
         return self._metadata.cluster_status(self.host_info)
 
+    @property
+    def single_instance(self) -> bool:
+        """Whether this instance is the application's only one (no cluster, no static layout
+        of several): then no other instance finds it by its `application_server`."""
+        return isinstance(self._assignment, StandaloneAssignment)
+
+    def advertise(self, application_server: str) -> None:
+        """Name `application_server` (`host:port`) in this instance's metadata and answers
+        from now on, in place of the one it was made with: for a single instance served at
+        an address known only once its server listens (`iqstate_http.start_background(app)`
+        picks a free port). Instances of a cluster or a static layout find each other by
+        that address, so theirs cannot change (`RuntimeError`)."""
+        host_info = HostInfo.parse(application_server)
+        assignment = self._assignment
+        if not isinstance(assignment, StandaloneAssignment):
+            raise RuntimeError(
+                f"application {self.application_id!r} has several instances, which find each "
+                f"other by application_server ({self.host_info}); it cannot change while it "
+                "runs: give each instance its address when making the Application"
+            )
+        self.host_info = host_info  # what `start` names, if it has not yet
+        assignment.serve_at(host_info)
+
     def cluster_contact(self) -> Contact | None:
         """How long this instance has not heard from its cluster, against the liveness
         timeout; `None` on one machine. Past the timeout (`Contact.lost`) its actives are

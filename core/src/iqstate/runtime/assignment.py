@@ -169,6 +169,11 @@ class StandaloneAssignment(AssignmentProvider):
         self._host = this_host
         self._assignment = Assignment.all_active(stores)
 
+    def serve_at(self, this_host: HostInfo) -> None:
+        """Name `this_host` as the instance's address from now on (no other instance knows
+        it, so nothing moves)."""
+        self._host = this_host
+
     def assignment(self) -> Assignment:
         return self._assignment
 

@@ -211,15 +211,6 @@ def _serve(args: argparse.Namespace) -> int:
         _refuse_cluster_options(args)
         app = load_application(args.target)
         host, port = "127.0.0.1", app.host_info.port
-        if args.port is not None and args.port != port:
-            _log.warning(
-                "serving on port %d, but the application's application_server is %s: "
-                "answers and metadata name that address, and other instances and the "
-                "routing client go there; set application_server to where clients reach "
-                "this instance",
-                args.port,
-                app.host_info,
-            )
     listen_host, listen_port = args.host or host, args.port or port
     if app.state.name == "CREATED":
         _refuse_a_taken_port(listen_host, listen_port)

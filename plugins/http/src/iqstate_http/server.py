@@ -70,6 +70,35 @@ class Tls:
         return ssl.create_default_context(cafile=self.ca_certs)
 
 
+_EVERY_INTERFACE = frozenset({"", "0.0.0.0", "::"})
+
+
+def _listener(app: Application, host: str, port: int) -> socket.socket | None:
+    """For `port=0`, a socket listening on a free port, bound before the service is made so
+    that a single instance's answers and metadata name the address it is served at (its
+    `application_server` could not: nobody knew the port); `None` for a given port, which
+    uvicorn binds. A given port other than the `application_server`'s is logged: answers
+    and metadata name an address that is not this server's."""
+    if port != 0:
+        if port != app.host_info.port:
+            log.warning(
+                "serving on port %d, but the application's application_server is %s: "
+                "answers and metadata name that address, and other instances and the "
+                "routing client go there; set application_server to where clients reach "
+                "this instance",
+                port,
+                app.host_info,
+            )
+        return None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.create_server((host, 0), family=family)
+    bound = listener.getsockname()[1]
+    if app.single_instance:
+        named = app.host_info.host if host in _EVERY_INTERFACE else host
+        app.advertise(f"{named}:{bound}")
+    return listener
+
+
 def _config(
     app: Application,
     host: str,
@@ -142,6 +171,8 @@ class _Server(uvicorn.Server):
             log.info("SIGTERM: left the cluster; answering %.1f s more while the other "
                      "instances take over", seconds)  # fmt: skip
             time.sleep(seconds)
+        else:
+            log.info("SIGTERM: no other instance takes over; stopping now")
         super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -183,6 +214,8 @@ def serve(
     bundle; default: the system's). `change_streams`: the change streams' keep-alive pings
     and how long they wait for a partition's new host."""
     tls = Tls.of(ssl_certfile, ssl_keyfile, ssl_ca_certs)
+    listener = _listener(app, host, port)
+    sockets = None if listener is None else [listener]
     service = QueryService(
         app, token, max_body, max_rows, range_limits, forward_timeout,
         None if tls is None else tls.peer_context(), change_streams,
@@ -197,7 +230,7 @@ def serve(
     try:
         with _sigterm_returns():
             config = _config(app, host, port, token, limits, service, tls)
-            _Server(config, service, started, drain=app.leave).run()
+            _Server(config, service, started, drain=app.leave).run(sockets=sockets)
     finally:  # also when uvicorn hands the Ctrl-C it caught back as KeyboardInterrupt
         log.info("stopped serving %s", app.application_id)
 
@@ -261,14 +294,22 @@ def start_background(
     ssl_ca_certs: str | None = None,
     change_streams: StreamSettings | None = None,
 ) -> BackgroundServer:
-    """Start the service in a daemon thread; `port=0` picks a free port (options as `serve`)."""
+    """Start the service in a daemon thread (options as `serve`); `port=0` picks a free
+    port, and a single instance (`Application.single_instance`) is then advertised there:
+    its answers and metadata name the address served."""
     tls = Tls.of(ssl_certfile, ssl_keyfile, ssl_ca_certs)
+    listener = _listener(app, host, port)
     service = QueryService(
         app, token, max_body, max_rows, range_limits, forward_timeout,
         None if tls is None else tls.peer_context(), change_streams,
     )  # fmt: skip
     server = _Server(_config(app, host, port, token, limits, service, tls), service)
-    thread = threading.Thread(target=server.run, name="iqstate-http", daemon=True)
+    thread = threading.Thread(
+        target=server.run,
+        kwargs={"sockets": None if listener is None else [listener]},
+        name="iqstate-http",
+        daemon=True,
+    )
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
