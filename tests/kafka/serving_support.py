@@ -35,7 +35,13 @@ class Instance:
     """A serving instance in its own process, started with `iqstate serve --cluster`."""
 
     def __init__(
-        self, bootstrap: str, app_id: str, state_dir: Path, store: str, log: Path | None = None
+        self,
+        bootstrap: str,
+        app_id: str,
+        state_dir: Path,
+        store: str,
+        log: Path | None = None,
+        log_level: str = "warning",
     ) -> None:
         self.port = free_port()
         self.log = log
@@ -45,6 +51,7 @@ class Instance:
             "--cluster", bootstrap, "--app-id", app_id,
             "--application-server", f"127.0.0.1:{self.port}",
             "--state-dir", str(state_dir), "--standbys", "1", "--store", store,
+            "--log-level", log_level,
         ]  # fmt: skip
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -180,14 +187,14 @@ def running_everywhere(url: str, partitions: int) -> bool:
 
 @contextmanager
 def serving_pair(
-    bootstrap: str, app_id: str, tmp_path: Path, partitions: int
+    bootstrap: str, app_id: str, tmp_path: Path, partitions: int, log_level: str = "warning"
 ) -> Iterator[tuple[list[Instance], Application]]:
     """Two `iqstate serve` instances (RocksDB key-value store `counts` of int64 values, one
-    standby, output in `tmp_path/<name>.log`) with a settled, stable layout, and a writer
-    (`serving=False`) in this process; all stopped afterwards."""
+    standby, output at `log_level` in `tmp_path/<name>.log`) with a settled, stable layout,
+    and a writer (`serving=False`) in this process; all stopped afterwards."""
     store = f"counts:key_value:{partitions},engine=rocksdb,value_serde=int64"
     instances = [
-        Instance(bootstrap, app_id, tmp_path / name, store, log=tmp_path / f"{name}.log")
+        Instance(bootstrap, app_id, tmp_path / name, store, tmp_path / f"{name}.log", log_level)
         for name in ("b", "c")
     ]
     writer = Application(

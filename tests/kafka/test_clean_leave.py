@@ -22,7 +22,7 @@ def test_sigterm_leaves_the_cluster_then_answers_until_the_others_have_taken_ove
     kafka_broker: LocalBroker, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
     with serving_pair(
-        kafka_broker.bootstrap_servers, unique_name("leave"), tmp_path, PARTITIONS
+        kafka_broker.bootstrap_servers, unique_name("leave"), tmp_path, PARTITIONS, "info"
     ) as (instances, writer):
         leaving, staying = instances
         values = {key: i for i, key in enumerate(KEYS)}
@@ -51,6 +51,12 @@ def test_sigterm_leaves_the_cluster_then_answers_until_the_others_have_taken_ove
             lambda: every_partition_served([staying.url], PARTITIONS),
         )
         assert _answers(staying.url, values)
+        assert "answering" in leaving.output() and "more while the other" in leaving.output()
+
+        # The last instance has nobody to hand its partitions to: it stops without a drain.
+        assert staying.stop() == 0, staying.output()
+        assert "SIGTERM: no other instance takes over; stopping now" in staying.output()
+        assert "more while the other instances take over" not in staying.output()
 
 
 def _answers(url: str, values: dict[str, int]) -> bool:

@@ -218,9 +218,12 @@ class KafkaAssignment(AssignmentProvider):
     def leave(self) -> float:
         """Leave the cluster now (a tombstone), keeping the assignment held: the others drop
         this member `LEAVING_GRACE` heartbeat intervals after reading the tombstone and
-        promote its standbys. The seconds until then, with one interval to spare."""
+        promote its standbys. The seconds until then, with one interval to spare; 0 when
+        no other member is live (nobody takes over, so there is nothing to wait for)."""
+        membership = self._membership
+        alone = membership is None or set(membership.live()) <= {membership.member_id}
         self.close()
-        return (LEAVING_GRACE + 1) * self._interval
+        return 0.0 if alone else (LEAVING_GRACE + 1) * self._interval
 
     def close(self) -> None:
         """Leave the cluster (a tombstone: the others take over at once) and stop."""
