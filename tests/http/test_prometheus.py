@@ -1,5 +1,6 @@
-"""A real Prometheus (Debian's package) scrapes the service, and the Grafana dashboard shipped
-in docs/ asks it only for what the service exports, in PromQL it accepts."""
+"""A real Prometheus (Debian's package) scrapes the service, and the Grafana dashboard and
+the alerting rules shipped in docs/ ask it only for what the service exports, in PromQL it
+accepts; promtool checks the rules and runs their unit tests."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from iqstate_http import start_background
 from support.network import free_port, wait_until_ok
 
@@ -21,7 +23,10 @@ from iqstate import Application
 
 DOCS = Path(__file__).parents[2] / "docs"
 DASHBOARD = DOCS / "grafana" / "iqstate-dashboard.json"
+ALERTS = DOCS / "prometheus" / "iqstate-alerts.yml"
+ALERT_CASES = Path(__file__).parent / "prometheus" / "iqstate-alerts.test.yml"
 PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
 
 
 def dashboard_queries() -> list[str]:
@@ -40,6 +45,39 @@ def test_the_dashboard_asks_only_for_documented_families() -> None:
         assert any(title.startswith(wanted) for title in titles), wanted
 
 
+def alert_rules() -> list[dict[str, Any]]:
+    groups = yaml.safe_load(ALERTS.read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+def test_the_alert_rules_ask_only_for_documented_families_and_are_explained() -> None:
+    documented = set(re.findall(r"`(iqstate_[a-z_]+)`", (DOCS / "http.md").read_text()))
+    operations = (DOCS / "operations.md").read_text()
+    for rule in alert_rules():
+        for name in re.findall(r"\biqstate_[a-z_]+", rule["expr"]):
+            family = re.sub(r"_(bucket|sum|count)$", "", name)
+            assert family in documented, f"{rule['alert']} asks for {name}, which /metrics lacks"
+        assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
+        assert f"`{rule['alert']}`" in operations, f"operations.md does not explain {rule['alert']}"
+
+
+def test_promtool_accepts_the_alert_rules_and_their_cases_pass() -> None:
+    if PROMTOOL is None:
+        pytest.skip("Debian's prometheus package is not installed (apt-get install prometheus)")
+    checked = subprocess.run(
+        [PROMTOOL, "check", "rules", str(ALERTS)], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(alert_rules())} rules found" in checked.stdout
+    cases = subprocess.run(
+        [PROMTOOL, "test", "rules", ALERT_CASES.name],
+        cwd=ALERT_CASES.parent, capture_output=True, text=True,
+    )  # fmt: skip
+    assert cases.returncode == 0, cases.stdout + cases.stderr
+    tested = set(re.findall(r"alertname: (\w+)", ALERT_CASES.read_text()))
+    assert tested == {rule["alert"] for rule in alert_rules()}, "every alert has its cases"
+
+
 @pytest.fixture
 def prometheus(app: Application, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """A Prometheus scraping the service every second: `(its url, the service's url)`."""
@@ -50,6 +88,7 @@ def prometheus(app: Application, tmp_path: Path) -> Iterator[tuple[str, str]]:
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"rule_files: ['{ALERTS}']\n"
         "scrape_configs:\n  - job_name: iqstate\n    static_configs:\n"
         f"      - targets: ['127.0.0.1:{server.port}']\n"
     )
@@ -105,3 +144,11 @@ def test_a_real_prometheus_scrapes_the_counts_and_runs_the_dashboard(
         '(iqstate_query_duration_seconds_bucket{store="counts",query="KeyQuery"}))',
     )["data"]["result"]
     assert 0 < float(latency[0]["value"][1]) < 1, "a key lookup's median is under a second"
+    # Every alerting rule evaluates against the real series, and none fires on a healthy
+    # instance.
+    groups = httpx.get(f"{prometheus_url}/api/v1/rules", timeout=10).json()["data"]["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    assert {rule["name"] for rule in rules} == {rule["alert"] for rule in alert_rules()}
+    for rule in rules:
+        assert rule["health"] == "ok" and not rule.get("lastError"), rule
+        assert rule["state"] == "inactive", rule
