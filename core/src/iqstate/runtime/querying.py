@@ -42,7 +42,8 @@ _DEFAULT, _WITH_INFO = QueryConfig.DEFAULT, QueryConfig.WITH_EXECUTION_INFO
 def partitions_to_ask(
     spec: StoreSpec, request: StateQueryRequest[Any], hosted: Mapping[int, HostedPartition]
 ) -> Iterable[int]:
-    """Requested partitions; for all-partition key lookups, just the key's partition if hosted.
+    """Requested partitions; for all-partition key lookups, just the key's partition
+    (hosted here or not: one hosted elsewhere answers `NOT_PRESENT`, never a false absent).
 
     Only the key's partition can hold a key, so asking the others would only add `None`
     answers; when the key cannot be serialized every hosted partition is asked, and each
@@ -54,7 +55,7 @@ def partitions_to_ask(
     if keyed(query):
         located = locate_key(spec, query.key)  # type: ignore[attr-defined]
         if located is not None:
-            return (located[0],) if located[0] in hosted else ()
+            return (located[0],)
     return sorted(hosted)
 
 
@@ -182,15 +183,12 @@ def execute(
         if key_bytes is not None and (named is None or len(named) == 1):
             if named is None:
                 partition = 0 if spec.partitions == 1 else spec.partition_of(key, key_bytes)
-                owner = hosted.get(partition)
-                if owner is None:
-                    return StateQueryResult()
             else:
                 (partition,) = named
-                owner = hosted.get(partition)
             answer = query_partition(
-                spec, owner, partition, query, bound, require_active, config, key_bytes
-            )
+                spec, hosted.get(partition), partition, query, bound, require_active, config,
+                key_bytes,
+            )  # fmt: skip
             return partition_results_of({partition: answer})
     results = {}
     for number in partitions_to_ask(spec, request, hosted):
