@@ -4,6 +4,7 @@ so its answers name it and the routing client asks it once per lookup."""
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,6 +67,39 @@ def test_a_free_port_is_the_address_answers_name_and_clients_ask_once(app: Appli
         assert all(url.startswith(server.url) for url in transport.sent)
     finally:
         server.stop()
+
+
+def test_an_address_advertised_while_served_is_the_one_answers_name(app: Application) -> None:
+    server = start_background(app)
+    try:
+        app.advertise("proxy.example:443")  # behind a proxy, say
+        answer = httpx.get(f"{server.url}/v1/stores/counts/keys/kafka").json()
+        assert answer["host"] == "proxy.example:443"
+        [instance] = httpx.get(f"{server.url}/v1/metadata").json()
+        assert (instance["host"], instance["port"]) == ("proxy.example", 443)
+    finally:
+        server.stop()
+
+
+def test_an_ipv6_loopback_is_advertised_in_brackets(app: Application) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    server = start_background(app, host="::1")
+    try:
+        assert server.url == f"http://[::1]:{server.port}"
+        assert str(app.host_info) == f"[::1]:{server.port}"
+        with RemoteQueryClient(server.url) as client:
+            request = StateQueryRequest.in_store("counts").with_query(KeyQuery.with_key("kafka"))
+            [answer] = client.query(request).partition_results.values()
+            assert answer.result == 5
+    finally:
+        server.stop()
+
+
+def test_a_service_that_cannot_start_leaves_the_address_as_it_was(app: Application) -> None:
+    with pytest.raises(ValueError, match="max_rows"):
+        start_background(app, max_rows=-1)
+    assert str(app.host_info) == "localhost:7070"
 
 
 def test_a_given_port_keeps_the_address_the_application_was_made_with(

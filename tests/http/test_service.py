@@ -159,6 +159,8 @@ def test_bad_requests_get_json_errors(
         ("/v1/stores/by-id/keys/1e99999999", "outside the signed 64-bit range"),
         ("/v1/metadata/stores/by-id/keys/-1e99999999", "outside the signed 64-bit range"),
         ("/v1/stores/by-id/keys/1.5", "not an integer"),
+        ("/v1/stores/by-id/keys/1e9999999999999999999", "its exponent is out of range"),
+        ("/v1/metadata/stores/by-id/keys/0e-9999999999999999999", "its exponent is out of range"),
     ],
 )
 def test_numbers_in_urls_are_refused_quickly_and_named(

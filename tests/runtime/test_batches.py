@@ -299,6 +299,11 @@ def test_batch_arguments_are_validated(make_app: MakeApp) -> None:
         app.begin_batch(batch_id="7")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="offset"):
         app.begin_batch(position={"src": {0: "1"}})  # type: ignore[dict-item]
+    # Kafka's partitions and offsets start at 0 (the HTTP API refuses a position that does not)
+    with pytest.raises(ValueError, match="got 'src' partition 0 offset -5"):
+        app.begin_batch(position={"src": {0: -5}})
+    with pytest.raises(ValueError, match="got 'src' partition -1 offset 3"):
+        app.begin_batch(position=Position.from_map({"src": {-1: 3}}))
 
 
 def test_batches_limited_to_the_stores_of_one_pipeline(make_app: MakeApp) -> None:

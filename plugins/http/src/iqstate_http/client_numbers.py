@@ -7,9 +7,11 @@ of a core): a number from a client is checked for its size before it is converte
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+"""Kafka numbers partitions with 32-bit integers."""
 _INT64_DIGITS = len(str(INT64_MAX))
 
 
@@ -28,8 +30,12 @@ def whole_number(text: str, maximum: int = INT64_MAX) -> int | None:
 def decimal_integer(text: str) -> int:
     """A well-formed decimal number with no fraction (`-12`, `3.0`, `1e3`) as an int;
     `ValueError` saying why when it has a fraction or is beyond a signed 64-bit integer."""
-    exact = Decimal(text)
-    if exact != exact.to_integral_value():
+    try:
+        exact = Decimal(text)
+        whole = exact == exact.to_integral_value()
+    except InvalidOperation:  # an exponent beyond what `decimal` holds (19 digits and more)
+        raise ValueError("its exponent is out of range") from None
+    if not whole:
         raise ValueError("not an integer")
     if not exact.is_zero() and exact.adjusted() >= _INT64_DIGITS:
         raise ValueError("outside the signed 64-bit range")

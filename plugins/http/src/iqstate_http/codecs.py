@@ -42,7 +42,7 @@ from iqstate import (
 from iqstate.plugins import PluginRegistry, QueryCodec
 from iqstate.runtime.spec import StoreSpec
 from iqstate_http import jsonin
-from iqstate_http.client_numbers import INT64_MAX, decimal_integer, whole_number
+from iqstate_http.client_numbers import INT32_MAX, INT64_MAX, decimal_integer, whole_number
 
 D = TypeVar("D")
 
@@ -67,7 +67,6 @@ def expected_type(serde: Any) -> str:
 
 INT64_MIN = -(2**63)
 _INT64_TEXT = len(str(INT64_MIN))
-INT32_MAX = 2**31 - 1
 BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 """Padded standard base64: the form `bytes` keys take in JSON and in URLs."""
 INTEGER = r"^-?[0-9]+$"

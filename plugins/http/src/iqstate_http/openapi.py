@@ -18,11 +18,10 @@ from iqstate.runtime.spec import StoreSpec
 from iqstate.subscriptions.subscription import DEFAULT_MAX_PENDING
 from iqstate_http.change_request import MAX_PENDING_LIMIT
 from iqstate_http.change_upstreams import END_EVENT
-from iqstate_http.client_numbers import INT64_MAX
+from iqstate_http.client_numbers import INT32_MAX, INT64_MAX
 from iqstate_http.codecs import (
     BASE64,
     BUILTIN_CODECS,
-    INT32_MAX,
     INT64_MIN,
     STORE_QUERY_TYPES,
     Codecs,

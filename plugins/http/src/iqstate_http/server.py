@@ -73,30 +73,45 @@ class Tls:
 _EVERY_INTERFACE = frozenset({"", "0.0.0.0", "::"})
 
 
-def _listener(app: Application, host: str, port: int) -> socket.socket | None:
-    """For `port=0`, a socket listening on a free port, bound before the service is made so
-    that a single instance's answers and metadata name the address it is served at (its
-    `application_server` could not: nobody knew the port); `None` for a given port, which
-    uvicorn binds. A given port other than the `application_server`'s is logged: answers
-    and metadata name an address that is not this server's."""
-    if port != 0:
-        if port != app.host_info.port:
-            log.warning(
-                "serving on port %d, but the application's application_server is %s: "
-                "answers and metadata name that address, and other instances and the "
-                "routing client go there; set application_server to where clients reach "
-                "this instance",
-                port,
-                app.host_info,
-            )
-        return None
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.create_server((host, 0), family=family)
-    bound = listener.getsockname()[1]
-    if app.single_instance:
-        named = app.host_info.host if host in _EVERY_INTERFACE else host
-        app.advertise(f"{named}:{bound}")
-    return listener
+def _warn_of_another_port(app: Application, port: int) -> None:
+    """Log a given port other than the `application_server`'s: answers and metadata name
+    an address that is not this server's (which a proxy may forward to it)."""
+    if port not in (0, app.host_info.port):
+        log.warning(
+            "serving on port %d, but the application's application_server is %s: answers "
+            "and metadata name that address, and other instances and the routing client "
+            "go there; set application_server to where clients reach this instance",
+            port,
+            app.host_info,
+        )
+
+
+def _url(tls: Tls | None, host: str, port: int) -> str:
+    """The URL of a server listening on `host:port` (an IPv6 literal in brackets)."""
+    return f"{'http' if tls is None else 'https'}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def _free_port(host: str) -> socket.socket:
+    """A socket listening on a free port of `host`, for uvicorn to serve: bound here, so
+    that its port is known before the service is made (uvicorn would bind one socket per
+    address `host` resolves to, each on a free port of its own). `::` takes IPv4 too."""
+    if ":" not in host:
+        return socket.create_server((host, 0))
+    dual = host == "::" and socket.has_dualstack_ipv6()
+    return socket.create_server((host, 0), family=socket.AF_INET6, dualstack_ipv6=dual)
+
+
+def _advertise_served(app: Application, host: str, listener: socket.socket) -> None:
+    """Name the address a single instance is served at on a port nobody knew before
+    (`Application.advertise`): `host` itself (an IPv6 literal in brackets), or for every
+    interface the `application_server`'s host name. Instances of a cluster keep theirs."""
+    if not app.single_instance:
+        return
+    if host in _EVERY_INTERFACE:
+        host = app.host_info.host
+    elif ":" in host:
+        host = f"[{host}]"
+    app.advertise(f"{host}:{listener.getsockname()[1]}")
 
 
 def _config(
@@ -166,13 +181,13 @@ class _Server(uvicorn.Server):
             seconds = drain()
         except Exception:
             log.exception("SIGTERM: leaving the cluster failed; stopping now")
-            seconds = 0.0
-        if seconds > 0:
-            log.info("SIGTERM: left the cluster; answering %.1f s more while the other "
-                     "instances take over", seconds)  # fmt: skip
-            time.sleep(seconds)
         else:
-            log.info("SIGTERM: no other instance takes over; stopping now")
+            if seconds > 0:
+                log.info("SIGTERM: left the cluster; answering %.1f s more while the other "
+                         "instances take over", seconds)  # fmt: skip
+                time.sleep(seconds)
+            else:
+                log.info("SIGTERM: no other instance takes over; stopping now")
         super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -214,15 +229,15 @@ def serve(
     bundle; default: the system's). `change_streams`: the change streams' keep-alive pings
     and how long they wait for a partition's new host."""
     tls = Tls.of(ssl_certfile, ssl_keyfile, ssl_ca_certs)
-    listener = _listener(app, host, port)
-    sockets = None if listener is None else [listener]
+    _warn_of_another_port(app, port)
     service = QueryService(
         app, token, max_body, max_rows, range_limits, forward_timeout,
         None if tls is None else tls.peer_context(), change_streams,
     )  # fmt: skip
+    listener = None if port != 0 else _free_port(host)
 
     def started(bound: int) -> None:  # the port bound: `port` may be 0
-        url = f"{'http' if tls is None else 'https'}://{host}:{bound}"
+        url = _url(tls, host, bound)
         log.info("serving %s on %s", app.application_id, url)
         if on_started is not None:
             on_started(url)
@@ -230,8 +245,13 @@ def serve(
     try:
         with _sigterm_returns():
             config = _config(app, host, port, token, limits, service, tls)
+            if listener is not None:
+                _advertise_served(app, host, listener)
+            sockets = None if listener is None else [listener]
             _Server(config, service, started, drain=app.leave).run(sockets=sockets)
     finally:  # also when uvicorn hands the Ctrl-C it caught back as KeyboardInterrupt
+        if listener is not None:
+            listener.close()  # uvicorn closes it once it served; not if it never did
         log.info("stopped serving %s", app.application_id)
 
 
@@ -298,24 +318,31 @@ def start_background(
     port, and a single instance (`Application.single_instance`) is then advertised there:
     its answers and metadata name the address served."""
     tls = Tls.of(ssl_certfile, ssl_keyfile, ssl_ca_certs)
-    listener = _listener(app, host, port)
+    _warn_of_another_port(app, port)
     service = QueryService(
         app, token, max_body, max_rows, range_limits, forward_timeout,
         None if tls is None else tls.peer_context(), change_streams,
     )  # fmt: skip
     server = _Server(_config(app, host, port, token, limits, service, tls), service)
-    thread = threading.Thread(
-        target=server.run,
-        kwargs={"sockets": None if listener is None else [listener]},
-        name="iqstate-http",
-        daemon=True,
-    )
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"the HTTP service did not start on {host}:{port}")
-        time.sleep(0.01)
+    listener = None if port != 0 else _free_port(host)
+    try:
+        if listener is not None:
+            _advertise_served(app, host, listener)
+        thread = threading.Thread(
+            target=server.run,
+            kwargs={"sockets": None if listener is None else [listener]},
+            name="iqstate-http",
+            daemon=True,
+        )
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the HTTP service did not start on {host}:{port}")
+            time.sleep(0.01)
+    except BaseException:
+        if listener is not None:
+            listener.close()
+        raise
     bound = server.servers[0].sockets[0].getsockname()[1]
-    scheme = "http" if tls is None else "https"
-    return BackgroundServer(f"{scheme}://{host}:{bound}", bound, server, thread)
+    return BackgroundServer(_url(tls, host, bound), bound, server, thread)

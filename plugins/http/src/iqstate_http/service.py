@@ -405,7 +405,7 @@ class QueryService:
         )
         limits = range_limits or RangeLimits()
         self._ranges, self._forwarded_ranges = Gate(limits), Gate(limits)
-        self._host_json = json_bytes(str(app.host_info))
+        self._named_host = (app.host_info, json_bytes(str(app.host_info)))
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -658,6 +658,16 @@ class QueryService:
             )
         return spec, read
 
+    def _host(self) -> bytes:
+        """This instance's `application_server` as JSON, made again when it was advertised
+        elsewhere (`Application.advertise`)."""
+        host_info, text = self._named_host  # one tuple: read and replaced whole
+        if host_info is not self.app.host_info:
+            host_info = self.app.host_info
+            text = json_bytes(str(host_info))
+            self._named_host = (host_info, text)
+        return text
+
     def _local_key_body(
         self, spec: StoreSpec, read: KeyRead, key: Any, replica: Replica | None
     ) -> bytes | None:
@@ -686,7 +696,7 @@ class QueryService:
         members = read.members(answer.result)
         position = position_json_bytes(result.position)  # cached: it changes once a batch
         if replica is None or replica.state == RUNNING:
-            return ANSWER % (members, partition, position, self._host_json, _RUNNING, _NO_LAG)
+            return ANSWER % (members, partition, position, self._host(), _RUNNING, _NO_LAG)
         return ANSWER % (
             members, partition, position, json_bytes(replica.host), json_bytes(replica.state),
             json_bytes(replica.lag),

@@ -21,12 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from iqstate import Application
-from iqstate_http.client_numbers import whole_number
+from iqstate_http.client_numbers import INT32_MAX, whole_number
 
 _COMMON = frozenset({"engine", "key_serde", "value_serde"})
 _MS = frozenset({"window_size_ms", "retention_ms", "history_retention_ms"})
-_MOST_PARTITIONS = 2**31 - 1
-"""Kafka numbers partitions with 32-bit integers."""
 
 
 @dataclass(frozen=True)
@@ -102,11 +100,10 @@ def parse_store(text: str) -> StoreOption:
             f"timestamped_key_value, versioned_key_value, session, global_key_value; got "
             f"{store_type!r}"
         )
-    partitions = whole_number(count, _MOST_PARTITIONS)
+    partitions = whole_number(count, INT32_MAX)
     if partitions is None or partitions < 1:
         raise StoreOptionError(
-            f"--store {text!r}: partitions must be a number from 1 to {_MOST_PARTITIONS}, "
-            f"got {count!r}"
+            f"--store {text!r}: partitions must be a number from 1 to {INT32_MAX}, got {count!r}"
         )
     if not kind.partitioned and partitions != 1:
         raise StoreOptionError(f"--store {text!r}: a {store_type} store has one partition")
