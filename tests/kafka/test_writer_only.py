@@ -15,6 +15,7 @@ from support.network import free_port
 from iqstate import (
     Application,
     IncompatibleStateError,
+    KeyQuery,
     RangeQuery,
     StateQueryRequest,
     UnknownStateStoreError,
@@ -105,3 +106,49 @@ def test_a_writer_declaring_a_store_otherwise_than_the_instances_is_refused_at_s
         with writer("alike", "json") as alike:
             with alike.begin_batch(position={"src": {0: 1}}, batch_id=1) as batch:
                 batch.put("orders", "o-1", {"total": 12})
+
+
+def test_an_instance_starting_after_a_writer_is_checked_against_its_declarations(
+    kafka_broker: Any,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The writer started first, with nobody to compare with: it leaves its declarations on
+    # the members topic, so an instance reading its int64 values as float64 (every value
+    # a wrong number, never an error) cannot join.
+    app_id = unique_name("writer-first")
+    bootstrap = kafka_broker.bootstrap_servers
+    writer = Application(
+        app_id, tmp_path / "writer", cluster=KafkaCluster(bootstrap), serving=False
+    )
+    writer.key_value_store("totals", 2, value_serde="int64")
+
+    def instance(name: str, value_serde: str) -> Application:
+        app = Application(
+            app_id, tmp_path / name, application_server=f"127.0.0.1:{free_port()}",
+            cluster=KafkaCluster(bootstrap),
+        )  # fmt: skip
+        app.key_value_store("totals", 2, value_serde=value_serde)
+        return app
+
+    with writer:
+        with writer.begin_batch(position={"src": {0: 1}}, batch_id=1) as batch:
+            batch.put("totals", "t-1", 12)
+        unlike = instance("unlike", "float64")
+        with pytest.raises(IncompatibleStateError) as refused:
+            unlike.start()
+        message = str(refused.value)
+        assert "store 'totals' as key_value, key_serde string, value_serde float64 here" in message
+        assert "as key_value, key_serde string, value_serde int64 by a writer on " in message
+        unlike.close()
+        with instance("alike", "int64") as alike:  # its heartbeats pass the writer's records
+            request = StateQueryRequest.in_store("totals").with_query(KeyQuery.with_key("t-1"))
+            deadline = time.monotonic() + 30
+            while (found := alike.query(request).only_partition_result()) is None:
+                assert time.monotonic() < deadline, "the instance never read the batch"
+                time.sleep(0.2)
+            assert found.result == 12
+            assert [m.host_info for m in alike.all_metadata()] == [alike.host_info]
+    # membership skips the writer's records quietly: they are no heartbeats gone bad
+    assert "does not decode" not in caplog.text

@@ -57,7 +57,7 @@ from iqstate.runtime.assignment import (
 from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.metadata import Departure, HostInfo
 from iqstate_kafka.assignor import Member, assign_declared
-from iqstate_kafka.declarations import check_like_the_members
+from iqstate_kafka.declarations import check_like_the_writers, declare_as_writer
 from iqstate_kafka.heartbeats import Heartbeat, is_global
 from iqstate_kafka.membership import LEAVING_GRACE, Membership
 from iqstate_kafka.progress import ReplicaProgress
@@ -139,6 +139,7 @@ class KafkaAssignment(AssignmentProvider):
         ensure_changelog_topics(self._kafka, self._application_id, stores)
         if self._store_shapes is not None:
             self._shapes = dict(self._store_shapes())
+            check_like_the_writers(self._kafka, self._application_id, self._shapes)
         self._host = this_host
         self._stores = dict(stores)
         self._member_id = f"{this_host}/{uuid.uuid4().hex}"
@@ -499,8 +500,9 @@ def _as_reported(assignment: Assignment, running: frozenset[StorePartition] | No
 class WriterAssignment(AssignmentProvider):
     """The assignment of an application that only writes (`serving=False`): at start it
     checks the changelog topics its batches go to, and its stores against how the serving
-    instances declare them (`shapes()`, read then: `declarations`); it hosts nothing, joins
-    nothing, and so is never in the cluster's metadata nor routed to."""
+    instances declare them (`shapes()`, read then), then declares them on the members topic
+    for instances that start later (`declarations`); it hosts nothing, joins nothing, and
+    so is never in the cluster's metadata nor routed to."""
 
     def __init__(
         self,
@@ -516,7 +518,7 @@ class WriterAssignment(AssignmentProvider):
     def start(self, this_host: HostInfo, stores: Mapping[str, int]) -> None:
         ensure_changelog_topics(self._kafka, self._application_id, stores)
         if self._shapes is not None:
-            check_like_the_members(self._kafka, self._application_id, self._shapes())
+            declare_as_writer(self._kafka, self._application_id, self._shapes())
 
     def assignment(self) -> Assignment:
         return Assignment.empty()

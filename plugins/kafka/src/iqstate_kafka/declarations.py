@@ -1,26 +1,44 @@
-"""How the serving instances of an application declare its stores, read once from the
-members topic: a writer that is not a member (`serving=False`) checks its own declarations
-against them when it starts, so that values written with another serde, type or
-partitioner never reach the replicas (they would fail every read of those keys there).
+"""How an application's stores are declared, read once from its members topic, so that
+values written with another serde, type or partitioner never reach the replicas (they would
+fail every read of those keys there, or read as other values).
+
+Serving instances declare their stores in every heartbeat. A writer that is not a member
+(`serving=False`, the distributed Spark sink) checks its declarations against the latest
+ones when it starts, then writes them to the members topic itself under `writer/<store>`
+(membership skips those keys), so that an instance starting after it is checked too: a
+serving instance refuses to join where the latest writer declared a store otherwise.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import time
 from collections.abc import Mapping
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from iqstate.errors import IncompatibleStateError
-from iqstate_kafka.heartbeats import decode
+from iqstate_kafka.heartbeats import WRITER_KEY_PREFIX, decode
 from iqstate_kafka.settings import ClusterSettings
-from iqstate_kafka.topics import MEMBERS_CLIENT_DEFAULTS, members_topic, unavailable
+from iqstate_kafka.topics import (
+    MEMBERS_CLIENT_DEFAULTS,
+    ensure_members_topic,
+    members_topic,
+    unavailable,
+)
+
+_DECLARATION_VERSION = 1
 
 
-def declared_shapes(cluster: ClusterSettings, application_id: str) -> dict[str, tuple[str, str]]:
-    """Per store, the shape (`heartbeats.store_shape`) the latest heartbeat on the members
-    topic declares it with, and that member's host; empty when no member has joined yet.
+def declared_shapes(
+    cluster: ClusterSettings, application_id: str, *, writers_only: bool = False
+) -> dict[str, tuple[str, str]]:
+    """Per store, the shape (`heartbeats.store_shape`) the latest declaration on the members
+    topic gives it (a member's heartbeat or a writer's, or only writers' with
+    `writers_only`), and who made it; empty when nobody declared it yet.
     `BrokerUnavailableError` if the cluster does not answer within its timeout."""
     topic = members_topic(application_id)
     consumer = Consumer(
@@ -49,6 +67,11 @@ def declared_shapes(cluster: ClusterSettings, application_id: str) -> dict[str, 
                 key, value = message.key(), message.value()
                 if key is None or value is None:
                     continue  # a tombstone: the member left, its declarations stand
+                if key.startswith(WRITER_KEY_PREFIX):
+                    latest.update(_writer_declaration(value))
+                    continue
+                if writers_only:
+                    continue
                 try:
                     heartbeat = decode(key.decode(), value)
                 except ValueError:
@@ -62,21 +85,73 @@ def declared_shapes(cluster: ClusterSettings, application_id: str) -> dict[str, 
         consumer.close()
 
 
-def check_like_the_members(
-    cluster: ClusterSettings, application_id: str, shapes: Mapping[str, str]
-) -> None:
-    """Refuse (`IncompatibleStateError`, naming each difference) stores declared otherwise
-    than the members of the application last declared them; stores no member declares
-    pass (nothing to compare them with)."""
-    declared = declared_shapes(cluster, application_id)
-    differ = [
+def _writer_declaration(value: bytes) -> dict[str, tuple[str, str]]:
+    """`{store: (shape, who)}` of a writer's declaration; empty for a record of another
+    version or shape (nothing to compare with)."""
+    try:
+        document = json.loads(value)
+        if document.get("v") != _DECLARATION_VERSION:
+            return {}
+        return {str(document["store"]): (str(document["shape"]), str(document["by"]))}
+    except (ValueError, KeyError, AttributeError, TypeError):
+        return {}
+
+
+def _differences(declared: Mapping[str, tuple[str, str]], shapes: Mapping[str, str]) -> list[str]:
+    return [
         f"store {name!r} as {shape} here, as {declared[name][0]} by {declared[name][1]}"
         for name, shape in sorted(shapes.items())
         if name in declared and declared[name][0] != shape
     ]
+
+
+def declare_as_writer(
+    cluster: ClusterSettings, application_id: str, shapes: Mapping[str, str]
+) -> None:
+    """Refuse (`IncompatibleStateError`, naming each difference) stores declared otherwise
+    than the application's latest declarations; stores nobody declared pass. Then write
+    `shapes` to the members topic as this writer's declarations, for the serving
+    instances that start later to check theirs against."""
+    differ = _differences(declared_shapes(cluster, application_id), shapes)
     if differ:
         raise IncompatibleStateError(
             f"this writer of application {application_id!r} declares {'; '.join(differ)}: "
             "its values would fail every read of them on the serving instances; declare each "
             "store as the serving instances do"
+        )
+    topic = ensure_members_topic(cluster, application_id)
+    who = f"a writer on {socket.gethostname()} (pid {os.getpid()})"
+    failures: list[str] = []
+
+    def delivered(error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            failures.append(error.str())
+
+    producer = Producer(cluster.client_settings(MEMBERS_CLIENT_DEFAULTS))
+    for name, shape in sorted(shapes.items()):
+        document = {"v": _DECLARATION_VERSION, "store": name, "shape": shape, "by": who}
+        producer.produce(
+            topic,
+            key=WRITER_KEY_PREFIX + name.encode(),
+            value=json.dumps(document).encode(),
+            on_delivery=delivered,
+        )
+    if producer.flush(cluster.timeout) or failures:
+        why = failures[0] if failures else "timed out"
+        raise unavailable(cluster, f"declaring stores on {topic} failed: {why}")
+
+
+def check_like_the_writers(
+    cluster: ClusterSettings, application_id: str, shapes: Mapping[str, str]
+) -> None:
+    """Refuse (`IncompatibleStateError`) a serving instance declaring a store otherwise than
+    the latest writer of it (`declare_as_writer`): its replicas would read that writer's
+    values with another serde, or look keys up in other partitions."""
+    differ = _differences(declared_shapes(cluster, application_id, writers_only=True), shapes)
+    if differ:
+        raise IncompatibleStateError(
+            f"this instance of application {application_id!r} declares {'; '.join(differ)}: "
+            "it would read that writer's values with another serde or look keys up in other "
+            "partitions; declare each store as its writers do (a store declared anew needs "
+            "a new application id, whose changelogs hold values of the new declaration)"
         )

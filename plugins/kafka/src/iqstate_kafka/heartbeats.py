@@ -22,6 +22,9 @@ from iqstate.runtime.spec import StoreSpec
 from iqstate_kafka.assignor import Member
 
 DOCUMENT_VERSION = 1
+WRITER_KEY_PREFIX = b"writer/"
+"""Keys of the members topic that are a writer's store declaration (`writer/<store>`,
+`iqstate_kafka.declarations`), not a member's heartbeat: membership skips them."""
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from iqstate.runtime.metadata import Departure, HostInfo
 from iqstate_kafka.errors import MembersTopicError
-from iqstate_kafka.heartbeats import Heartbeat, decode, encode
+from iqstate_kafka.heartbeats import WRITER_KEY_PREFIX, Heartbeat, decode, encode
 from iqstate_kafka.settings import ClusterSettings
 from iqstate_kafka.topics import (
     MEMBERS_CLIENT_DEFAULTS,
@@ -628,6 +628,8 @@ class Membership:
                 logger.warning("members topic: %s", error.str())
             return None
         key, value = message.key(), message.value()
+        if key is not None and key.startswith(WRITER_KEY_PREFIX):
+            return None  # a writer's declaration: no member
         try:
             if key is None:
                 raise ValueError("no key")

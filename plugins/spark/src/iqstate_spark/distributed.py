@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from iqstate_kafka.cluster import KafkaCluster
-from iqstate_kafka.declarations import check_like_the_members
+from iqstate_kafka.declarations import declare_as_writer
 from iqstate_kafka.heartbeats import shape_of
 from iqstate_kafka.topics import EndOffsets, changelog_topic, ensure_changelog_topics
 from iqstate_kafka.writer import BatchWriter
@@ -114,7 +114,7 @@ class ClusterSink:
         shape = shape_of(
             declared.store_type, declared.key_serde, declared.value_serde, declared.partitioner
         )
-        check_like_the_members(target.cluster, target.application_id, {declared.name: shape})
+        declare_as_writer(target.cluster, target.application_id, {declared.name: shape})
         self._topic = changelog_topic(target.application_id, declared.name)
         self._end_offsets = EndOffsets(target.cluster)
         self._markers = BatchWriter(
