@@ -162,7 +162,7 @@ def _member_ids(bootstrap: str, app_id: str) -> dict[int, str]:
         while read < end:
             for message in consumer.consume(500, 5):
                 read = message.offset() + 1
-                if message.value() is not None:
+                if message.value() is not None and not message.key().startswith(b"writer/"):
                     found[json.loads(message.value())["port"]] = message.key().decode()
         return found
     finally:
