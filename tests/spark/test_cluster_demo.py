@@ -21,7 +21,10 @@ from test_demo import noise
 
 from iqstate import KeyQuery, StateQueryRequest
 
-LINE = r"batch +\d+ \| +\d+ counts written \| produced +[\d,]+ \| i0 (lag [\d?]+/\d+|down) \| i1 "
+LINE = (
+    r"batch +\d+ \| +\d+ counts written \| produced +[\d,]+ \| "
+    r"i0 (lag [\d?]+ \(\d+ replicas\)|down) \| i1 "
+)
 VIA = r"   via i[012]: spark=(\d+|\?|\(\w+\)), kafka="
 
 

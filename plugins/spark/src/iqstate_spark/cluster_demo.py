@@ -195,14 +195,15 @@ class _Instance:
         return answer.json() if answer.headers.get("content-type") == "application/json" else None
 
     def freshness(self) -> str:
-        """`lag N/R`: changelog offsets this instance's R replicas are behind, summed."""
+        """`lag N (R replicas)`: changelog offsets this instance's R replicas are behind,
+        summed (`?` while one is unknown)."""
         lags = self.get("/v1/lags")
         if not isinstance(lags, dict):
             return "down"
         replicas = [entry for partitions in lags.values() for entry in partitions.values()]
         if any(entry["lag"] is None for entry in replicas):
-            return f"lag ?/{len(replicas)}"
-        return f"lag {sum(int(entry['lag']) for entry in replicas)}/{len(replicas)}"
+            return f"lag ? ({len(replicas)} replicas)"
+        return f"lag {sum(int(entry['lag']) for entry in replicas)} ({len(replicas)} replicas)"
 
     def counts(self) -> str:
         """`word=count, ...` for `QUERIED_WORDS`, read through this instance."""
