@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from iqstate_kafka import KafkaCluster
+from iqstate_kafka.declarations import declared_shapes
+from iqstate_kafka.topics import members_topic
 from support.network import free_port
 
 from iqstate import (
@@ -152,3 +155,33 @@ def test_an_instance_starting_after_a_writer_is_checked_against_its_declarations
             assert [m.host_info for m in alike.all_metadata()] == [alike.host_info]
     # membership skips the writer's records quietly: they are no heartbeats gone bad
     assert "does not decode" not in caplog.text
+
+
+def test_a_writers_declaration_made_by_mistake_is_withdrawn_with_a_tombstone(
+    kafka_broker: Any, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    app_id = unique_name("withdrawn")
+    cluster = KafkaCluster(kafka_broker.bootstrap_servers)
+    mistaken = Application(app_id, tmp_path / "mistaken", cluster=cluster, serving=False)
+    mistaken.key_value_store("totals", 2, value_serde="float64")
+    with mistaken:
+        pass  # it declared float64 and wrote nothing
+    instance = Application(
+        app_id, tmp_path / "serving", application_server=f"127.0.0.1:{free_port()}",
+        cluster=cluster,
+    )  # fmt: skip
+    instance.key_value_store("totals", 2, value_serde="int64")
+    with pytest.raises(IncompatibleStateError, match=r"key 'writer/<store>' on topic "):
+        instance.start()
+    instance.close()
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    producer.produce(members_topic(app_id), key=b"writer/totals", value=None)
+    assert producer.flush(10) == 0
+    assert "totals" not in declared_shapes(cluster, app_id, writers_only=True)
+    corrected = Application(
+        app_id, tmp_path / "serving", application_server=f"127.0.0.1:{free_port()}",
+        cluster=cluster,
+    )  # fmt: skip
+    corrected.key_value_store("totals", 2, value_serde="int64")
+    with corrected:  # joins: nothing declares the store otherwise any more
+        assert corrected.state.name in ("RUNNING", "REBALANCING")

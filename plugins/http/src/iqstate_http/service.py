@@ -685,7 +685,7 @@ class QueryService:
             if mapped is None:
                 raise
             raise mapped from exc
-        answers = result.partition_results  # only the key's partition, if hosted here
+        answers = result.partition_results  # the key's partition: NOT_PRESENT if elsewhere
         if not answers:
             return None
         ((partition, answer),) = answers.items()

@@ -55,6 +55,7 @@ def declared_shapes(
         low, high = consumer.get_watermark_offsets(partition, timeout=cluster.timeout)
         consumer.assign([KafkaTopicPartition(topic, 0, low)])
         latest: dict[str, tuple[str, str]] = {}
+        by_writers: set[str] = set()  # stores whose latest declaration is a writer's
         deadline = time.monotonic() + cluster.timeout
         position = low
         while position < high:
@@ -65,11 +66,19 @@ def declared_shapes(
                     continue
                 position = (message.offset() or 0) + 1
                 key, value = message.key(), message.value()
+                if key is not None and key.startswith(WRITER_KEY_PREFIX):
+                    store = key[len(WRITER_KEY_PREFIX) :].decode(errors="replace")
+                    if value is None:  # a writer's declaration withdrawn (by hand)
+                        if store in by_writers:
+                            del latest[store]
+                            by_writers.discard(store)
+                        continue
+                    declared = _writer_declaration(value)
+                    latest.update(declared)
+                    by_writers.update(declared)
+                    continue
                 if key is None or value is None:
                     continue  # a tombstone: the member left, its declarations stand
-                if key.startswith(WRITER_KEY_PREFIX):
-                    latest.update(_writer_declaration(value))
-                    continue
                 if writers_only:
                     continue
                 try:
@@ -78,6 +87,7 @@ def declared_shapes(
                     continue  # not a heartbeat of this version: membership logs it
                 for name, shape in heartbeat.shapes.items():
                     latest[name] = (shape, str(heartbeat.member.host))
+                    by_writers.discard(name)
         return latest
     except KafkaException as exc:
         raise unavailable(cluster, exc.args[0]) from exc
@@ -153,5 +163,8 @@ def check_like_the_writers(
             f"this instance of application {application_id!r} declares {'; '.join(differ)}: "
             "it would read that writer's values with another serde or look keys up in other "
             "partitions; declare each store as its writers do (a store declared anew needs "
-            "a new application id, whose changelogs hold values of the new declaration)"
+            "a new application id, whose changelogs hold values of the new declaration). A "
+            "writer's declaration made by mistake, before it wrote anything, is withdrawn "
+            f"with a tombstone (null value) for key 'writer/<store>' on topic "
+            f"{members_topic(application_id)!r}"
         )
