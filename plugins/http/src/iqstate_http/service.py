@@ -266,12 +266,6 @@ def _flag(body: dict[str, Any], field: str) -> bool:
     return value
 
 
-def _over(length: str, limit: int) -> bool:
-    """Whether a Content-Length of digits declares more than `limit` bytes."""
-    size = whole_number(length)
-    return size is None or size > limit
-
-
 def _acceptable_lag(value: Any) -> int | None:
     """A query body's `acceptable_lag`: offsets a standby may be behind; `None` (or null)
     reads running actives only."""
@@ -444,7 +438,8 @@ class QueryService:
 
     async def _json_body(self, request: Request) -> Any:
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and _over(declared, self.max_body):
+        # digits that are not a whole number up to max_body are more than it
+        if declared and declared.isdigit() and whole_number(declared, self.max_body) is None:
             raise ApiError(413, "body_too_large", f"request body over {self.max_body} bytes")
         body = b""
         async for chunk in request.stream():
