@@ -21,8 +21,8 @@ from iqstate.subscriptions.cursor import resumed_cursor
 from iqstate.subscriptions.filters import KeyFilter
 from iqstate.subscriptions.subscription import DEFAULT_MAX_PENDING
 from iqstate_http.change_stream import ChangeRequest
-from iqstate_http.client_numbers import INT64_MAX, whole_number
-from iqstate_http.codecs import BadRequest, key_from_path
+from iqstate_http.client_numbers import INT64_MAX
+from iqstate_http.codecs import BadRequest, key_from_path, whole_number_parameter
 from iqstate_http.errors import ApiError
 from iqstate_http.forwarding import FORWARDED_HEADER
 from iqstate_http.replica_choice import ReplicaChoice
@@ -84,14 +84,7 @@ def _natural(
     text: str | None, name: str, default: Any, bounds: tuple[int, int] = (0, INT64_MAX)
 ) -> Any:
     """`text` as a whole number within `bounds` (both inclusive), `default` if absent."""
-    if text is None:
-        return default
-    number = whole_number(text, bounds[1])
-    if number is None or number < bounds[0]:
-        raise BadRequest(
-            f"{name!r} must be a whole number from {bounds[0]} to {bounds[1]}, got {text[:40]!r}"
-        )
-    return number
+    return default if text is None else whole_number_parameter(text, name, *bounds)
 
 
 def _partitions(spec: StoreSpec, text: str | None, keyed: int | None) -> tuple[int, ...]:

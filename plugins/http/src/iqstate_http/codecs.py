@@ -51,6 +51,21 @@ class BadRequest(ValueError):
     """A request the service refuses with 400; the message says what is wrong."""
 
 
+def whole_number_parameter(
+    text: str, name: str, minimum: int = 0, maximum: int = INT64_MAX, hint: str = ""
+) -> int:
+    """A URL parameter's `text` as a whole number from `minimum` to `maximum`;
+    `BadRequest` naming the parameter, its range and `hint` (what to do instead) otherwise."""
+    number = whole_number(text, maximum)
+    if number is None or number < minimum:
+        advice = f" ({hint})" if hint else ""
+        raise BadRequest(
+            f"{name!r} must be a whole number from {minimum} to {maximum}, got "
+            f"{text[:40]!r}{advice}"
+        )
+    return number
+
+
 _TYPE_NAMES = {
     "string": "str",
     "int64": "int",

@@ -58,6 +58,7 @@ from iqstate_http.codecs import (
     key_from_path,
     position_json_bytes,
     position_to_json,
+    whole_number_parameter,
 )
 from iqstate_http.errors import (
     HANDLERS,
@@ -293,13 +294,9 @@ def _lag_in(scope: Scope) -> int | None:
         return None
     if len(values) > 1:
         raise BadRequest("'acceptable_lag' is given more than once")
-    number = whole_number(values[0])
-    if number is None:
-        raise BadRequest(
-            f"'acceptable_lag' must be a whole number of offsets from 0 to {INT64_MAX}, got "
-            f"{values[0][:40]!r} (leave it out to read running actives only)"
-        )
-    return number
+    return whole_number_parameter(
+        values[0], "acceptable_lag", hint="leave it out to read running actives only"
+    )
 
 
 _QUERY_FIELDS = frozenset(
