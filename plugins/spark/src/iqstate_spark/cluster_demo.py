@@ -344,7 +344,6 @@ def _work(args: argparse.Namespace) -> int:
     sinks: list[Any] = []
     chunk = args.lines if args.rate is None else max(1, round(args.rate * args.interval))
     producer: Producer | None = None
-    batches: _Batches | None = None
     with StopSignals() as signals:
         try:
             if args.bootstrap_servers is None:
@@ -398,7 +397,8 @@ def _work(args: argparse.Namespace) -> int:
                     instance.process.kill()
             if broker is not None:
                 broker.stop()
-    seen = 0 if batches is None else batches.seen
+    # the sink's own count: the report polls, so it can miss batches (and the drain's)
+    written = sinks[0].batches_written if sinks else 0
     produced = 0 if producer is None else producer.produced
-    print(f"done: {seen} word-count batches, {produced:,} words produced; state in {directory}")
+    print(f"done: {written} word-count batches, {produced:,} words produced; state in {directory}")
     return 0

@@ -131,6 +131,8 @@ class ClusterSink:
         """Why the Python producers write, when they do."""
         self.last_batch: tuple[int, int] | None = None
         """`(batch_id, records)` of the last micro-batch written, for progress reports."""
+        self.batches_written = 0
+        """Micro-batches this sink wrote (a replay of one counts again)."""
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         if str(batch_df.sparkSession.conf.get("spark.speculation", "false")).lower() == "true":
@@ -148,6 +150,7 @@ class ClusterSink:
                 written = self._write_with_producers(batch_df, batch_id)
         self._markers.write({}, batch_id=batch_id, position=position, stores=self._stores)
         self.last_batch = (batch_id, written)
+        self.batches_written += 1
 
     def _choose_write_path(self, batch_df: Any) -> None:
         """Decide once per schema (a streaming query's stays the same) how batches are

@@ -29,7 +29,9 @@ def _run_demo(args: Any) -> int:
 def iqstate_register_commands(register: Any) -> None:
     register(
         "demo",
-        "run the embedded demo: a Spark word-count pipeline into queryable RocksDB stores",
+        "run the demo: a Spark word-count pipeline into queryable stores, embedded in one "
+        "process (RocksDB) or with --cluster (a Kafka broker, Spark executors and three "
+        "serving instances)",
         _add_demo_arguments,
         _run_demo,
     )
