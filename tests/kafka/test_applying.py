@@ -256,3 +256,35 @@ def test_records_of_applied_batches_in_an_incomplete_unit_are_reported_as_replay
     commit = fold([ChangelogUnit.of(TP, records, None, 52, True)], 5)
     assert (commit.entries, commit.batch_id) == ([(b"new", b"new")], None)
     assert [(r.reason, r.offset) for r in commit.refused] == [(REPLAY, 50)]
+
+
+def test_a_commit_that_fails_leaves_nothing_behind(tmp_path: Path) -> None:
+    # A writer of another engine wrote a key LMDB cannot keep (over 511 bytes): the
+    # replica's commit fails. Queries must not see that unit's data or position (they were
+    # never committed), and the follower's retry, from the committed offset, must not
+    # carry the key that failed it along.
+    from iqstate_lmdb import LMDBKeySizeError
+
+    spec = Application("app", tmp_path).key_value_store(
+        "l", 1, engine="lmdb", key_serde="bytes", value_serde="bytes"
+    )
+    directory = tmp_path / "l-0"
+    directory.mkdir()
+    context = StateStoreContext(
+        application_id="app",
+        store_name="l",
+        partition=0,
+        directory=directory,
+        changelog_partition=TP,
+        query_handlers=default_registry().query_handlers,
+    )
+    hosted = HostedPartition(spec, 0, ACTIVE, context, followed=True)
+    hosted.open()
+    first, second = Position.from_map({"src": {0: 1}}), Position.from_map({"src": {0: 2}})
+    hosted.apply_changelog([(b"a", b"1")], 1, first, 2)
+    with pytest.raises(LMDBKeySizeError):
+        hosted.apply_changelog([(b"b", b"2"), (b"x" * 600, b"3")], 2, second, 5)
+    assert state(hosted) == ([(b"a", b"1")], first, 1, 2)
+    hosted.apply_changelog([(b"b", b"2")], 2, second, 5)  # the unit without that record
+    assert state(hosted) == ([(b"a", b"1"), (b"b", b"2")], second, 2, 5)
+    hosted.close()

@@ -5,7 +5,10 @@ range, write one atomic commit, close). This class gives it the rest of the cont
 
 * uncommitted writes live in an in-memory overlay that reads see at once; `commit` hands
   the overlay, the changelog offsets and the position to the engine's single atomic write,
-  so after a crash the store holds exactly the last commit;
+  so after a crash the store holds exactly the last commit. A commit that fails discards
+  the overlay and the position's advance: reads never see what was not committed, and a
+  retry starts from the last commit (a write the engine cannot keep does not stay behind
+  to fail every later commit);
 * offsets follow KIP-1035 (`None` removes one, an empty mapping removes all) and are kept
   by the store (`manages_offsets = True`);
 * an open/closed status marker tells a clean close from a crash. An engine whose `_write`
@@ -100,6 +103,8 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
         super().__init__(name)
         self._pending: dict[bytes, bytes | None] = {}
         self._offsets: dict[TopicPartition, int] = {}
+        self._committed_position = Position.empty()
+        """The position of the last commit (or the one opened)."""
 
     @property
     def manages_offsets(self) -> bool:
@@ -178,7 +183,7 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
                 "atomic commits; under exactly-once it must be rebuilt from its changelog"
             )
         self._offsets = dict(stored.offsets)
-        self.current_position = stored.position
+        self.current_position = self._committed_position = stored.position
         self._migrate_legacy_files(context.directory)
 
     def _migrate_legacy_files(self, directory: Path) -> None:
@@ -279,9 +284,15 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
         offsets = dict(self._offsets)
         apply_offset_changes(offsets, changelog_offsets)
         removed = frozenset(self._offsets) - frozenset(offsets)
-        self._write(Commit(self._pending, offsets, removed, self.current_position))
+        position = self.current_position
+        try:
+            self._write(Commit(self._pending, offsets, removed, position))
+        except BaseException:  # discarded: never read, nor committed by a later commit
+            self._pending = {}
+            self.current_position = self._committed_position
+            raise
         self._pending = {}
-        self._offsets = offsets
+        self._offsets, self._committed_position = offsets, position
 
     def committed_offset(self, partition: TopicPartition) -> int | None:
         return self._offsets.get(partition)
