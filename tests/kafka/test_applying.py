@@ -28,7 +28,7 @@ from iqstate import (
 )
 from iqstate.context import StateStoreContext
 from iqstate.plugins import default_registry
-from iqstate.runtime import ACTIVE
+from iqstate.runtime import ACTIVE, ACTIVE_RESTORING
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import StoreSpec
 from iqstate.subscriptions.filters import KeyFilter
@@ -265,6 +265,31 @@ def test_a_commit_that_fails_leaves_nothing_behind(tmp_path: Path) -> None:
     # carry the key that failed it along.
     from iqstate_lmdb import LMDBKeySizeError
 
+    hosted = lmdb_replica(tmp_path)
+    first, second = Position.from_map({"src": {0: 1}}), Position.from_map({"src": {0: 2}})
+    hosted.apply_changelog([(b"a", b"1")], 1, first, 2)
+    with pytest.raises(LMDBKeySizeError):
+        hosted.apply_changelog([(b"b", b"2"), (b"x" * 600, b"3")], 2, second, 5)
+    assert state(hosted) == ([(b"a", b"1")], first, 1, 2)
+    hosted.apply_changelog([(b"b", b"2")], 2, second, 5)  # the unit without that record
+    assert state(hosted) == ([(b"a", b"1"), (b"b", b"2")], second, 2, 5)
+    hosted.close()
+
+
+def test_a_rebuilt_running_active_restores_until_it_catches_up_again(tmp_path: Path) -> None:
+    # Its changelog no longer held where it stood: emptied to be rebuilt, it must not answer
+    # queries that need a running active from a partly restored store.
+    hosted = lmdb_replica(tmp_path)
+    hosted.apply_changelog([(b"a", b"1")], 1, Position.from_map({"src": {0: 1}}), 2)
+    assert hosted.role.is_running_active
+    hosted.rebuild()
+    assert hosted.role == ACTIVE_RESTORING
+    assert state(hosted) == ([], Position.empty(), None, None)
+    hosted.close()
+
+
+def lmdb_replica(tmp_path: Path) -> HostedPartition:
+    """A followed LMDB store partition, running active, open."""
     spec = Application("app", tmp_path).key_value_store(
         "l", 1, engine="lmdb", key_serde="bytes", value_serde="bytes"
     )
@@ -280,11 +305,4 @@ def test_a_commit_that_fails_leaves_nothing_behind(tmp_path: Path) -> None:
     )
     hosted = HostedPartition(spec, 0, ACTIVE, context, followed=True)
     hosted.open()
-    first, second = Position.from_map({"src": {0: 1}}), Position.from_map({"src": {0: 2}})
-    hosted.apply_changelog([(b"a", b"1")], 1, first, 2)
-    with pytest.raises(LMDBKeySizeError):
-        hosted.apply_changelog([(b"b", b"2"), (b"x" * 600, b"3")], 2, second, 5)
-    assert state(hosted) == ([(b"a", b"1")], first, 1, 2)
-    hosted.apply_changelog([(b"b", b"2")], 2, second, 5)  # the unit without that record
-    assert state(hosted) == ([(b"a", b"1"), (b"b", b"2")], second, 2, 5)
-    hosted.close()
+    return hosted

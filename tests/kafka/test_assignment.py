@@ -56,6 +56,7 @@ class Progress:
         self._lags = dict(lags or {})
         self._caught_up: set[StorePartition] = set()
         self._listeners: list[CaughtUpListener] = []
+        self._rebuilt_listeners: list[CaughtUpListener] = []
 
     def lags(self) -> Mapping[StorePartition, int]:
         with self._lock:
@@ -74,6 +75,15 @@ class Progress:
 
     def on_caught_up(self, listener: CaughtUpListener) -> None:
         self._listeners.append(listener)
+
+    def on_rebuilt(self, listener: CaughtUpListener) -> None:
+        self._rebuilt_listeners.append(listener)
+
+    def rebuild(self, store: str, partition: int) -> None:
+        with self._lock:
+            self._caught_up.discard((store, partition))
+        for listener in self._rebuilt_listeners:
+            listener((store, partition))
 
     def catch_up(self, store: str, partition: int) -> None:
         with self._lock:
@@ -211,6 +221,21 @@ def test_an_active_restores_until_the_follower_says_it_caught_up(instances: Inst
     assert provider.assignment() == announced[-1]
     assert provider.cluster() == {host(7001): announced[-1]}
     assert all(a != b for a, b in itertools.pairwise(announced))
+
+    # Rebuilt from an empty store (its changelog no longer held where it stood), the
+    # running active restores again: it must not answer from a partly restored store.
+    progress.rebuild("s", 0)
+    wait_until(
+        lambda: announced[-1].role("s", 0) == ACTIVE_RESTORING,
+        PATIENCE,
+        "the rebuilt active is announced restoring",
+    )
+    progress.catch_up("s", 0)
+    wait_until(
+        lambda: announced[-1].role("s", 0) == ACTIVE,
+        PATIENCE,
+        "the rebuilt active runs once caught up again",
+    )
 
 
 def test_a_promoted_standby_is_announced_restoring_before_it_runs(instances: Instances) -> None:

@@ -16,7 +16,7 @@ from iqstate.layers.chain import StoreChain
 from iqstate.persistent import UncleanShutdownError
 from iqstate.position import Position, TopicPartition
 from iqstate.results import describe_store
-from iqstate.runtime.assignment import PartitionRole
+from iqstate.runtime.assignment import ACTIVE_RESTORING, PartitionRole
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.durations import Durations
 from iqstate.runtime.offsets import OffsetKeeper, fence_partition
@@ -245,10 +245,13 @@ class HostedPartition:
 
     def rebuild(self) -> None:
         """Start over from an empty store (the changelog no longer holds what this replica
-        would resume from): the files are moved aside, never deleted."""
+        would resume from): the files are moved aside, never deleted. A running active
+        becomes a restoring one at once: it must not answer from a partly restored store."""
         with self.lock:
             if self.closed:
                 return
+            if self.role.is_running_active:
+                self.role = ACTIVE_RESTORING
             self.chain.close()
             self._set_aside(
                 RuntimeError(f"store {self.spec.name!r} partition {self.partition} must be rebuilt")

@@ -170,6 +170,7 @@ class KafkaAssignment(AssignmentProvider):
         """The follower's view of the replicas hosted here: from now on heartbeats carry
         their lags, `end_offset` answers, and actives run once they have caught up."""
         progress.on_caught_up(lambda _: self._stale())
+        progress.on_rebuilt(lambda _: self._stale())
         with self._lock:
             self._progress = progress
             self._dirty = True
@@ -380,19 +381,21 @@ class KafkaAssignment(AssignmentProvider):
     def _restoring(
         computed: Assignment, previous: Assignment, progress: ReplicaProgress | None
     ) -> Assignment:
-        """An active restores from becoming active until the follower says it caught up."""
+        """An active restores from becoming active until the follower says it caught up,
+        and again once it is rebuilt (the follower then says it is not)."""
         roles: dict[str, dict[int, PartitionRole]] = {}
         for store, partition, role in computed.items():
             if not role.is_active:
                 roles.setdefault(store, {})[partition] = STANDBY
                 continue
             before = previous.role(store, partition)
-            running = before is not None and (
-                before.is_running_active
-                or (
-                    before.is_active
-                    and progress is not None
-                    and progress.caught_up(store, partition)
+            running = (
+                before is not None
+                and before.is_active
+                and (
+                    before.is_running_active
+                    if progress is None
+                    else progress.caught_up(store, partition)
                 )
             )
             roles.setdefault(store, {})[partition] = ACTIVE if running else ACTIVE_RESTORING

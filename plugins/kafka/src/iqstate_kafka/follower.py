@@ -187,6 +187,7 @@ class Follower:
         self._broker_retry_at = 0.0
         self._broker_backoff = _Backoff(poll_timeout, max_backoff)
         self._listeners: list[CaughtUpListener] = []
+        self._rebuilt_listeners: list[CaughtUpListener] = []
         self._stalls: StallWatch[StorePartition] = StallWatch(STALL_AFTER, STALL_PATIENCE_MOST)
         # Shared with other threads, under _lock:
         self._lock = threading.Lock()
@@ -251,6 +252,9 @@ class Follower:
 
     def on_caught_up(self, listener: CaughtUpListener) -> None:
         self._listeners.append(listener)
+
+    def on_rebuilt(self, listener: CaughtUpListener) -> None:
+        self._rebuilt_listeners.append(listener)
 
     # -- counters --------------------------------------------------------------------------
 
@@ -628,11 +632,18 @@ class Follower:
         followed.assigned = False  # the reader dropped it; the next loop assigns it again
 
     def _start_over(self, key: StorePartition, followed: _Followed) -> None:
-        """Rebuild the replica from an empty store: its offsets and its restore start again."""
+        """Rebuild the replica from an empty store: its offsets and its restore start again,
+        and an active restores until it catches up again (its role says so at once; the
+        listeners re-announce it)."""
+        with self._lock:  # first: an assignment computed meanwhile sees it not caught up
+            self._offsets[key].rebuilt()
         followed.hosted.rebuild()
         followed.restored = 0
-        with self._lock:
-            self._offsets[key].rebuilt()
+        for listener in list(self._rebuilt_listeners):
+            try:
+                listener(key)
+            except Exception:
+                logger.exception("a rebuilt listener failed for store %r partition %d", *key)
 
     def _count_skipped(self, reader: ChangelogReading) -> None:
         counts = dict(self._skipped_before)

@@ -5,7 +5,9 @@ provider reads it to announce this instance's replicas in its heartbeats (so eve
 can prefer a caught-up replica as a partition's active), to answer `end_offset` for lags, and
 to keep an active `RESTORING` until it has caught up to the end offset seen when it became
 active. The follower calls the listener it is given when an active catches up, so the
-provider re-announces the assignment with that partition `RUNNING`.
+provider re-announces the assignment with that partition `RUNNING`, and when a replica is
+rebuilt from an empty store, so that an active goes back to `RESTORING` until it catches up
+again (it would otherwise answer from a partly restored store as if complete).
 """
 
 from __future__ import annotations
@@ -37,4 +39,9 @@ class ReplicaProgress(Protocol):
 
     def on_caught_up(self, listener: CaughtUpListener) -> None:
         """Call `listener` whenever an active replica hosted here catches up."""
+        ...
+
+    def on_rebuilt(self, listener: CaughtUpListener) -> None:
+        """Call `listener` whenever a replica hosted here is emptied to be rebuilt (an
+        active is no longer caught up)."""
         ...
