@@ -142,6 +142,9 @@ class _Followed:
     changelog (0 again when it is rebuilt)."""
     unanswered: bool = False
     """The broker's latest answer for the partition's offsets was a failure."""
+    doubted_end: bool = False
+    """The last answer put the log's end before the committed offset: the next one, asked
+    while the replica commits nothing, decides whether the log got shorter."""
 
 
 class Follower:
@@ -469,6 +472,14 @@ class Follower:
         committed = hosted.resume_offset()
         if hosted.closed:
             return  # revoked meanwhile: the next sync drops it
+        if committed is not None and committed > watermarks.end and not followed.doubted_end:
+            # An answer asked before the replica's last commits (and taken after its reader
+            # was replaced) can put the end before them: ask again, unassigned, before
+            # believing that the log got shorter. (The earliest offset only grows: an old
+            # answer can never make a committed offset look removed.)
+            followed.doubted_end = True
+            return
+        followed.doubted_end = False
         if committed is not None and not watermarks.contains(committed):
             logger.warning(
                 "store %r partition %d committed changelog offset %d, outside %s's offsets "
