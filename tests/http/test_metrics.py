@@ -23,6 +23,7 @@ from iqstate import (
     HostInfo,
     KeyQuery,
     RangeQuery,
+    Serde,
     StateQueryRequest,
     StaticAssignment,
     WindowKeyQuery,
@@ -254,3 +255,38 @@ def test_a_key_lookup_no_replica_answers_counts_as_a_failure_where_it_was_asked(
     assert value(after, "iqstate_queries_total", outcome="success", **labels) == value(
         before, "iqstate_queries_total", outcome="success", **labels
     )
+
+
+class _Picky(Serde[str]):
+    """Reads every stored string but `bad`: a record written before the serde changed."""
+
+    def serialize(self, value: str) -> bytes:
+        return value.encode()
+
+    def deserialize(self, data: bytes) -> str:
+        if data == b"bad":
+            raise ValueError("picky cannot read b'bad'")
+        return data.decode()
+
+
+def test_a_range_that_fails_while_read_counts_as_a_store_exception(tmp_path: Path) -> None:
+    # A range's rows are read lazily, after the query was counted answered: a record the
+    # serde cannot read fails the partition then, and the count must say so.
+    app = Application("picky", tmp_path)
+    app.key_value_store("words", 1, key_serde="string", value_serde=_Picky())
+    with app:
+        with app.begin_batch(position={"t": {0: 1}}, batch_id=1) as batch:
+            batch.put_all("words", [("a", "fine"), ("b", "bad")])
+        server = start_background(app)
+        try:
+            with httpx.Client(base_url=server.url, timeout=10) as client:
+                answer = client.post(
+                    "/v1/query", json={"store": "words", "query": {"type": "range"}}
+                ).json()
+                assert answer["partitions"]["0"]["failure"] == "STORE_EXCEPTION"
+                samples = scrape(client)
+        finally:
+            server.stop()
+    labels = {"store": "words", "query": "RangeQuery"}
+    assert value(samples, "iqstate_queries_total", outcome="store_exception", **labels) == 1
+    assert value(samples, "iqstate_queries_total", outcome="success", **labels) == 0

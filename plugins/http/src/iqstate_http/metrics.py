@@ -161,6 +161,16 @@ class ServiceMetrics:
         if len(pending) >= FOLD_EVERY:
             self._fold()
 
+    def failed_while_read(self, store: str, query: type[Any], partitions: int) -> None:
+        """`partitions` that `query` counted as answered but whose answers failed while they
+        were read (a lazy range meeting a record its serde cannot decode): counted as
+        `STORE_EXCEPTION` instead."""
+        pending = self._pending_queries
+        pending.append((store, query, None, -partitions))  # no longer successes
+        pending.append((store, query, None, (FailureReason.STORE_EXCEPTION,) * partitions))
+        if len(pending) >= FOLD_EVERY:
+            self._fold()
+
     def record_request(self, route: str, status: int) -> None:
         """One HTTP request answered: its route template and status."""
         pending = self._pending_requests

@@ -124,10 +124,13 @@ class QueryRunner:
         choice: ReplicaChoice,
         forwarder: Forwarder,
         query: Callable[[StateQueryRequest[Any]], StateQueryResult[Any]],
+        failed_while_read: Callable[[str, type[Any], int], None],
     ) -> None:
-        """`query`: how this instance answers a request (`app.query`, counted)."""
+        """`query`: how this instance answers a request (`app.query`, counted);
+        `failed_while_read(store, query type, partitions)`: answers `query` counted that
+        then failed while encoded (`ServiceMetrics.failed_while_read`)."""
         self.app, self.codecs, self.choice, self.forwarder = app, codecs, choice, forwarder
-        self.query = query
+        self.query, self.failed_while_read = query, failed_while_read
 
     async def answer(self, options: QueryOptions) -> bytes:
         if options.merge:
@@ -195,11 +198,17 @@ class QueryRunner:
             query = limited(ranged, options.max_rows + 1)
         results, replicas = self._local_results(options, query, partitions)
         try:
-            return LocalAnswers(self.codecs, self.choice.this_host, options.max_rows).entries(
+            entries = LocalAnswers(self.codecs, self.choice.this_host, options.max_rows).entries(
                 options.query, results, replicas
             )
         except TooManyRows as exc:
             raise _too_many(exc) from exc
+        late = sum(
+            1 for p, result in results.items() if result.is_success and not entries[str(p)]["ok"]
+        )
+        if late:
+            self.failed_while_read(options.store, type(query), late)
+        return entries
 
     # -- the cluster -----------------------------------------------------------------------
 

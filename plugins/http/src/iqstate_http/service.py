@@ -392,7 +392,12 @@ class QueryService:
         self._closing = False
         self.metrics = ServiceMetrics(app, lambda: self.forwarder.sent)
         self.runner = QueryRunner(
-            app, self.codecs, self.replicas, self.forwarder, self.metrics.query
+            app,
+            self.codecs,
+            self.replicas,
+            self.forwarder,
+            self.metrics.query,
+            self.metrics.failed_while_read,
         )
         limits = range_limits or RangeLimits()
         self._ranges, self._forwarded_ranges = Gate(limits), Gate(limits)
