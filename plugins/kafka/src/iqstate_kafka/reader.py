@@ -185,11 +185,7 @@ class ChangelogUnit:
         """The records of batches at or before `fence` (applied already), in order."""
         if fence is None:
             return []
-        return [
-            DataRecord(*self.pairs[index], batch_id, self.offsets[index])
-            for index, batch_id in enumerate(self.batch_ids)
-            if batch_id is not None and batch_id <= fence  # `is_fenced`, without its call
-        ]
+        return [record for record in self.records if is_fenced(record.batch_id, fence)]
 
 
 def _looked_back(state: _Partition, message: Message) -> bool:
