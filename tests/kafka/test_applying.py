@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from iqstate_kafka.applying import BEHIND, GAP, REPLAY, STRAY, fold
+from iqstate_kafka.applying import BEHIND, GAP, STRAY, fold
 from iqstate_kafka.format import BatchMarker, DataRecord
 from iqstate_kafka.reader import ChangelogUnit
 
@@ -190,13 +190,11 @@ def test_gaps_that_a_writer_allowed_or_compaction_explains_are_accepted() -> Non
     allowed = fold([unit([(b"k", 9)], 9, 10, allows_gap=True)], 4)
     assert (allowed.entries, allowed.batch_id, allowed.refused) == ([(b"k", b"k")], 9, ())
     # Compaction removed batches 5..8's markers (and some records): their surviving records
-    # are applied with batch 9's marker; a replayed batch's record is skipped, and reported.
+    # are applied with batch 9's marker; a replayed batch's record is skipped.
     compacted = unit([(b"a", 5), (b"b", 7), (b"old", 3), (b"c", 9)], 9, 10, compacted=True)
     commit = fold([compacted], 4)
     assert commit.entries == [(b"a", b"a"), (b"b", b"b"), (b"c", b"c")]
-    assert commit.batch_id == 9
-    assert [(r.reason, r.offset) for r in commit.refused] == [(REPLAY, 12)]
-    assert "batch 3, which was applied already" in commit.refused[0].detail
+    assert (commit.batch_id, commit.refused) == (9, ())
 
 
 def test_records_of_a_batch_without_a_marker_are_never_applied() -> None:
@@ -208,27 +206,22 @@ def test_records_of_a_batch_without_a_marker_are_never_applied() -> None:
     assert [(r.reason, r.offset) for r in commit.refused] == [
         (STRAY, 20), (STRAY, 21), (STRAY, 23),
     ]  # fmt: skip
-    # A replayed batch's marker applies nothing (it and its record are reported as the
-    # replay they are); a newer record before it is a stray.
+    # A replayed batch's marker applies nothing; a newer record before it is a stray.
     replay = fold([unit([(b"k", 5), (b"new", 6)], 5, 30)], 5)
-    assert replay.entries == []
-    assert [(r.reason, r.offset) for r in replay.refused] == [
-        (REPLAY, 32), (REPLAY, 30), (STRAY, 31),
-    ]  # fmt: skip
-    assert "repeats the partition's last batch" in replay.refused[0].detail
+    assert (replay.entries, [r.reason for r in replay.refused]) == ([], [STRAY])
 
 
 def test_a_batch_older_than_the_fence_is_skipped_and_reported() -> None:
     # A query restarted with a new checkpoint writes batch 0 after batch 5: applying it
     # would roll the partition back, so it is skipped, but reported (a replay of batch 5
-    # as a replay, and batch 6 applies).
+    # is not, and batch 6 applies).
     restarted = unit([(b"new", 0), (b"newer", 0)], 0, 40)
     replay = unit([(b"k", 5)], 5, 43)
     following = unit([(b"next", 6)], 6, 45)
     commit = fold([restarted, replay, following], 5)
     assert (commit.entries, commit.batch_id) == ([(b"next", b"next")], 6)
     assert [(r.reason, r.offset) for r in commit.refused] == [
-        (BEHIND, 42), (BEHIND, 40), (BEHIND, 41), (REPLAY, 44), (REPLAY, 43),
+        (BEHIND, 42), (BEHIND, 40), (BEHIND, 41),
     ]  # fmt: skip
     assert "new checkpoint" in commit.refused[0].detail
     assert "last batch 5" in commit.refused[0].detail
@@ -247,15 +240,6 @@ def test_positions_of_batches_covering_different_sources_are_merged() -> None:
 def test_a_fold_needs_a_unit() -> None:
     with pytest.raises(ValueError, match="at least one unit"):
         fold([], None)
-
-
-def test_records_of_applied_batches_in_an_incomplete_unit_are_reported_as_replays() -> None:
-    # Part of a compacted stretch (no marker yet): a record of batch 4, at or before the
-    # fence, was applied already; batch 6's record is applied.
-    records = [DataRecord(b"old", b"old", 4, 50), DataRecord(b"new", b"new", 6, 51)]
-    commit = fold([ChangelogUnit.of(TP, records, None, 52, True)], 5)
-    assert (commit.entries, commit.batch_id) == ([(b"new", b"new")], None)
-    assert [(r.reason, r.offset) for r in commit.refused] == [(REPLAY, 50)]
 
 
 def test_a_commit_that_fails_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -124,22 +124,6 @@ def test_forged_markers_stray_records_and_older_batches_are_refused(
             )
             assert scraped[behind] == len(KEYS) + PARTITIONS  # its records and markers
 
-        # A writer that crashed after writing batch 3 writes it again: the copy is skipped
-        # (batch 3 stays as first applied) and counted as the replay it is.
-        with writer.begin_batch(position={"src": {0: 3}}, batch_id=3) as batch:
-            batch.put_all("counts", [(key, -1) for key in KEYS])
-        replay = (
-            "iqstate_changelog_records_skipped_total",
-            (("reason", "replay"), ("store", "counts")),
-        )
-        for instance in instances:
-            url = instance.url
-            wait_for(
-                "the replay counted",
-                lambda: _scrape(url).get(replay) == len(KEYS) + PARTITIONS,  # noqa: B023
-            )
-            assert _reads(url, third)
-
         # A writer whose batch ids skip ahead has every later batch refused: all counted,
         # and logged once per partition and reason per 30 s, not once per record or batch.
         for batch_id in range(100, 120):

@@ -329,8 +329,8 @@ def _replica_families(app: Application) -> Iterator[Metric]:
         yield restored
         skipped = CounterMetricFamily(
             "iqstate_changelog_records_skipped",
-            "changelog records not applied: undecodable, refused (gap, stray), of a batch "
-            "older than the partition's last (behind), or of one applied already (replay)",
+            "changelog records not applied: undecodable, refused (gap, stray), or of a batch "
+            "older than the partition's last (behind)",
             labels=["store", "reason"],
         )
         by_reason: dict[tuple[str, str], int] = {}

@@ -29,8 +29,7 @@ topic can write records in iqstate's format, so a follower checks what it applie
   or written by someone else) are refused, unless compaction removed their markers, in
   which case those of batches between the fence and the marker are applied with it;
 - records and markers of the fence's own batch are replays (a crash's replay repeats the
-  last batch only), skipped as before and reported as such (`REPLAY`), as are records of
-  other batches applied already. A marker of a batch *older* than the fence is not a
+  last batch only), skipped as before. A marker of a batch *older* than the fence is not a
   replay: another writer, or a streaming query restarted with a new checkpoint (its batch
   ids start again at 0), writes this changelog. Its batch is skipped all the same (applying
   it would roll the partition back), but each of its records and its marker is reported
@@ -59,15 +58,11 @@ STRAY = "stray"
 """A refused data record of a batch that got no marker of its own."""
 BEHIND = "behind"
 """A skipped marker of a batch older than the partition's last one, and its batch's records."""
-REPLAY = "replay"
-"""A skipped marker of the partition's last batch (a writer's replay after a crash), and
-the records of batches applied already: expected, reported so that it is seen."""
 
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """A changelog record the fold did not apply: `reason` (`GAP`, `STRAY`, `BEHIND` or
-    `REPLAY`), where, why."""
+    """A changelog record the fold did not apply: `reason` (`GAP` or `STRAY`), where, why."""
 
     reason: str
     offset: int
@@ -77,7 +72,7 @@ class Refusal:
 @dataclass(frozen=True, slots=True)
 class StoreCommit:
     """What one `HostedPartition.apply_changelog` call applies and commits; `refused`: the
-    records and markers it does not apply, each with the reason."""
+    records and markers it does not apply that are not replays of the fence's batch."""
 
     entries: list[tuple[bytes, bytes | None]]
     batch_id: int | None
@@ -129,18 +124,11 @@ def fold(units: Sequence[ChangelogUnit], fence: int | None) -> StoreCommit:
     for unit in units:
         marker = unit.marker
         if marker is None:
-            applied = unit.entries(fence)
-            if len(applied) < len(unit.pairs):
-                refused += _replays(unit.replayed(fence))
-            entries += applied
+            entries += unit.entries(fence)
             continue
         if unit.fenced(fence):  # a replayed batch: what its marker did not apply is stray
-            replayed = unit.replayed(fence)
             if _older(marker, fence):
-                refused += _behind(marker, fence, replayed)
-                refused += _replays([r for r in replayed if r.batch_id != marker.batch_id])
-            else:
-                refused += _replays([marker, *replayed])
+                refused += _behind(marker, fence, unit.records)
             refused += [_stray(record, marker) for record in unit.unfenced(fence)]
             continue
         # What writers write, and all of a restore: the marker's batch and nothing else
@@ -152,8 +140,7 @@ def fold(units: Sequence[ChangelogUnit], fence: int | None) -> StoreCommit:
         if whole:
             entries += unit.pairs
         else:
-            refused += _replays(unit.replayed(fence))
-            for record in unit.unfenced(fence):
+            for record in unit.unfenced(fence):  # the others are replays of applied batches
                 if _belongs(record, marker, unit.compacted):
                     entries.append((record.key, record.value))
                 else:
@@ -207,24 +194,6 @@ def _behind(marker: BatchMarker, fence: int | None, records: list[DataRecord]) -
             for record in records
             if record.batch_id == marker.batch_id
         ),
-    ]
-
-
-def _replays(replayed: Sequence[BatchMarker | DataRecord]) -> list[Refusal]:
-    """The reports of a replayed batch's marker and of records of batches applied already."""
-    return [
-        Refusal(
-            REPLAY,
-            item.offset,
-            (
-                f"batch marker {item.batch_id} repeats the partition's last batch: its writer "
-                "wrote it again (a replay after a crash), and it was applied the first time"
-                if isinstance(item, BatchMarker)
-                else f"a record of batch {item.batch_id}, which was applied already (a "
-                "replay after a crash)"
-            ),
-        )
-        for item in replayed
     ]
 
 

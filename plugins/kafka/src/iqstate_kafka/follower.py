@@ -53,7 +53,7 @@ from iqstate.repeated_lines import RepeatedLines
 from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.cluster import ChangelogCounts
 from iqstate.runtime.following import FollowedPartition, FollowedPartitions
-from iqstate_kafka.applying import BEHIND, REPLAY, Refusal, StoreCommit, fold
+from iqstate_kafka.applying import BEHIND, Refusal, StoreCommit, fold
 from iqstate_kafka.progress import CaughtUpListener
 from iqstate_kafka.reader import (
     ChangelogConsumer,
@@ -74,9 +74,6 @@ refusals_logger = logging.getLogger("iqstate_kafka.follower.refusals")
 writer keeps skipping batch ids has every later batch refused: each partition's line of a
 reason passes once per 30 s, saying how many it held back (all are counted in metrics)."""
 refusals_logger.addFilter(RepeatedLines(lambda line: line.split(":", 1)[0]))
-_REFUSAL_LEVELS = {REPLAY: logging.INFO, BEHIND: logging.WARNING}
-"""The reasons of records skipped rather than refused, and how loud each is (a refusal is an
-error): a replay is expected, a batch behind the fence is a writer's mistake."""
 
 CONSUMER_DEFAULTS: Mapping[str, Any] = {
     "max.partition.fetch.bytes": 16 * 1024 * 1024,
@@ -269,10 +266,9 @@ class Follower:
             return sum(self._applied.values())
 
     def refused_records(self) -> dict[StorePartition, dict[str, int]]:
-        """Records refused or skipped per store partition since `start`, by reason (`gap`: a
-        batch marker that skips ahead of the fence, and its batch's records; `stray`: data
-        records of a batch that got no marker; `behind`: a batch older than the fence;
-        `replay`: a batch applied already, written again); each was logged."""
+        """Records refused per store partition since `start`, by reason (`gap`: a batch
+        marker that skips ahead of the fence, and its batch's records; `stray`: data
+        records of a batch that got no marker); each was logged."""
         with self._lock:
             return {key: dict(counts) for key, counts in self._refused.items()}
 
@@ -572,8 +568,7 @@ class Follower:
     ) -> None:
         """Log and count records the fold refused (`iqstate_kafka.applying`): per reason,
         one line naming the first (a batch's marker says why and what to do) and how many.
-        A replay is skipped (info), a batch older than the fence is skipped (a warning), the
-        others are refused (an error)."""
+        A batch older than the fence is skipped (a warning), the others refused (an error)."""
         by_reason: dict[str, list[Refusal]] = {}
         for refusal in refused:
             by_reason.setdefault(refusal.reason, []).append(refusal)
@@ -582,12 +577,12 @@ class Follower:
             # Up to the first colon, the line's shape for the rate limit: the changelog
             # partition (its topic names the application and store) and the reason.
             refusals_logger.log(
-                _REFUSAL_LEVELS.get(reason, logging.ERROR),
+                logging.WARNING if reason == BEHIND else logging.ERROR,
                 "%s, store %r partition %d, %s (%s): %s; %d changelog records and markers "
                 "at offsets %d-%d not applied",
                 followed.changelog,
                 *key,
-                "skipped" if reason in _REFUSAL_LEVELS else "refused",
+                "skipped" if reason == BEHIND else "refused",
                 reason,
                 some[0].detail,
                 len(some),

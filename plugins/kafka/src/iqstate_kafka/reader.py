@@ -181,12 +181,6 @@ class ChangelogUnit:
             return list(self.pairs)
         return [(record.key, record.value) for record in self.unfenced(fence)]
 
-    def replayed(self, fence: int | None) -> list[DataRecord]:
-        """The records of batches at or before `fence` (applied already), in order."""
-        if fence is None:
-            return []
-        return [record for record in self.records if is_fenced(record.batch_id, fence)]
-
 
 def _looked_back(state: _Partition, message: Message) -> bool:
     """Learn from `message`, the first read of a partition assigned with `look_back`,
