@@ -15,7 +15,7 @@ Baselines, in the same process and interleaved with the iqstate runs (best of ea
   reads (`StateQueryResult`, `QueryResult`, `only_partition_result()`), built the cheapest
   way, as iqstate builds them (`success_of`, `partition_results_of`: no `__init__`), with
   no dispatch, lock or role check at all. Issue 27 set its target against the same floor
-  with the objects built through their public `__init__` (0.2-0.5 us slower a lookup), which
+  with the objects built through their public `__init__` (0.13-0.25 us slower a lookup), which
   is printed beside it. And the essential work of any served lookup: the request's
   key, that `get`, `unseal`, the two locks a served read takes (the hosted partition's,
   and the store's reused read transaction's) and a dict holding a `(value, position)`
