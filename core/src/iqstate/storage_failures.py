@@ -45,8 +45,9 @@ commit is atomic (LMDB writes its meta page last, SQLite keeps a journal), so a 
 leaves the store at its last commit; on a read it can mean damage."""
 
 REMEDY = (
-    "The store keeps its last commit: nothing committed is lost. Fix the cause and start "
-    "the application again; do not move the directory away or delete it"
+    "The store keeps its last commit: nothing committed is lost. Fix the cause (an "
+    "embedded application stops: start it again; a serving instance retries by itself); "
+    "do not move the directory away or delete it"
 )
 
 
