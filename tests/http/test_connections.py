@@ -193,3 +193,31 @@ def test_a_500_closes_its_connection_cleanly(tmp_path: Path) -> None:
                     assert http.get("/v1/stores/s/keys/k").json()["value"] is None
         finally:
             server.stop()
+
+
+class FieldReadingCodecPlugin:
+    @hookimpl
+    def iqstate_register_query_codecs(self, register: Any) -> None:
+        def decode(body: Any, key_from_json: Any) -> FailingQuery:
+            key_from_json(body["prefix"])  # a decoder reading a field the body may lack
+            return FailingQuery()
+
+        register("reads_prefix", FailingQuery, decode, lambda result, to_json: None)
+
+
+def test_a_field_a_plugin_codec_needs_is_a_400_when_missing(tmp_path: Path) -> None:
+    manager = make_plugin_manager(extra_plugins=[("reads-prefix", FieldReadingCodecPlugin())])
+    app = Application("fields", tmp_path, plugins=PluginRegistry.from_plugin_manager(manager))
+    app.key_value_store("s", 1)
+    with app:
+        server = start_background(app)
+        try:
+            missing = httpx.post(
+                server.url + "/v1/query", json={"store": "s", "query": {"type": "reads_prefix"}}
+            )
+            assert missing.status_code == 400
+            assert missing.json()["error"]["message"] == (
+                "malformed 'reads_prefix' query: it has no field 'prefix'"
+            )
+        finally:
+            server.stop()

@@ -493,6 +493,8 @@ class Codecs:
             raise
         except (TypeError, ValueError) as exc:
             raise BadRequest(f"malformed {body['type']!r} query: {exc}") from exc
+        except KeyError as exc:  # a plugin's decoder reading a field the body lacks
+            raise BadRequest(f"malformed {body['type']!r} query: it has no field {exc}") from exc
         return query
 
     def encode(self, query: Query[Any], result: QueryResult[Any]) -> Any:
