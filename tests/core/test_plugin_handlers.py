@@ -99,3 +99,17 @@ def test_swapped_register_arguments_are_explained() -> None:
     with pytest.raises(PluginError) as error:
         registry_with(_SwappedArguments())
     assert "register(query_type, store_kind_or_class, handler)" in str(error.value)
+
+
+class _InterfaceByName:
+    @hookimpl
+    def iqstate_register_query_handlers(self, register: Any) -> None:
+        register(CountQuery, "KeyValueStore", "somewhere:count")  # the class was meant
+
+
+def test_a_store_interface_named_as_a_kind_string_is_refused() -> None:
+    # No store has the kind "KeyValueStore": the handler would never run, silently.
+    with pytest.raises(PluginError) as error:
+        registry_with(_InterfaceByName())
+    assert "for the kind 'KeyValueStore', which no store has" in str(error.value)
+    assert "give the class iqstate.store.KeyValueStore itself" in str(error.value)

@@ -20,7 +20,14 @@ from iqstate.errors import PluginError
 from iqstate.position import PositionBound
 from iqstate.queries import Query
 from iqstate.results import FailureReason, QueryResult, describe_store
-from iqstate.store import QueryConfig, StateStore
+from iqstate.store import (
+    KeyValueStore,
+    QueryConfig,
+    SessionStore,
+    StateStore,
+    VersionedKeyValueStore,
+    WindowStore,
+)
 
 QueryHandler: TypeAlias = Callable[[Any, Any, PositionBound, QueryConfig], QueryResult[Any]]
 """`handler(store, query, position_bound, config) -> QueryResult`."""
@@ -28,6 +35,12 @@ QueryHandler: TypeAlias = Callable[[Any, Any, PositionBound, QueryConfig], Query
 HandlerTable: TypeAlias = dict[type, QueryHandler]
 
 _UNBOUNDED = PositionBound.unbounded()  # a singleton: every empty bound is this object
+
+_INTERFACES = {
+    interface.__name__: interface
+    for interface in (StateStore, KeyValueStore, WindowStore, VersionedKeyValueStore, SessionStore)
+}
+"""The store interfaces, by name: a kind string naming one would match no store at all."""
 
 
 class QueryHandlerRegistry:
@@ -63,6 +76,12 @@ class QueryHandlerRegistry:
             )
         if not callable(handler):
             raise PluginError(f"plugin {plugin!r} registered a non-callable handler {handler!r}")
+        if isinstance(kind, str) and kind in _INTERFACES:
+            raise PluginError(
+                f"plugin {plugin!r} registered a handler of {query_type.__name__} for the "
+                f"kind {kind!r}, which no store has: to answer it on every {kind}, give the "
+                f"class iqstate.store.{kind} itself, not its name"
+            )
         owner = self._owners.get((kind, query_type))
         if owner is not None:
             what = f"a handler for {query_type.__name__} on store kind {_target_name(kind)!r}"
