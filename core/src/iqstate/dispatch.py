@@ -36,11 +36,11 @@ HandlerTable: TypeAlias = dict[type, QueryHandler]
 
 _UNBOUNDED = PositionBound.unbounded()  # a singleton: every empty bound is this object
 
-_INTERFACES = {
-    interface.__name__: interface
+_INTERFACE_NAMES = frozenset(
+    interface.__name__
     for interface in (StateStore, KeyValueStore, WindowStore, VersionedKeyValueStore, SessionStore)
-}
-"""The store interfaces, by name: a kind string naming one would match no store at all."""
+)
+"""The store interfaces' names: a kind string naming one would match no store at all."""
 
 
 class QueryHandlerRegistry:
@@ -76,7 +76,7 @@ class QueryHandlerRegistry:
             )
         if not callable(handler):
             raise PluginError(f"plugin {plugin!r} registered a non-callable handler {handler!r}")
-        if isinstance(kind, str) and kind in _INTERFACES:
+        if isinstance(kind, str) and kind in _INTERFACE_NAMES:
             raise PluginError(
                 f"plugin {plugin!r} registered a handler of {query_type.__name__} for the "
                 f"kind {kind!r}, which no store has: to answer it on every {kind}, give the "

@@ -84,6 +84,8 @@ class LocalAnswers:
         self.codecs, self.host, self.max_rows = codecs, host, max_rows
         self.rows = 0
         """Rows encoded so far, over every partition."""
+        self.failed_while_read = 0
+        """Partitions answered successfully whose answers then failed while encoded."""
 
     def entries(
         self,
@@ -130,6 +132,7 @@ class LocalAnswers:
             except Exception as exc:  # a record its serde cannot read: this partition only
                 if _is_rows(value):
                     value.close()
+                self.failed_while_read += 1
                 entry = failure_entry(
                     FailureReason.STORE_EXCEPTION.name,
                     f"partition {partition} failed while its answer was read: "

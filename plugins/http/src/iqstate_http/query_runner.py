@@ -197,17 +197,13 @@ class QueryRunner:
         if ranged is not None:  # more than max_rows is refused: read no more
             query = limited(ranged, options.max_rows + 1)
         results, replicas = self._local_results(options, query, partitions)
+        answers = LocalAnswers(self.codecs, self.choice.this_host, options.max_rows)
         try:
-            entries = LocalAnswers(self.codecs, self.choice.this_host, options.max_rows).entries(
-                options.query, results, replicas
-            )
+            entries = answers.entries(options.query, results, replicas)
         except TooManyRows as exc:
             raise _too_many(exc) from exc
-        late = sum(
-            1 for p, result in results.items() if result.is_success and not entries[str(p)]["ok"]
-        )
-        if late:
-            self.failed_while_read(options.store, type(query), late)
+        if answers.failed_while_read:
+            self.failed_while_read(options.store, type(query), answers.failed_while_read)
         return entries
 
     # -- the cluster -----------------------------------------------------------------------
