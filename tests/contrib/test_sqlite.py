@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
 import sqlite3
@@ -20,6 +19,7 @@ from iqstate import (
     TopicPartition,
 )
 from iqstate.codec import encode_offset, encode_position
+from iqstate.context import ProcessingGuarantee
 from iqstate.store import StateStore
 from iqstate.testing import StoreConformance, StoreFactory, make_context
 
@@ -66,11 +66,22 @@ def test_its_own_query_passes_the_upper_layers_untouched(tmp_path: Path) -> None
 
 
 def open_store(
-    root: Path, guarantee: str = "exactly_once", *, sync: bool = False, **config: object
+    root: Path,
+    guarantee: ProcessingGuarantee = "exactly_once",
+    *,
+    sync: bool = False,
+    **config: object,
 ) -> SQLiteKeyValueStore:
     store = SQLiteKeyValueStore("s")
-    context = make_context(root, "s", processing_guarantee=guarantee, config=config)  # type: ignore[arg-type]
-    store.init(dataclasses.replace(context, sync_commits=sync))
+    store.init(
+        make_context(
+            root,
+            "s",
+            processing_guarantee=guarantee,
+            config=config,
+            sync_commits=sync,
+        )
+    )
     return store
 
 

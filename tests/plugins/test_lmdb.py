@@ -3,7 +3,6 @@ options, and its versioned store's as-of ranges read in place."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -27,6 +26,7 @@ from iqstate import (
     TopicPartition,
 )
 from iqstate.codec import encode_offset, encode_position, offset_key
+from iqstate.context import ProcessingGuarantee
 from iqstate.runtime.offsets import CHECKPOINT_FILE, POSITION_FILE, write_offsets_file
 from iqstate.store import StateStore
 from iqstate.testing import StoreConformance, StoreFactory, make_context
@@ -50,11 +50,22 @@ class TestLMDBConformance(StoreConformance):
 
 
 def open_store(
-    root: Path, guarantee: str = "exactly_once", *, sync: bool = False, **config: object
+    root: Path,
+    guarantee: ProcessingGuarantee = "exactly_once",
+    *,
+    sync: bool = False,
+    **config: object,
 ) -> LMDBKeyValueStore:
     store = LMDBKeyValueStore("s")
-    context = make_context(root, "s", processing_guarantee=guarantee, config=config)  # type: ignore[arg-type]
-    store.init(dataclasses.replace(context, sync_commits=sync))
+    store.init(
+        make_context(
+            root,
+            "s",
+            processing_guarantee=guarantee,
+            config=config,
+            sync_commits=sync,
+        )
+    )
     return store
 
 

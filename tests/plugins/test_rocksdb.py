@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from iqstate import (
     StoreQueryParameters,
     TopicPartition,
 )
+from iqstate.context import ProcessingGuarantee
 from iqstate.runtime.offsets import CHECKPOINT_FILE, POSITION_FILE, write_offsets_file
 from iqstate.store import StateStore
 from iqstate.testing import StoreConformance, StoreFactory, make_context
@@ -48,11 +48,22 @@ class TestRocksDBConformance(StoreConformance):
 
 
 def open_store(
-    root: Path, guarantee: str = "exactly_once", *, sync: bool = False, **config: object
+    root: Path,
+    guarantee: ProcessingGuarantee = "exactly_once",
+    *,
+    sync: bool = False,
+    **config: object,
 ) -> RocksDBKeyValueStore:
     store = RocksDBKeyValueStore("s")
-    context = make_context(root, "s", processing_guarantee=guarantee, config=config)  # type: ignore[arg-type]
-    store.init(dataclasses.replace(context, sync_commits=sync))
+    store.init(
+        make_context(
+            root,
+            "s",
+            processing_guarantee=guarantee,
+            config=config,
+            sync_commits=sync,
+        )
+    )
     return store
 
 
@@ -348,8 +359,7 @@ def test_store_types_kept_in_a_rocksdb_store_settle_it(tmp_path: Path) -> None:
     """Versioned, session and window stores keep their data in the engine's key-value
     store: settling one flushes that store's memtables."""
     versioned = LayeredVersionedStore(RocksDBKeyValueStore("s"), 1_000)
-    context = make_context(tmp_path, "s", config={})
-    versioned.init(dataclasses.replace(context, sync_commits=False))
+    versioned.init(make_context(tmp_path, "s"))
     inner = versioned.key_value_store
     assert isinstance(inner, RocksDBKeyValueStore)
     versioned.put(b"k", b"v", 10)

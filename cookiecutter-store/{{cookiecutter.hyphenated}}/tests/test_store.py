@@ -30,6 +30,12 @@ class Test{{ cookiecutter.class_prefix }}Conformance(StoreConformance):
     def store_factory(self) -> StoreFactory:
         return StoreFactory.for_engine(ENGINE)
 
+    @pytest.fixture
+    def store_config(self) -> dict[str, object]:
+        # The options every store of the suite opens with (`context.config`); give the
+        # ones your users set once the engine has some (see OPTIONS in plugin.py).
+        return {}
+
     def simulate_crash(self, store: StateStore) -> None:
         assert isinstance(store, {{ cookiecutter.class_prefix }}Store)
         store.abandon()

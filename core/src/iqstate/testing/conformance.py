@@ -26,7 +26,7 @@ import random
 import signal
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -103,6 +103,32 @@ class StoreConformance:
         """Handlers the stores dispatch with; `None` means those of the installed plugins."""
         return None
 
+    @pytest.fixture
+    def store_config(self) -> Mapping[str, Any]:
+        """The engine's options (the context's `config`) every store of the suite opens
+        with; override or parametrize it to check the engine under the options users set."""
+        return {}
+
+    @pytest.fixture(params=[False, True], ids=["nosync", "sync"])
+    def sync_commits(self, request: pytest.FixtureRequest) -> bool:
+        """Whether commits must be durable when they return: the runtime asks for it under
+        exactly-once when a store has no changelog, so stores must behave alike both ways."""
+        return bool(request.param)
+
+    @pytest.fixture
+    def context_options(
+        self,
+        store_config: Mapping[str, Any],
+        sync_commits: bool,
+        query_handlers: QueryHandlerRegistry | None,
+    ) -> dict[str, Any]:
+        """What every context of a test is made with, besides its place."""
+        return {
+            "config": store_config,
+            "sync_commits": sync_commits,
+            "query_handlers": query_handlers,
+        }
+
     def simulate_crash(self, store: StateStore) -> None:
         """Abandon `store` as a killed process would; the default closes without commit."""
         store.close()
@@ -111,19 +137,15 @@ class StoreConformance:
 
     @pytest.fixture
     def open_kv(
-        self,
-        store_factory: StoreFactory,
-        tmp_path: Path,
-        query_handlers: QueryHandlerRegistry | None,
+        self, store_factory: StoreFactory, tmp_path: Path, context_options: dict[str, Any]
     ) -> Iterator[Callable[..., KeyValueStore[bytes, bytes]]]:
         opened: list[StateStore] = []
 
         def open_store(
             name: str = "kv", partition: int = 0, **context: Any
         ) -> KeyValueStore[bytes, bytes]:
-            context.setdefault("query_handlers", query_handlers)
             store = store_factory.key_value(name)
-            store.init(make_context(tmp_path, name, partition, **context))
+            store.init(make_context(tmp_path, name, partition, **{**context_options, **context}))
             opened.append(store)
             return store
 
@@ -140,10 +162,7 @@ class StoreConformance:
 
     @pytest.fixture
     def open_window(
-        self,
-        store_factory: StoreFactory,
-        tmp_path: Path,
-        query_handlers: QueryHandlerRegistry | None,
+        self, store_factory: StoreFactory, tmp_path: Path, context_options: dict[str, Any]
     ) -> Iterator[Callable[..., WindowStore[bytes, bytes]]]:
         if not self.window:
             pytest.skip(
@@ -159,7 +178,7 @@ class StoreConformance:
 
         def open_store(name: str = "win", partition: int = 0) -> WindowStore[bytes, bytes]:
             store = window_factory(name, WINDOW_SIZE_MS, RETENTION_MS)
-            store.init(make_context(tmp_path, name, partition, query_handlers=query_handlers))
+            store.init(make_context(tmp_path, name, partition, **context_options))
             opened.append(store)
             return store
 
@@ -170,10 +189,7 @@ class StoreConformance:
 
     @pytest.fixture
     def open_versioned(
-        self,
-        store_factory: StoreFactory,
-        tmp_path: Path,
-        query_handlers: QueryHandlerRegistry | None,
+        self, store_factory: StoreFactory, tmp_path: Path, context_options: dict[str, Any]
     ) -> Iterator[Callable[..., VersionedKeyValueStore[bytes, bytes]]]:
         if store_factory.versioned is None:
             pytest.skip("store_factory has no versioned stores")
@@ -183,9 +199,8 @@ class StoreConformance:
         def open_store(
             retention: int = HISTORY_RETENTION_MS, name: str = "ver", **context: Any
         ) -> VersionedKeyValueStore[bytes, bytes]:
-            context.setdefault("query_handlers", query_handlers)
             store = factory(name, retention)
-            store.init(make_context(tmp_path, name, **context))
+            store.init(make_context(tmp_path, name, **{**context_options, **context}))
             opened.append(store)
             return store
 
@@ -196,10 +211,7 @@ class StoreConformance:
 
     @pytest.fixture
     def open_session(
-        self,
-        store_factory: StoreFactory,
-        tmp_path: Path,
-        query_handlers: QueryHandlerRegistry | None,
+        self, store_factory: StoreFactory, tmp_path: Path, context_options: dict[str, Any]
     ) -> Iterator[Callable[..., SessionStore[bytes, bytes]]]:
         if store_factory.session is None:
             pytest.skip("store_factory has no session stores")
@@ -210,7 +222,7 @@ class StoreConformance:
             name: str = "ses", retention: int = RETENTION_MS
         ) -> SessionStore[bytes, bytes]:
             store = factory(name, retention)
-            store.init(make_context(tmp_path, name, query_handlers=query_handlers))
+            store.init(make_context(tmp_path, name, **context_options))
             opened.append(store)
             return store
 
@@ -491,6 +503,7 @@ class StoreConformance:
         store_factory: StoreFactory,
         open_kv: Callable[..., KeyValueStore[bytes, bytes]],
         tmp_path: Path,
+        context_options: dict[str, Any],
     ) -> None:
         """A store claiming atomic commits, its writer SIGKILLed at random moments, reopens
         under exactly-once with data, offsets and position of its last commit."""
@@ -501,7 +514,8 @@ class StoreConformance:
         tp = TopicPartition(CHANGELOG, 0)
         last = 0
         for _ in range(crash_iterations()):
-            reported = _run_writer_until_killed(spawn, store_factory, tmp_path, last + 1, rng)
+            writer = _Writer(store_factory, tmp_path, context_options)
+            reported = _run_writer_until_killed(spawn, writer, last + 1, rng)
             store = open_kv("crash")
             values = {value for _, value in store.all()}
             assert len(values) == 1, f"a mix of commits after SIGKILL: {sorted(values)[:5]}"
@@ -522,6 +536,7 @@ class StoreConformance:
         open_versioned: Callable[..., VersionedKeyValueStore[bytes, bytes]],
         open_session: Callable[..., SessionStore[bytes, bytes]],
         tmp_path: Path,
+        context_options: dict[str, Any],
     ) -> None:
         """The same for versioned and session stores: after each SIGKILL every key holds
         exactly the versions (sessions) of the batches committed, the last one included."""
@@ -531,9 +546,8 @@ class StoreConformance:
         rng = random.Random(f"{type(self).__name__}-{store_type}")
         last = 0
         for _ in range(crash_iterations()):
-            reported = _run_writer_until_killed(
-                spawn, store_factory, tmp_path, last + 1, rng, store_type
-            )
+            writer = _Writer(store_factory, tmp_path, context_options, store_type)
+            reported = _run_writer_until_killed(spawn, writer, last + 1, rng)
             batches: set[tuple[int, ...]] = set()
             if store_type == "versioned":
                 store: StateStore = open_versioned(1 << 40, "crash")
@@ -815,6 +829,7 @@ class StoreConformance:
         store_factory: StoreFactory,
         tmp_path: Path,
         query_handlers: QueryHandlerRegistry | None,
+        store_config: Mapping[str, Any],
     ) -> None:
         machine = StoreStateMachine.bind(
             store_factory,
@@ -823,6 +838,7 @@ class StoreConformance:
             crash=self.simulate_crash,
             root=tmp_path,
             query_handlers=query_handlers,
+            config=store_config,
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -841,6 +857,7 @@ class StoreConformance:
         store_factory: StoreFactory,
         tmp_path: Path,
         query_handlers: QueryHandlerRegistry | None,
+        store_config: Mapping[str, Any],
     ) -> None:
         """Versions through out-of-order puts, tombstones and retention; sessions through
         merges and retention; both through commits, reopening and crashes."""
@@ -850,6 +867,7 @@ class StoreConformance:
             crash=self.simulate_crash,
             root=tmp_path,
             query_handlers=query_handlers,
+            config=store_config,
         )
         run_state_machine_as_test(
             bound,
@@ -880,13 +898,30 @@ def crash_iterations() -> int:
     return int(os.environ.get("IQSTATE_CRASH_ITERATIONS", "3"))
 
 
-def _commit_until_killed(
-    factory: StoreFactory, root: str, first: int, progress: Any, store_type: str = "key_value"
-) -> None:
+class _Writer:
+    """What the SIGKILLed writer process opens: its store type, where, and how."""
+
+    def __init__(
+        self,
+        factory: StoreFactory,
+        root: Path,
+        context_options: dict[str, Any],
+        store_type: str = "key_value",
+    ) -> None:
+        self.factory = factory
+        self.root = root
+        self.store_type = store_type
+        # The handlers stay behind: the child loads its own, and a registry need not pickle.
+        self.config = dict(context_options["config"])
+        self.sync_commits: bool = context_options["sync_commits"]
+
+
+def _commit_until_killed(writer: _Writer, first: int, progress: Any) -> None:
     """In a child process: commit numbered batches forever. Key-value: every key gets the
     number; versioned: every key a version at the number; session: every key a session
     `[10 * number, 10 * number + 5]`."""
     store: Any
+    factory, store_type = writer.factory, writer.store_type
     if store_type == "versioned":
         assert factory.versioned is not None
         store = factory.versioned("crash", 1 << 40)
@@ -895,7 +930,9 @@ def _commit_until_killed(
         store = factory.session("crash", 1 << 40)
     else:
         store = factory.key_value("crash")
-    store.init(make_context(Path(root), "crash"))
+    store.init(
+        make_context(writer.root, "crash", config=writer.config, sync_commits=writer.sync_commits)
+    )
     tp = TopicPartition(CHANGELOG, 0)
     for number in itertools.count(first):
         value = str(number).encode()
@@ -911,21 +948,14 @@ def _commit_until_killed(
         progress.send(number)
 
 
-def _run_writer_until_killed(
-    spawn: Any,
-    factory: StoreFactory,
-    root: Path,
-    first: int,
-    rng: random.Random,
-    store_type: str = "key_value",
-) -> int:
+def _run_writer_until_killed(spawn: Any, writer: _Writer, first: int, rng: random.Random) -> int:
     """Start a writer, let it commit a random number of times, SIGKILL it; the last number
     it reported as committed."""
     receiver, sender = spawn.Pipe(duplex=False)
     try:
         child = spawn.Process(
             target=_commit_until_killed,
-            args=(factory, str(root), first, sender, store_type),
+            args=(writer, first, sender),
             daemon=True,
         )
         child.start()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,10 +48,12 @@ def make_context(
     *,
     processing_guarantee: ProcessingGuarantee = "exactly_once",
     query_handlers: QueryHandlerRegistry | None = None,
-    config: dict[str, object] | None = None,
+    config: Mapping[str, object] | None = None,
+    sync_commits: bool = False,
 ) -> StateStoreContext:
     """A context for one store partition whose directory lives under `root`; without
-    `query_handlers`, the stores answer with those of every installed plugin."""
+    `query_handlers`, the stores answer with those of every installed plugin. `config` is
+    the engine's options, `sync_commits` whether a commit must be durable when it returns."""
     if query_handlers is None:
         query_handlers = default_registry().query_handlers
     return StateStoreContext(
@@ -62,4 +64,5 @@ def make_context(
         config=config or {},
         processing_guarantee=processing_guarantee,
         query_handlers=query_handlers,
+        sync_commits=sync_commits,
     )

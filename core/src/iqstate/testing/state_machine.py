@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -50,6 +50,7 @@ class StoreStateMachine(RuleBasedStateMachine):
     can_crash: ClassVar[bool] = False
     root: ClassVar[Path | None] = None
     query_handlers: ClassVar[QueryHandlerRegistry | None] = None
+    store_config: ClassVar[Mapping[str, Any]] = {}
 
     @classmethod
     def bind(
@@ -61,6 +62,7 @@ class StoreStateMachine(RuleBasedStateMachine):
         crash: Crash | None = None,
         root: Path | None = None,
         query_handlers: QueryHandlerRegistry | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> type[StoreStateMachine]:
         """A concrete machine class for one engine."""
         attributes: dict[str, Any] = {
@@ -70,6 +72,7 @@ class StoreStateMachine(RuleBasedStateMachine):
             "can_crash": crash is not None,
             "root": root,
             "query_handlers": query_handlers,
+            "store_config": dict(config or {}),
         }
         if crash is not None:
             attributes["simulate_crash"] = lambda self, store: crash(store)
@@ -89,7 +92,9 @@ class StoreStateMachine(RuleBasedStateMachine):
         self.offsets: dict[TopicPartition, int] = {}
         self.store = self._open()
 
-    def _open(self, after_crash: bool = False) -> KeyValueStore[bytes, bytes]:
+    def _open(
+        self, after_crash: bool = False, sync_commits: bool = False
+    ) -> KeyValueStore[bytes, bytes]:
         # A store with atomic commits reopens after a crash under exactly-once as it is. One
         # without them refuses to (it must be rebuilt from its changelog), so it is reopened
         # under at-least-once: here we check what the crash left.
@@ -103,6 +108,8 @@ class StoreStateMachine(RuleBasedStateMachine):
                 STORE_NAME,
                 processing_guarantee=guarantee,
                 query_handlers=self.query_handlers,
+                config=self.store_config,
+                sync_commits=sync_commits,
             )
         )
         return store
@@ -166,18 +173,18 @@ class StoreStateMachine(RuleBasedStateMachine):
         if not self.manages_offsets:
             self.committed_position = self.position
 
-    @rule()
-    def close_and_reopen(self) -> None:
+    @rule(sync_commits=st.booleans())
+    def close_and_reopen(self, sync_commits: bool) -> None:
         self.store.close()
         assert not self.store.is_open
-        self.store = self._open()
+        self.store = self._open(sync_commits=sync_commits)
         self._after_reopen()
 
     @precondition(lambda self: self.persistent and self.can_crash)
-    @rule()
-    def crash_and_reopen(self) -> None:
+    @rule(sync_commits=st.booleans())
+    def crash_and_reopen(self, sync_commits: bool) -> None:
         self.simulate_crash(self.store)
-        self.store = self._open(after_crash=True)
+        self.store = self._open(after_crash=True, sync_commits=sync_commits)
         self._after_reopen()
 
     # -- reads ----------------------------------------------------------------------

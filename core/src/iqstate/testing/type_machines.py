@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -51,6 +52,7 @@ class _TypeMachine(RuleBasedStateMachine, Generic[S, M]):
     crash: ClassVar[Any] = None
     root: ClassVar[Path | None] = None
     query_handlers: ClassVar[QueryHandlerRegistry | None] = None
+    store_config: ClassVar[Mapping[str, Any]] = {}
 
     @classmethod
     def bind(
@@ -61,6 +63,7 @@ class _TypeMachine(RuleBasedStateMachine, Generic[S, M]):
         crash: Any = None,
         root: Path | None = None,
         query_handlers: QueryHandlerRegistry | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> type[_TypeMachine[S, M]]:
         """A concrete machine for one engine; `crash(store)` abandons an engine store."""
         attributes = {
@@ -69,6 +72,7 @@ class _TypeMachine(RuleBasedStateMachine, Generic[S, M]):
             "crash": staticmethod(crash) if crash is not None else None,
             "root": root,
             "query_handlers": query_handlers,
+            "store_config": dict(config or {}),
         }
         return type(f"{cls.__name__}ForEngine", (cls,), attributes)
 
@@ -88,17 +92,21 @@ class _TypeMachine(RuleBasedStateMachine, Generic[S, M]):
     def new_store(self) -> S:
         raise NotImplementedError
 
-    def _open(self, after_crash: bool = False) -> S:
+    def _open(self, after_crash: bool = False, sync_commits: bool = False) -> S:
         store = self.new_store()
         guarantee: ProcessingGuarantee = (
             "at_least_once" if after_crash and not store.atomic_commits else "exactly_once"
         )
         store.init(
             make_context(
-                self._directory, "types", processing_guarantee=guarantee,
+                self._directory,
+                "types",
+                processing_guarantee=guarantee,
                 query_handlers=self.query_handlers,
+                config=self.store_config,
+                sync_commits=sync_commits,
             )
-        )  # fmt: skip
+        )
         return store
 
     def teardown(self) -> None:
@@ -121,18 +129,18 @@ class _TypeMachine(RuleBasedStateMachine, Generic[S, M]):
             self.model = self.committed = self.new_model()
             self.committed_offset = None
 
-    @rule()
-    def close_and_reopen(self) -> None:
+    @rule(sync_commits=st.booleans())
+    def close_and_reopen(self, sync_commits: bool) -> None:
         self.store.close()
-        self.store = self._open()
+        self.store = self._open(sync_commits=sync_commits)
         self._reopened()
 
     @precondition(lambda self: self.persistent and self.crash is not None)
-    @rule()
-    def crash_and_reopen(self) -> None:
+    @rule(sync_commits=st.booleans())
+    def crash_and_reopen(self, sync_commits: bool) -> None:
         assert isinstance(self.store, KeySpaceStore)
         self.crash(self.store.key_value_store)
-        self.store = self._open(after_crash=True)
+        self.store = self._open(after_crash=True, sync_commits=sync_commits)
         self._reopened()
 
     @invariant()
