@@ -12,14 +12,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AdminClient
 from iqstate_kafka import BatchWriter, Follower, KafkaCluster, ensure_changelog_topics
 from iqstate_kafka import follower as follower_module
+from iqstate_kafka.watermarks import Answer, WatermarkAsker
 from iqstate_rocksdb import RocksDBKeyValueStore
 from replica_support import RecordingCluster, eventually, only_result
 
 from iqstate import Application, KeyQuery, Position, StateQueryRequest, TopicPartition
 from iqstate.runtime import ACTIVE, LagInfo
+from iqstate.runtime.changelog_topic import read_topic_id
 
 STORE = "counts"
 PARTITIONS = 4
@@ -197,6 +200,82 @@ def test_a_committed_offset_beyond_a_recreated_changelog_means_a_rebuild(
         assert instance.value("new") == 1
         assert instance.value("old-5") is None, "the old replica's data was set aside"
         assert_at_end(instance, ends, rebuilt=True)
+
+
+def test_a_changelog_recreated_longer_than_the_replica_had_read_means_a_rebuild(
+    instance: Instance,
+) -> None:
+    """The replica's committed offsets lie inside the new topic's: only the topic's id
+    (KIP-516) tells that they count records of another topic."""
+    instance.write({f"old-{n}": n for n in range(100)}, batch_id=1)
+    with instance.running():
+        pass
+    old_id = topic_id(instance)
+    assert kept_topic_ids(instance) == {old_id}
+    recreate_topic(instance.cluster, instance.application_id)
+    instance.write({f"new-{n}": n for n in range(400)}, batch_id=1)
+    ends = instance.write({f"new-{n}": -n for n in range(400)}, batch_id=2)
+    assert all(end > 2 * 27 for end in ends.values()), "each partition's new log is longer"
+
+    with instance.running() as follower:
+        assert instance.value("old-5") is None, "the old replica's data was set aside"
+        assert instance.value("new-5") == -5
+        assert follower.applied_records == 800
+        assert_at_end(instance, ends, rebuilt=True)
+    new_id = topic_id(instance)
+    assert new_id != old_id and kept_topic_ids(instance) == {new_id}
+
+
+class StaleTopicIds(WatermarkAsker):
+    """The real asker, except that the next `stale` answers name another id for the topic,
+    as a broker whose metadata lags might."""
+
+    stale = 0
+    OTHER_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+
+    def answers(self) -> dict[TopicPartition, Answer]:
+        answers = super().answers()
+        self.stale_now = bool(answers) and StaleTopicIds.stale > 0
+        StaleTopicIds.stale -= self.stale_now
+        return answers
+
+    def topic_id(self, topic: str) -> str | None:
+        return self.OTHER_ID if getattr(self, "stale_now", False) else super().topic_id(topic)
+
+
+def test_one_answer_naming_another_topic_id_rebuilds_nothing_and_two_rebuild(
+    instance: Instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(follower_module, "WatermarkAsker", StaleTopicIds)
+    ends = instance.write({f"key-{n}": n for n in range(100)}, batch_id=1)
+    with instance.running() as follower:
+        StaleTopicIds.stale = 1
+        eventually(lambda: StaleTopicIds.stale == 0, "the stale answer given")
+        ends = instance.write({"key-1": -1}, batch_id=2)
+        eventually(lambda: _at_end(instance, ends), "the next batch applied, nothing rebuilt")
+        assert follower.applied_records == 101 and instance.value("key-5") == 5
+        assert kept_topic_ids(instance) == {topic_id(instance)}
+
+        StaleTopicIds.stale = 2  # two in a row: the topic was recreated, as far as it knows
+        eventually(lambda: all(lag.rebuilt for lag in instance.lags().values()), "rebuilt")
+        # ... from the same topic, whose id it records again at the next answers
+        eventually(lambda: _at_end(instance, ends, rebuilt=True), "rebuilt to the end")
+        assert instance.value("key-1") == -1 and instance.value("key-5") == 5
+        eventually(lambda: kept_topic_ids(instance) == {topic_id(instance)}, "the id kept")
+
+
+def topic_id(instance: Instance) -> str:
+    """The id the broker gives the changelog topic now."""
+    topic = f"{instance.application_id}-{STORE}-changelog"
+    admin = AdminClient({"bootstrap.servers": instance.cluster.bootstrap_servers})
+    described = admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=30)
+    return str(described.topic_id)
+
+
+def kept_topic_ids(instance: Instance) -> set[str | None]:
+    """The changelog topic ids the partitions' replicas keep beside their files."""
+    store_directory = instance.state_dir / instance.application_id / STORE
+    return {read_topic_id(store_directory / str(p)) for p in range(PARTITIONS)}
 
 
 def test_a_changelog_recreated_while_following_means_a_rebuild(instance: Instance) -> None:

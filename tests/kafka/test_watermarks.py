@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 from iqstate_kafka import KafkaCluster, LocalBroker
 from iqstate_kafka.reader import Watermarks
@@ -50,6 +50,19 @@ def test_answers_the_offsets_of_every_partition_asked(
         TopicPartition(topic, 1): Watermarks(0, 2),
     }
     assert not asker.busy and asker.answers() == {}, "each answer is handed out once"
+    described = admin.describe_topics(TopicCollection([topic]))[topic].result(30)
+    assert asker.topic_id(topic) == str(described.topic_id), "the topic's id came along"
+
+
+def test_a_topic_that_is_not_there_answers_why_and_has_no_id(
+    kafka_broker: LocalBroker, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("absent")
+    asker = WatermarkAsker(KafkaCluster(kafka_broker.bootstrap_servers, timeout=5.0))
+    asker.ask([TopicPartition(topic, 0)])
+    (reason,) = _answers(asker, 30).values()
+    assert isinstance(reason, str) and reason
+    assert asker.topic_id(topic) is None
 
 
 def test_an_absent_cluster_answers_why_and_its_client_lines_are_logged(

@@ -44,6 +44,16 @@ class FollowedPartition(Protocol):
         record decodes for its type of store."""
         ...
 
+    @property
+    def changelog_topic_id(self) -> str | None:
+        """The id of the changelog topic its data came from (None: not known: a new or
+        rebuilt replica, or one kept before ids were)."""
+        ...
+
+    def keep_changelog_topic_id(self, topic_id: str) -> None:
+        """Record the id of the changelog topic it reads from now on."""
+        ...
+
     def resume_offset(self) -> int | None:
         """The changelog offset to read next: the one committed with its last unit (None
         when it has none, or is closed: check `closed` after calling it)."""

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from iqstate.changelog import ChangelogReader, ChangelogWriter
@@ -17,6 +18,7 @@ from iqstate.persistent import UncleanShutdownError
 from iqstate.position import Position, TopicPartition
 from iqstate.results import describe_store
 from iqstate.runtime.assignment import ACTIVE_RESTORING, PartitionRole
+from iqstate.runtime.changelog_topic import keep_topic_id, read_topic_id
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.durations import Durations
 from iqstate.runtime.offsets import OffsetKeeper, fence_partition
@@ -73,6 +75,7 @@ class HostedPartition:
         self.rebuilt = False
         """True when the local files could not be trusted and the partition was rebuilt."""
         self._offsets: OffsetKeeper | None = None
+        self._changelog_topic_id: str | None = None
         self._committed = committed
         reader = context.changelog_writer
         self._changelog: ChangelogReader | None = (
@@ -104,6 +107,7 @@ class HostedPartition:
         self._offsets = OffsetKeeper(self.chain, self.context.directory)
         self._offsets.load()
         self.fence = self._offsets.committed_offset(self.fence_partition)
+        self._changelog_topic_id = read_topic_id(self._kept_directory())
         self.closed = False
         if self._lost_its_state():
             if not self._rebuildable:
@@ -261,6 +265,7 @@ class HostedPartition:
             self._offsets = OffsetKeeper(self.chain, self.context.directory)
             self._offsets.load()
             self.fence = None
+            self._changelog_topic_id = None  # kept with the files set aside
 
     def settle(self) -> None:
         """It was just restored: its engine moves its write buffers to their read-optimised
@@ -313,6 +318,26 @@ class HostedPartition:
         """Why a changelog record of it does not decode (None: it does); None when every
         record decodes for its type of store."""
         return self.spec.record_problem if self.spec.checks_records else None
+
+    @property
+    def changelog_topic_id(self) -> str | None:
+        """The id of the changelog topic its data came from (None: not known)."""
+        return self._changelog_topic_id
+
+    def keep_changelog_topic_id(self, topic_id: str) -> None:
+        """Record the id of the changelog topic it reads from now on (with a persistent
+        store's files, so that a restart can check it too)."""
+        with self.lock:
+            if self.closed:
+                return
+            directory = self._kept_directory()
+            if directory is not None:
+                keep_topic_id(directory, topic_id)
+            self._changelog_topic_id = topic_id
+
+    def _kept_directory(self) -> Path | None:
+        """Where what outlives the process is kept beside the store (None: nowhere)."""
+        return self.context.directory if self.chain.persistent else None
 
     def resume_offset(self) -> int | None:
         """The changelog offset committed with the last unit (None: none, or closed)."""

@@ -14,6 +14,8 @@ the store partitions this instance hosts, actives and standbys alike. Each loop:
    the earliest); a committed offset outside the watermarks means the changelog no longer
    holds what the replica would resume from, so the replica is rebuilt
    (`FollowedPartition.rebuild`, which sets `LagInfo.rebuilt`) and read from the earliest;
+   so is a replica whose changelog topic has another id than the one it was read from (the
+   topic was deleted and created again: `iqstate.runtime.changelog_topic`);
 3. **read** up to `max_records` records and apply them: the units of each partition are
    folded into one atomic store commit (`iqstate_kafka.applying`), under the partition's
    lock (`apply_changelog` ignores a partition closed meanwhile). `OffsetOutOfRange` while
@@ -142,6 +144,10 @@ class _Followed:
     doubted_end: bool = False
     """The last answer put the log's end before the committed offset: the next one, asked
     while the replica commits nothing, decides whether the log got shorter."""
+    doubted_topic: str | None = None
+    """The id the last answer gave the changelog topic, when it was not the one the replica
+    was read from: the next answer, asked while the replica reads nothing, decides whether
+    the topic was recreated."""
 
 
 class Follower:
@@ -426,7 +432,8 @@ class Follower:
             followed = self._followed[key]
             followed.unanswered = False
             followed.refresh_at = time.monotonic() + self._refresh_interval
-            if not followed.assigned and time.monotonic() >= followed.retry_at:
+            same_topic = self._same_topic(reader, key, followed)
+            if same_topic and not followed.assigned and time.monotonic() >= followed.retry_at:
                 self._assign(reader, key, followed, answer)
             with self._lock:
                 self._offsets[key].saw(answer)
@@ -456,6 +463,40 @@ class Follower:
             ):
                 due.append(followed.changelog)
         self._watermarks.ask(due)
+
+    def _same_topic(
+        self, reader: ChangelogReading, key: StorePartition, followed: _Followed
+    ) -> bool:
+        """Whether the replica may read its changelog: the topic is the one it was read from
+        (KIP-516's topic id; one it had not recorded is recorded now). A topic with another
+        id was deleted and created again: after a second answer agrees (one broker's
+        metadata may lag), the replica is rebuilt from the new topic."""
+        assert self._watermarks is not None
+        current = self._watermarks.topic_id(followed.changelog.topic)
+        kept = followed.hosted.changelog_topic_id
+        if current is None or current == kept:
+            followed.doubted_topic = None
+            return True
+        if kept is None:
+            followed.hosted.keep_changelog_topic_id(current)
+            return True
+        if followed.assigned:
+            self._unassign(reader, key, followed)
+        if followed.doubted_topic != current:
+            followed.doubted_topic = current
+            return False
+        followed.doubted_topic = None
+        logger.warning(
+            "store %r partition %d was read from changelog topic %s with id %s, which now has "
+            "id %s (it was deleted and created again): rebuilding it from the new topic",
+            *key,
+            followed.changelog.topic,
+            kept,
+            current,
+        )
+        self._start_over(key, followed)
+        followed.hosted.keep_changelog_topic_id(current)
+        return True
 
     def _assign(
         self,

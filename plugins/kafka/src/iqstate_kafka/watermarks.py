@@ -9,6 +9,10 @@ at the tail (measured), so a refresh of a dozen partitions would stall the follo
 seconds. This asks through an admin client of its own, all due partitions in one
 `ListOffsets` request per kind (earliest, latest), and hands the answers back when they have
 arrived; a broker that does not answer costs the follower nothing but the wait for answers.
+
+With the offsets it asks for the ids of the partitions' topics (KIP-516, one `Metadata`
+request): a topic deleted and created again under its name gets a new id, which is how a
+follower tells a recreated changelog from the one its replica read, whatever its offsets.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import contextlib
 from collections.abc import Iterable
 from concurrent.futures import Future
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -47,6 +51,8 @@ class WatermarkAsker:
         self._stale_metadata = False
         self._earliest: dict[KafkaTopicPartition, Future[object]] = {}
         self._latest: dict[KafkaTopicPartition, Future[object]] = {}
+        self._descriptions: dict[str, Future[object]] = {}
+        self._topic_ids: dict[str, str] = {}
 
     @property
     def busy(self) -> bool:
@@ -65,7 +71,14 @@ class WatermarkAsker:
             {tp: EARLIEST for tp in wanted}, request_timeout=timeout
         )
         latest = self._admin.list_offsets({tp: LATEST for tp in wanted}, request_timeout=timeout)
-        self._earliest, self._latest = earliest, latest  # both or neither in flight
+        topics = TopicCollection(sorted({tp.topic for tp in wanted}))
+        descriptions = self._admin.describe_topics(topics, request_timeout=timeout)
+        # All three or none in flight:
+        self._earliest, self._latest, self._descriptions = earliest, latest, descriptions
+
+    def topic_id(self, topic: str) -> str | None:
+        """The id the cluster gave `topic` in its latest answer (None before one)."""
+        return self._topic_ids.get(topic)
 
     def answers(self) -> dict[TopicPartition, Answer]:
         """The answers of the request in flight once all have arrived (then it is done),
@@ -73,16 +86,16 @@ class WatermarkAsker:
         # The client's librdkafka log lines wait in its queue until polled: hand them to the
         # client logger (a broker that is down would otherwise grow that queue unseen).
         self._admin.poll(0)
-        futures = [*self._earliest.values(), *self._latest.values()]
+        futures = [*self._earliest.values(), *self._latest.values(), *self._descriptions.values()]
         if not futures or not all(future.done() for future in futures):
             return {}
+        unknown = self._take_topic_ids()
         answers = {
-            TopicPartition(kafka_tp.topic, kafka_tp.partition): self._answer(
-                self._earliest[kafka_tp], self._latest[kafka_tp]
-            )
+            TopicPartition(kafka_tp.topic, kafka_tp.partition): unknown.get(kafka_tp.topic)
+            or self._answer(self._earliest[kafka_tp], self._latest[kafka_tp])
             for kafka_tp in self._earliest
         }
-        self._earliest, self._latest = {}, {}
+        self._earliest, self._latest, self._descriptions = {}, {}, {}
         failed = any(isinstance(answer, str) for answer in answers.values())
         self._failed_requests = self._failed_requests + 1 if failed else 0
         if self._stale_metadata or self._failed_requests >= REPLACE_AFTER_FAILURES:
@@ -106,18 +119,31 @@ class WatermarkAsker:
     def _new_admin(self) -> AdminClient:
         return AdminClient(self._cluster.client_settings())
 
+    def _take_topic_ids(self) -> dict[str, str]:
+        """Keep the topic ids that arrived; why the others did not (by topic)."""
+        failures = {}
+        for topic, future in self._descriptions.items():
+            try:
+                self._topic_ids[topic] = str(future.result().topic_id)  # type: ignore[attr-defined]
+            except Exception as exc:
+                failures[topic] = f"no topic id: {self._reason(exc)}"
+        return failures
+
     def _answer(self, earliest: Future[object], latest: Future[object]) -> Answer:
         try:
             return Watermarks(_offset(earliest), _offset(latest))
-        except KafkaException as exc:
+        except Exception as exc:
+            return self._reason(exc)
+
+    def _reason(self, exc: Exception) -> str:
+        """Why a request failed, in words; notes a client whose metadata went stale."""
+        if isinstance(exc, KafkaException):
             error = exc.args[0]
             self._stale_metadata |= error.code() in STALE_METADATA
-            reason = str(error.str())
-        except ValueError as exc:
-            reason = str(exc)
-        except Exception as exc:  # whatever else the client raises: an answer, not a crash
-            reason = repr(exc)
-        return reason
+            return str(error.str())
+        if isinstance(exc, ValueError):
+            return str(exc)
+        return repr(exc)  # whatever else the client raises: an answer, not a crash
 
 
 def _offset(future: Future[object]) -> int:
