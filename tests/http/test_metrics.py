@@ -269,7 +269,9 @@ class _Picky(Serde[str]):
         return data.decode()
 
 
-def test_a_range_that_fails_while_read_counts_as_a_store_exception(tmp_path: Path) -> None:
+def test_a_range_that_fails_while_read_counts_as_a_store_exception(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # A range's rows are read lazily, after the query was counted answered: a record the
     # serde cannot read fails the partition then, and the count must say so.
     app = Application("picky", tmp_path)
@@ -290,3 +292,9 @@ def test_a_range_that_fails_while_read_counts_as_a_store_exception(tmp_path: Pat
     labels = {"store": "words", "query": "RangeQuery"}
     assert value(samples, "iqstate_queries_total", outcome="store_exception", **labels) == 1
     assert value(samples, "iqstate_queries_total", outcome="success", **labels) == 0
+    logged = [r.getMessage() for r in caplog.records if r.name == "iqstate.store_exceptions"]
+    assert logged == [
+        "store 'words' partition 0 reading its RangeQuery answer failed (SerializationError): "
+        "store 'words': serde _Picky cannot decode the stored value b'bad': ValueError: "
+        "picky cannot read b'bad'"
+    ], "the operator's log names the store, partition and cause"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -207,6 +208,27 @@ def test_unknown_query_type_and_store_exception(make_app: MakeApp) -> None:
         assert failure.failure_reason is FailureReason.STORE_EXCEPTION
         assert "OSError" in failure.failure_message and "disk gone" in failure.failure_message
         assert failure.position is not None
+
+
+def test_a_store_exception_is_logged_with_its_traceback_once_a_window(
+    make_app: MakeApp, caplog: pytest.LogCaptureFixture
+) -> None:
+    plugins = PluginRegistry.from_plugin_manager(
+        make_plugin_manager(load_entry_points=False, extra_plugins=[("boom", _ExplodingPlugin())])
+    )
+    app = make_app(plugins=plugins)
+    app.key_value_store("logged", 2)  # a store of its own: lines of other tests hold none back
+    with app, caplog.at_level(logging.WARNING, logger="iqstate.store_exceptions"):
+        for _ in range(3):
+            app.query(request(Exploding(), store="logged").with_partitions({1}))
+        app.query(request(Exploding(), store="logged").with_partitions({0}))
+    lines = [r for r in caplog.records if r.name == "iqstate.store_exceptions"]
+    assert [r.getMessage() for r in lines] == [
+        f"memory.key_value store 'logged' partition {p} answering Exploding failed (OSError): "
+        "disk gone"
+        for p in (1, 0)
+    ], "one line per partition: the repeats within 30 s are held back"
+    assert all(r.exc_info and "explode" in caplog.text for r in lines), "with the traceback"
 
 
 def test_key_of_the_wrong_type_is_a_per_partition_failure(make_app: MakeApp) -> None:

@@ -28,6 +28,7 @@ from iqstate.store import (
     VersionedKeyValueStore,
     WindowStore,
 )
+from iqstate.store_exceptions import log_store_exception
 
 QueryHandler: TypeAlias = Callable[[Any, Any, PositionBound, QueryConfig], QueryResult[Any]]
 """`handler(store, query, position_bound, config) -> QueryResult`."""
@@ -167,6 +168,11 @@ def answer(
     try:
         result = handler(store, query, bound, config)
     except Exception as exc:  # a store failure is a per-partition result, not an exception
+        log_store_exception(
+            f"{describe_store(store)} partition {getattr(store, 'partition', None)} "
+            f"answering {type(query).__name__}",
+            exc,
+        )
         result = QueryResult.for_failure(
             FailureReason.STORE_EXCEPTION,
             f"{describe_store(store)} (partition {getattr(store, 'partition', None)}) "

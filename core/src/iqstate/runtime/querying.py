@@ -20,6 +20,7 @@ from iqstate.results import FailureReason, QueryResult, StateQueryResult, partit
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import StoreSpec
 from iqstate.store import QueryConfig
+from iqstate.store_exceptions import log_store_exception
 
 _KEYED_QUERIES = frozenset(
     {KeyQuery, WindowKeyQuery, TimestampedKeyQuery, VersionedKeyQuery, MultiVersionedKeyQuery}
@@ -116,6 +117,9 @@ def failed(
     spec: StoreSpec, hosted: HostedPartition, partition: int, query: Query[Any], exc: Exception
 ) -> QueryResult[Any]:
     """The failed result of a partition whose chain raised `exc` (the caller holds its lock)."""
+    log_store_exception(
+        f"store {spec.name!r} partition {partition} answering {type(query).__name__}", exc
+    )
     failure = QueryResult.for_failure(
         FailureReason.STORE_EXCEPTION,
         f"store {spec.name!r} partition {partition} failed to handle {query!r}: "

@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Any
 
 from iqstate import FailureReason, Query, QueryResult
+from iqstate.store_exceptions import log_store_exception
 from iqstate_http.codecs import Codecs, position_to_json
 from iqstate_http.replica_choice import Replica
 
@@ -80,8 +81,8 @@ def failure_entry(
 class LocalAnswers:
     """Encodes this instance's per-partition results as entries, within a row budget."""
 
-    def __init__(self, codecs: Codecs, host: str, max_rows: int) -> None:
-        self.codecs, self.host, self.max_rows = codecs, host, max_rows
+    def __init__(self, codecs: Codecs, store: str, host: str, max_rows: int) -> None:
+        self.codecs, self.store, self.host, self.max_rows = codecs, store, host, max_rows
         self.rows = 0
         """Rows encoded so far, over every partition."""
         self.failed_while_read = 0
@@ -133,6 +134,11 @@ class LocalAnswers:
                 if _is_rows(value):
                     value.close()
                 self.failed_while_read += 1
+                log_store_exception(
+                    f"store {self.store!r} partition {partition} reading its "
+                    f"{type(query).__name__} answer",
+                    exc,
+                )
                 entry = failure_entry(
                     FailureReason.STORE_EXCEPTION.name,
                     f"partition {partition} failed while its answer was read: "

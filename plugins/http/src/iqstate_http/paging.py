@@ -43,6 +43,7 @@ from iqstate.queries import (
     LimitedTimestampedRangeQuery,
     LimitedVersionedRangeQuery,
 )
+from iqstate.store_exceptions import log_store_exception
 from iqstate_http.codecs import (
     BadRequest,
     position_from_json,
@@ -229,7 +230,7 @@ class LocalRows:
 
     def __init__(
         self,
-        partition: int,
+        where: tuple[str, int],
         first: QueryResult[Any],
         read: Callable[[Query[Any]], QueryResult[Any]],
         ranged: Query[Any] | None,
@@ -239,7 +240,7 @@ class LocalRows:
         within: Callable[[bytes], bool] | None,
         after: bytes | None,
     ) -> None:
-        self._partition, self._first, self._read = partition, first, read
+        (self._store, self._partition), self._first, self._read = where, first, read
         self._ranged, self._chunk = ranged, chunk
         self._serialize_key, self._pager, self._within, self._after = (
             serialize_key, pager, within, after,
@@ -268,6 +269,9 @@ class LocalRows:
                             continue
                         yield key_bytes, row(key, value)
             except Exception as exc:  # a record its serde cannot read: this partition's
+                log_store_exception(
+                    f"store {self._store!r} partition {self._partition} reading its rows", exc
+                )
                 raise self._failed("STORE_EXCEPTION", f"{type(exc).__name__}: {exc}") from exc
             if ranged is None or read < self._chunk:
                 return  # the whole range was read, or it ended within the chunk

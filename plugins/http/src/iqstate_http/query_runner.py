@@ -197,7 +197,7 @@ class QueryRunner:
         if ranged is not None:  # more than max_rows is refused: read no more
             query = limited(ranged, options.max_rows + 1)
         results, replicas = self._local_results(options, query, partitions)
-        answers = LocalAnswers(self.codecs, self.choice.this_host, options.max_rows)
+        answers = LocalAnswers(self.codecs, options.store, self.choice.this_host, options.max_rows)
         try:
             entries = answers.entries(options.query, results, replicas)
         except TooManyRows as exc:
@@ -310,7 +310,8 @@ class QueryRunner:
                         continue
                     placement.record(partition, {"ok": True})
                     local_rows = LocalRows(
-                        partition, result, self._partition_reader(options, partition),
+                        (options.store, partition), result,
+                        self._partition_reader(options, partition),
                         ranged, chunk, serialize, pager, within,
                         None if cursor is None else cursor.after,
                     )  # fmt: skip
