@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from iqstate_http import NoInstanceReached, QueryService, RemoteQueryClient, start_background
+from iqstate_http.status import StatusError, fetch
 
 from iqstate import Application, KeyQuery, StateQueryRequest
 
@@ -34,6 +35,18 @@ def test_a_token_guards_every_data_route(app: Application) -> None:
                 assert "invalid_token" in wrong.headers["www-authenticate"]
             assert httpx.get(url, headers={"Authorization": "Bearer s3cret"}).status_code == 200
         assert httpx.get(server.url + "/v1/health").status_code == 200
+    finally:
+        server.stop()
+
+
+def test_iqstate_status_names_the_token_option(app: Application) -> None:
+    server = start_background(app, token="s3cret")
+    try:
+        with pytest.raises(StatusError, match="asks for a bearer token: name its variable"):
+            fetch(server.url, None)
+        with pytest.raises(StatusError, match="refused the token in --token-env's variable"):
+            fetch(server.url, "wrong")
+        assert fetch(server.url, "s3cret")[0]["status"] == "ok"
     finally:
         server.stop()
 

@@ -14,6 +14,7 @@ import pytest
 import trustme
 from httpx_sse import connect_sse
 from iqstate_http import RemoteQueryClient, start_background
+from iqstate_http.status import StatusError, fetch
 from two_instances import PARTITIONS, ROWS, two_instances
 
 from iqstate import Application, KeyQuery, StateQueryRequest
@@ -141,3 +142,22 @@ def test_a_certificate_nobody_trusts_is_named_as_the_reason(
             refused = http.get(f"{a.url}/v1/stores/counts/keys/{elsewhere}")
         assert refused.status_code == 503
         assert "CERTIFICATE_VERIFY_FAILED" in refused.json()["error"]["message"], refused.json()
+
+
+def test_iqstate_status_says_what_to_change_for_a_wrong_scheme_or_ca(
+    served: str, app: Application, pki: dict[str, Any]
+) -> None:
+    """`iqstate status` against a TLS instance: a plain-http URL, a missing CA, and https to
+    a plain instance each fail with the option that fixes them."""
+    plain_url = served.replace("https://", "http://")
+    with pytest.raises(StatusError, match="use an https:// URL with --tls-ca"):
+        fetch(plain_url, None)
+    with pytest.raises(StatusError, match="give --tls-ca the CA bundle"):
+        fetch(served, None)
+    assert fetch(served, None, pki["context"])[0]["status"] == "ok"
+    plain = start_background(app)
+    try:
+        with pytest.raises(StatusError, match="serves plain http: use an http:// URL"):
+            fetch(plain.url.replace("http://", "https://"), None, pki["context"])
+    finally:
+        plain.stop()

@@ -42,13 +42,42 @@ def fetch(
             health = http.get(f"{base}/v1/health")
             cluster = http.get(f"{base}/v1/cluster")
     except httpx.HTTPError as exc:
-        raise StatusError(f"{base} did not answer: {exc}") from exc
+        raise StatusError(f"{base} did not answer: {exc}{_connection_hint(base, exc)}") from exc
     if cluster.status_code != 200:
-        raise StatusError(f"{base}/v1/cluster answered {cluster.status_code}: {cluster.text[:200]}")
+        raise StatusError(
+            f"{base}/v1/cluster answered {cluster.status_code}: {cluster.text[:200]}"
+            f"{_refusal_hint(cluster.status_code, token)}"
+        )
     try:
         return health.json(), cluster.json()
     except ValueError as exc:
         raise StatusError(f"{base} did not answer with JSON: {exc}") from exc
+
+
+def _connection_hint(base: str, exc: httpx.HTTPError) -> str:
+    """What to change when the connection failed the way a wrong scheme or CA makes it."""
+    text = str(exc)
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return (
+            "; give --tls-ca the CA bundle that signed the instance's certificate "
+            "(iqstate serve's --tls-ca)"
+        )
+    if "WRONG_VERSION_NUMBER" in text or "record layer failure" in text:
+        return "; the instance serves plain http: use an http:// URL, without --tls-ca"
+    if base.startswith("http://") and isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+        return (
+            "; if the instance serves TLS (iqstate serve --tls-cert), use an https:// URL "
+            "with --tls-ca"
+        )
+    return ""
+
+
+def _refusal_hint(status: int, token: str | None) -> str:
+    if status != 401:
+        return ""
+    if token is None:
+        return "; the instance asks for a bearer token: name its variable with --token-env"
+    return "; the instance refused the token in --token-env's variable"
 
 
 def render(url: str, health: Mapping[str, Any], cluster: list[Any]) -> RenderableType:
