@@ -103,6 +103,7 @@ def test_scraping_after_known_traffic_finds_its_counts(http: httpx.Client) -> No
         "a key or a raw path never becomes a label"
     )
     assert value(after, "iqstate_cluster_live_instances") == 1
+    assert value(after, "iqstate_cluster_member") == 1
     for partition in range(3):
         assert (
             value(after, "iqstate_replica_lag_offsets", store="counts", partition=str(partition),

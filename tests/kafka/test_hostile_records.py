@@ -108,6 +108,7 @@ def test_forged_markers_stray_records_and_older_batches_are_refused(
             assert scraped[(skipped, (("reason", "stray"), ("store", "counts")))] == 1
             assert scraped[("iqstate_restored_records_total", (("store", "counts"),))] > 0
             assert scraped[("iqstate_cluster_live_instances", ())] == 2
+            assert scraped[("iqstate_cluster_member", ())] == 1, "it sees itself live"
             assert scraped[("iqstate_broker_silence_seconds", ())] < 5
 
         # A writer whose batch ids start over (a query restarted with a new checkpoint):

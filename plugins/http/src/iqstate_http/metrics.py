@@ -340,8 +340,16 @@ def _replica_families(app: Application) -> Iterator[Metric]:
         for (store, reason), count in sorted(by_reason.items()):
             skipped.add_metric([store, reason], count)
         yield skipped
-    live = sum(1 for status in app.cluster_status() if status.live)
+    cluster = app.cluster_status()
+    live = sum(1 for status in cluster if status.live)
     yield GaugeMetricFamily("iqstate_cluster_live_instances", "live instances", value=live)
+    member = any(status.live and status.host_info == app.host_info for status in cluster)
+    yield GaugeMetricFamily(
+        "iqstate_cluster_member",
+        "1 when this instance counts itself a live member of its cluster (its heartbeats "
+        "come back), else 0",
+        value=int(member),
+    )
     contact = app.cluster_contact()
     if contact is not None:
         yield GaugeMetricFamily(
