@@ -203,6 +203,8 @@ def test_unknown_query_type_and_store_exception(make_app: MakeApp) -> None:
         assert {r.failure_reason for r in unknown.partition_results.values()} == {
             FailureReason.UNKNOWN_QUERY_TYPE
         }
+        # named by its engine's kind, the one a handler is registered for
+        assert "(memory.key_value store 's')" in unknown.partition_results[0].failure_message
         exploded = app.query(request(Exploding()).with_partitions({1}))
         failure = exploded.partition_results[1]
         assert failure.failure_reason is FailureReason.STORE_EXCEPTION
