@@ -231,6 +231,11 @@ def test_cli_lists_engines_and_query_types(installed_plugin: Path) -> None:
     data = json.loads(report)
     memory = next(e for e in data["engines"] if e["name"] == "memory")
     assert "EntryCountQuery" in memory["answers"] and "KeyQuery" in memory["answers"]
+    # A handler reaches the kind it was registered for, not the engine's other stores.
+    by_kind = memory["answers_by_kind"]
+    assert "EntryCountQuery" in by_kind["memory.key_value"]
+    assert "EntryCountQuery" not in by_kind["memory.window"] + by_kind["layered.versioned"]
+    assert "memory.window: WindowKeyQuery, WindowRangeQuery" in out
 
 
 def test_cli_output_read_in_part_ends_quietly() -> None:

@@ -63,9 +63,11 @@ def describe_plugins(registry: PluginRegistry) -> dict[str, Any]:
             stores, error = _engine_stores(registry, name), None
         except PluginError as failure:
             stores, error = [], str(failure)
-        answers: set[str] = set()
-        for kind, store_class in stores:
-            answers.update(q.__name__ for q in handlers.table_for_store(store_class, kind))
+        by_kind = {
+            kind: sorted(q.__name__ for q in handlers.table_for_store(store_class, kind))
+            for kind, store_class in stores
+        }
+        answers = {name for names in by_kind.values() for name in names}
         engines.append(
             {
                 "name": name,
@@ -74,6 +76,7 @@ def describe_plugins(registry: PluginRegistry) -> dict[str, Any]:
                 "store_kinds": [kind for kind, _ in stores],
                 "store_types": _store_types(engine),
                 "answers": sorted(answers),
+                "answers_by_kind": by_kind,
                 "description": engine.description,
                 "error": error,
             }
@@ -120,8 +123,9 @@ def _print_plugins(report: dict[str, Any]) -> None:
             print(f"      unavailable: {engine['error']}")
             continue
         print(f"      store types: {', '.join(engine['store_types'])}")
-        print(f"      store kinds: {', '.join(engine['store_kinds'])}")
-        print(f"      answers: {', '.join(engine['answers']) or '(no query types)'}")
+        print("      store kinds, each answering (a handler reaches only the kind it names):")
+        for kind, answered in engine["answers_by_kind"].items():
+            print(f"        {kind}: {', '.join(answered) or '(no query types)'}")
     print("\nQuery types (store kind <- plugin that registered the handler):")
     for query in report["query_types"]:
         print(f"  {query['query']}")
