@@ -14,10 +14,13 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from iqstate import Application, UnknownEngineError
+from iqstate.errors import PluginError
+from iqstate.hookspecs import hookimpl
 from iqstate.plugins import BLOCK_ENV, PluginRegistry, make_plugin_manager
 
 GOOD_PLUGIN = """
@@ -259,6 +262,20 @@ def test_a_plugin_with_a_misspelt_hook_is_skipped_with_the_right_name(
     assert "hooky" not in loaded.engines, "a skipped plugin registers nothing"
     assert "did you mean 'iqstate_register_query_handlers'" in loaded.failed_plugins["hooky"].error
     assert "'hooky'" in caplog.text
+
+
+def test_a_misspelt_hook_of_a_plugin_given_in_code_is_refused_by_name() -> None:
+    class Misspelt:
+        @hookimpl
+        def iqstate_register_engine(self, register: Any) -> None:
+            raise AssertionError("never called")
+
+    with pytest.raises(PluginError) as refused:
+        make_plugin_manager(load_entry_points=False, extra_plugins=[("mine", Misspelt())])
+    assert str(refused.value).startswith(
+        "plugin 'mine' implements 'iqstate_register_engine', which is not an iqstate hook; "
+        "did you mean 'iqstate_register_engines'?"
+    )
 
 
 def test_a_plugin_whose_hook_pluggy_refuses_is_skipped_whole(install: Install) -> None:

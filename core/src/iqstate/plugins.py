@@ -108,15 +108,19 @@ class PluginManager(pluggy.PluginManager):
 
     def _register_entry_point(self, entry_point: importlib.metadata.EntryPoint) -> None:
         """Import and register one entry point; undone when its hooks are refused."""
-        plugin = entry_point.load()
+        self.register_checked(entry_point.load(), entry_point.name)
+
+    def register_checked(self, plugin: object, name: str) -> None:
+        """Register `plugin` as `name`, refusing a hook iqstate does not have (`PluginError`,
+        the registration undone) and warning of hook functions that would do nothing."""
         try:
-            self.register(plugin, name=entry_point.name)
-            self._check_hooks_known(plugin)
+            self.register(plugin, name=name)
+            self._check_hooks_known(plugin, name)
         except Exception:
-            if self.has_plugin(entry_point.name):
-                self.unregister(name=entry_point.name)
+            if self.has_plugin(name):
+                self.unregister(name=name)
             raise
-        self._warn_hooks_doing_nothing(plugin, entry_point.name)
+        self._warn_hooks_doing_nothing(plugin, name)
 
     def _warn_hooks_doing_nothing(self, plugin: object, name: str) -> None:
         """Warn about hook functions pluggy registers silently as nothing: one named like a
@@ -139,7 +143,7 @@ class PluginManager(pluggy.PluginManager):
                     attribute,
                 )
 
-    def _check_hooks_known(self, plugin: object) -> None:
+    def _check_hooks_known(self, plugin: object, name: str) -> None:
         """Refuse a plugin implementing a hook iqstate does not have (a misspelt name would
         otherwise register nothing, silently)."""
         for caller in self.get_hookcallers(plugin) or []:
@@ -149,7 +153,10 @@ class PluginManager(pluggy.PluginManager):
                 continue
             close = difflib.get_close_matches(caller.name, _hook_names(), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise pluggy.PluginValidationError(plugin, f"unknown hook {caller.name!r}{hint}")
+            raise PluginError(
+                f"plugin {name!r} implements {caller.name!r}, which is not an iqstate hook"
+                f"{hint} (the hooks: {', '.join(_hook_names())})"
+            )
 
     def _skip(self, name: str, distribution: str, error: Exception) -> None:
         failure = PluginLoadFailure(name, distribution, f"{type(error).__name__}: {error}")
@@ -190,8 +197,7 @@ def make_plugin_manager(
     if load_entry_points:
         manager.load_entry_points()
     for name, plugin in extra_plugins:
-        manager.register(plugin, name=name)
-        manager._warn_hooks_doing_nothing(plugin, name)  # as for an entry point's
+        manager.register_checked(plugin, name)  # as an entry point's
     manager.check_pending()
     return manager
 
