@@ -146,7 +146,10 @@ def test_bad_requests_get_json_errors(
 @pytest.mark.parametrize(
     ("path", "text"),
     [
-        ("/v1/stores/counts/keys/kafka?acceptable_lag=null", "got 'null' (leave it out"),
+        (
+            "/v1/stores/counts/keys/kafka?acceptable_lag=null",
+            "got 'null' (offsets a standby may be behind; leave it out",
+        ),
         ("/v1/stores/counts/keys/kafka?acceptable_lag=-1", "got '-1'"),
         (
             "/v1/stores/counts/keys/kafka?acceptable_lag=" + "9" * 5000,

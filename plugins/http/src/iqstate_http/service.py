@@ -295,7 +295,9 @@ def _lag_in(scope: Scope) -> int | None:
     if len(values) > 1:
         raise BadRequest("'acceptable_lag' is given more than once")
     return whole_number_parameter(
-        values[0], "acceptable_lag", hint="leave it out to read running actives only"
+        values[0],
+        "acceptable_lag",
+        hint="offsets a standby may be behind; leave it out to read running actives only",
     )
 
 
