@@ -43,10 +43,9 @@ def test_renders_the_exact_file_set(
     pyproject = (project / "pyproject.toml").read_text()
     assert f'name = "iqstate-{directory}"' in pyproject
     assert f'{directory} = "{package}.plugin"' in pyproject
-    assert (
-        f"class {class_name}(PersistentKeyValueStore)"
-        in (project / f"src/{package}/store.py").read_text()
-    )
+    store = (project / f"src/{package}/store.py").read_text()
+    assert f"class {class_name}(PersistentKeyValueStore)" in store
+    assert f"class {class_name[: -len('Store')]}WindowStore(PersistentWindowStore)" in store
     for source in project.rglob("*.py"):
         compile(source.read_text(), str(source), "exec")
         assert "{{" not in source.read_text(), f"unrendered template text in {source}"

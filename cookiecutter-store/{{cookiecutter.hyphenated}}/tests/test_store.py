@@ -24,6 +24,7 @@ from iqstate_{{ cookiecutter.underscored }} import ENGINE, EntryCountQuery, {{ c
 class Test{{ cookiecutter.class_prefix }}Conformance(StoreConformance):
     persistent = True
     manages_offsets = True
+    window = True
     state_machine_examples = 30
 
     @pytest.fixture

@@ -15,6 +15,8 @@ from iqstate_{{ cookiecutter.underscored }}.query import EntryCountQuery, answer
 
 KIND = "{{ cookiecutter.hyphenated }}.key_value"
 """The kind of this engine's key-value stores (`{{ cookiecutter.class_prefix }}Store.kind`)."""
+WINDOW_KIND = "{{ cookiecutter.hyphenated }}.window"
+"""The kind of its window stores (`{{ cookiecutter.class_prefix }}WindowStore.kind`)."""
 
 OPTIONS: frozenset[str] = frozenset()
 """The engine options a store may give (`config={...}` at declaration); none yet. Add
@@ -36,6 +38,7 @@ def check_config(config: Mapping[str, Any], store_name: str) -> None:
 ENGINE = Engine(
     name="{{ cookiecutter.hyphenated }}",
     key_value_store="iqstate_{{ cookiecutter.underscored }}.store:{{ cookiecutter.class_prefix }}Store",
+    window_store="iqstate_{{ cookiecutter.underscored }}.store:{{ cookiecutter.class_prefix }}WindowStore",
     persistent=True,
     description="{{ cookiecutter.description }}",
     check_config=check_config,

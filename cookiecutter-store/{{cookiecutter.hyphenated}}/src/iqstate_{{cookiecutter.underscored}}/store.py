@@ -10,13 +10,20 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from iqstate.codec import decode_offset, decode_position, encode_offset, encode_position
+from iqstate.codec import encode_offset, encode_position, offset_key
 from iqstate.context import StateStoreContext
-from iqstate.persistent import Commit, Pair, PersistentKeyValueStore, StoredState
-from iqstate.position import TopicPartition
-from iqstate_{{ cookiecutter.underscored }}.plugin import KIND
-
-OPEN, CLOSED = b"\x01", b"\x00"
+from iqstate.persistent_window import PersistentWindowStore
+from iqstate.persistent import (
+    CLOSED,
+    OPEN,
+    POSITION_KEY,
+    STATUS_KEY,
+    Commit,
+    Pair,
+    PersistentKeyValueStore,
+    StoredState,
+)
+from iqstate_{{ cookiecutter.underscored }}.plugin import KIND, WINDOW_KIND
 
 
 class {{ cookiecutter.class_prefix }}Store(PersistentKeyValueStore):
@@ -44,17 +51,13 @@ class {{ cookiecutter.class_prefix }}Store(PersistentKeyValueStore):
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={'FULL' if context.sync_commits else 'NORMAL'}")
         db.execute("CREATE TABLE IF NOT EXISTS data (key BLOB PRIMARY KEY, value BLOB NOT NULL)")
-        db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)")
-        stored = StoredState()
-        for name, value in db.execute("SELECT name, value FROM meta"):
-            if name == "status":
-                stored.was_open = value == OPEN
-            elif name == "position":
-                stored.position = decode_position(value)
-            else:
-                topic, _, partition = name.rpartition("-")
-                stored.offsets[TopicPartition(topic, int(partition))] = decode_offset(value)
-        db.execute("INSERT OR REPLACE INTO meta VALUES ('status', ?)", (OPEN,))
+        # `meta` holds the offsets key space as Kafka's RocksDB store lays out its offsets
+        # column family (`offset_key(partition)`, `POSITION_KEY`, `STATUS_KEY`), which
+        # `StoredState.from_entries` reads.
+        db.execute("CREATE TABLE IF NOT EXISTS meta (name BLOB PRIMARY KEY, value BLOB NOT NULL)")
+        rows = db.execute("SELECT name, value FROM meta")
+        stored = StoredState.from_entries((bytes(name), bytes(value)) for name, value in rows)
+        db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (STATUS_KEY, OPEN))
         self._db = db
         return stored
 
@@ -62,7 +65,7 @@ class {{ cookiecutter.class_prefix }}Store(PersistentKeyValueStore):
         db, self._db = self._db, None
         if db is not None:
             if clean:
-                db.execute("INSERT OR REPLACE INTO meta VALUES ('status', ?)", (CLOSED,))
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (STATUS_KEY, CLOSED))
             db.close()
 
     def _read(self, key: bytes) -> bytes | None:
@@ -97,11 +100,19 @@ class {{ cookiecutter.class_prefix }}Store(PersistentKeyValueStore):
                 else:
                     db.execute("INSERT OR REPLACE INTO data VALUES (?, ?)", (key, value))
             for partition in commit.removed_offsets:
-                db.execute("DELETE FROM meta WHERE name = ?", (str(partition),))
+                db.execute("DELETE FROM meta WHERE name = ?", (offset_key(partition),))
             for partition, offset in commit.offsets.items():
-                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (str(partition), encode_offset(offset)))
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('position', ?)", (encode_position(commit.position),))
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (offset_key(partition), encode_offset(offset)))
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (POSITION_KEY, encode_position(commit.position)))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+
+class {{ cookiecutter.class_prefix }}WindowStore(PersistentWindowStore):
+    """Window stores kept in the key-value store's key spaces: its commits, offsets and
+    crash guarantees come with it. Write a class of your own for a layout of your own."""
+
+    kind = WINDOW_KIND
+    key_value_class = {{ cookiecutter.class_prefix }}Store
