@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import settings
 
+from iqstate import store_exceptions
+from iqstate.repeated_lines import RepeatedLines
+
 if TYPE_CHECKING:
     from iqstate_kafka.testing import LocalBroker
 
@@ -48,3 +51,11 @@ def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
         return f"{test}-{label}-{run}-{next(counter)}"
 
     return make
+
+
+@pytest.fixture
+def store_exception_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store exceptions' log with no line held back by an earlier test's (its filter
+    passes each kind of line once per 30 s, process-wide)."""
+    fresh = RepeatedLines(store_exceptions.repeats_of)
+    monkeypatch.setattr(store_exceptions.logger, "filters", [fresh])

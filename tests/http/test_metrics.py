@@ -270,6 +270,7 @@ class _Picky(Serde[str]):
         return data.decode()
 
 
+@pytest.mark.usefixtures("store_exception_log")
 def test_a_range_that_fails_while_read_counts_as_a_store_exception(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -6,6 +6,7 @@ holds, is rebuilt from the start of the changelog and says so (`LagInfo.rebuilt`
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ from replica_support import RecordingCluster, eventually, only_result
 
 from iqstate import Application, KeyQuery, Position, StateQueryRequest, TopicPartition
 from iqstate.runtime import ACTIVE, LagInfo
-from iqstate.runtime.changelog_topic import read_topic_id
+from iqstate.runtime.changelog_topic import read_topic_ids
 
 STORE = "counts"
 PARTITIONS = 4
@@ -207,7 +208,7 @@ def test_a_changelog_recreated_longer_than_the_replica_had_read_means_a_rebuild(
 ) -> None:
     """The replica's committed offsets lie inside the new topic's: only the topic's id
     (KIP-516) tells that they count records of another topic."""
-    instance.write({f"old-{n}": n for n in range(100)}, batch_id=1)
+    old_ends = instance.write({f"old-{n}": n for n in range(100)}, batch_id=1)
     with instance.running():
         pass
     old_id = topic_id(instance)
@@ -215,7 +216,7 @@ def test_a_changelog_recreated_longer_than_the_replica_had_read_means_a_rebuild(
     recreate_topic(instance.cluster, instance.application_id)
     instance.write({f"new-{n}": n for n in range(400)}, batch_id=1)
     ends = instance.write({f"new-{n}": -n for n in range(400)}, batch_id=2)
-    assert all(end > 2 * 27 for end in ends.values()), "each partition's new log is longer"
+    assert all(ends[tp] > old_ends[tp] for tp in ends), "each partition's new log is longer"
 
     with instance.running() as follower:
         assert instance.value("old-5") is None, "the old replica's data was set aside"
@@ -227,41 +228,58 @@ def test_a_changelog_recreated_longer_than_the_replica_had_read_means_a_rebuild(
 
 
 class StaleTopicIds(WatermarkAsker):
-    """The real asker, except that the next `stale` answers name another id for the topic,
-    as a broker whose metadata lags might."""
+    """The real asker, except that the next `stale` answers (set with `lag_for`) name
+    another id for the topic, as a broker whose metadata lags behind a recreation might."""
 
-    stale = 0
-    OTHER_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+    OTHER_ID = "c3RhbGUtbWV0YWRhdGEtaWQ"
+    _stale = 0
+    _lock = threading.Lock()  # the test's thread sets it, the follower's counts it down
+
+    @classmethod
+    def lag_for(cls, answers: int) -> None:
+        with cls._lock:
+            cls._stale = answers
+
+    @classmethod
+    def lagging(cls) -> bool:
+        with cls._lock:
+            return cls._stale > 0
 
     def answers(self) -> dict[TopicPartition, Answer]:
         answers = super().answers()
-        self.stale_now = bool(answers) and StaleTopicIds.stale > 0
-        StaleTopicIds.stale -= self.stale_now
+        with StaleTopicIds._lock:
+            self.stale_now = bool(answers) and StaleTopicIds._stale > 0
+            StaleTopicIds._stale -= self.stale_now
         return answers
 
     def topic_id(self, topic: str) -> str | None:
         return self.OTHER_ID if getattr(self, "stale_now", False) else super().topic_id(topic)
 
 
-def test_one_answer_naming_another_topic_id_rebuilds_nothing_and_two_rebuild(
+def test_one_answer_naming_another_topic_id_rebuilds_nothing_and_two_rebuild_once(
     instance: Instance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(follower_module, "WatermarkAsker", StaleTopicIds)
     ends = instance.write({f"key-{n}": n for n in range(100)}, batch_id=1)
     with instance.running() as follower:
-        StaleTopicIds.stale = 1
-        eventually(lambda: StaleTopicIds.stale == 0, "the stale answer given")
+        rebuilt: list[tuple[str, int]] = []
+        follower.on_rebuilt(rebuilt.append)
+        real_id = topic_id(instance)
+        StaleTopicIds.lag_for(1)
+        eventually(lambda: not StaleTopicIds.lagging(), "the lagging answer given")
         ends = instance.write({"key-1": -1}, batch_id=2)
-        eventually(lambda: _at_end(instance, ends), "the next batch applied, nothing rebuilt")
-        assert follower.applied_records == 101 and instance.value("key-5") == 5
-        assert kept_topic_ids(instance) == {topic_id(instance)}
+        eventually(lambda: _at_end(instance, ends), "the next batch applied")
+        assert rebuilt == [] and follower.applied_records == 101
+        assert instance.value("key-5") == 5 and kept_topic_ids(instance) == {real_id}
 
-        StaleTopicIds.stale = 2  # two in a row: the topic was recreated, as far as it knows
-        eventually(lambda: all(lag.rebuilt for lag in instance.lags().values()), "rebuilt")
-        # ... from the same topic, whose id it records again at the next answers
+        StaleTopicIds.lag_for(2)  # two in a row: the topic was recreated, as far as it knows
         eventually(lambda: _at_end(instance, ends, rebuilt=True), "rebuilt to the end")
         assert instance.value("key-1") == -1 and instance.value("key-5") == 5
-        eventually(lambda: kept_topic_ids(instance) == {topic_id(instance)}, "the id kept")
+        ends = instance.write({"key-2": -2}, batch_id=3)
+        eventually(lambda: _at_end(instance, ends, rebuilt=True), "reading on")
+        # Once each: the real id, named again after the lagging ones, is one it replaced.
+        assert sorted(rebuilt) == [(STORE, p) for p in range(PARTITIONS)]
+        assert kept_topic_ids(instance) == {StaleTopicIds.OTHER_ID}
 
 
 def topic_id(instance: Instance) -> str:
@@ -275,7 +293,7 @@ def topic_id(instance: Instance) -> str:
 def kept_topic_ids(instance: Instance) -> set[str | None]:
     """The changelog topic ids the partitions' replicas keep beside their files."""
     store_directory = instance.state_dir / instance.application_id / STORE
-    return {read_topic_id(store_directory / str(p)) for p in range(PARTITIONS)}
+    return {read_topic_ids(store_directory / str(p)).kept for p in range(PARTITIONS)}
 
 
 def test_a_changelog_recreated_while_following_means_a_rebuild(instance: Instance) -> None:
@@ -283,11 +301,12 @@ def test_a_changelog_recreated_while_following_means_a_rebuild(instance: Instanc
     with instance.running() as follower:
         recreate_topic(instance.cluster, instance.application_id)
         ends = instance.write({"new": 1}, batch_id=1)
-        eventually(lambda: instance.value("new") == 1, "the new changelog applied", 60.0)
-        assert instance.value("old-5") is None
-        eventually(lambda: all(lag.rebuilt for lag in instance.lags().values()), "rebuilt")
-        assert follower.applied_records == 101
+        # Each partition is rebuilt on its own: from an offset the new topic lacks, or once
+        # two answers give the topic's new id (a partition of the old topic answers until then).
+        eventually(lambda: all(lag.rebuilt for lag in instance.lags().values()), "rebuilt", 60.0)
         eventually(lambda: _at_end(instance, ends, rebuilt=True), "every partition at the end")
+        assert instance.value("new") == 1 and instance.value("old-5") is None
+        assert follower.applied_records == 101
 
 
 def test_a_restored_replica_is_settled_once_and_one_at_the_tail_is_not(

@@ -17,6 +17,7 @@ from iqstate.context import StateStoreContext
 from iqstate.plugins import default_registry
 from iqstate.position import TopicPartition
 from iqstate.runtime import ACTIVE
+from iqstate.runtime.changelog_topic import TOPIC_IDS_FILE, TopicIds
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import StoreSpec
@@ -119,6 +120,55 @@ def test_rebuild_moves_the_files_aside_and_starts_empty(tmp_path: Path) -> None:
     aside = [p for p in (tmp_path / "app" / "s").iterdir() if ".untrusted-" in p.name]
     assert len(aside) == 1, "the old files are kept"
     hosted.apply_changelog([encoded(spec, "a", 5)], 4, Position.from_map({"in": {0: 1}}), 2)
+    assert value(hosted, "a") == 5
+    hosted.close()
+
+
+def test_the_changelog_topic_ids_outlive_a_restart_and_a_rebuild_keeps_the_replaced(
+    tmp_path: Path,
+) -> None:
+    spec = declared(tmp_path)
+    hosted = followed(tmp_path, spec)
+    assert hosted.changelog_topic_ids == TopicIds()
+    ids = TopicIds("new-id", frozenset({"old-id"}))
+    hosted.keep_changelog_topic_ids(ids)
+    hosted.close()
+    again = followed(tmp_path, spec)
+    assert again.changelog_topic_ids == ids
+    again.rebuild()
+    # The kept id went aside with the files; an answer naming a replaced id is still stale.
+    assert again.changelog_topic_ids == TopicIds(replaced=frozenset({"old-id"}))
+    again.close()
+    assert followed(tmp_path, spec).changelog_topic_ids == TopicIds()
+
+
+def test_a_damaged_topic_ids_file_reads_as_an_id_no_topic_has(tmp_path: Path) -> None:
+    spec = declared(tmp_path)
+    hosted = followed(tmp_path, spec)
+    hosted.close()
+    (tmp_path / "app" / "s" / "0" / TOPIC_IDS_FILE).write_bytes(b"\xff\xfe\x00id\n")
+    kept = followed(tmp_path, spec).changelog_topic_ids.kept
+    assert kept is not None and kept not in ("", "id")
+
+
+def test_an_in_memory_replica_is_rebuilt_in_memory(tmp_path: Path) -> None:
+    app = Application("app", tmp_path)
+    spec = app.key_value_store("m", 1, engine="memory", value_serde="int64")
+    context = StateStoreContext(
+        application_id="app",
+        store_name="m",
+        partition=0,
+        changelog_partition=TopicPartition("app-m-changelog", 0),
+        query_handlers=default_registry().query_handlers,
+    )
+    hosted = HostedPartition(spec, 0, ACTIVE, context, followed=True)
+    hosted.open()
+    hosted.keep_changelog_topic_ids(TopicIds("id"))
+    hosted.apply_changelog([encoded(spec, "a", 1)], 1, Position.from_map({"in": {0: 1}}), 2)
+    hosted.rebuild()
+    assert hosted.rebuilt and not hosted.closed and hosted.fence is None
+    assert value(hosted, "a") is None and hosted.changelog_topic_ids == TopicIds()
+    hosted.apply_changelog([encoded(spec, "a", 5)], 1, Position.from_map({"in": {0: 1}}), 2)
     assert value(hosted, "a") == 5
     hosted.close()
 

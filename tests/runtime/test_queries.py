@@ -203,8 +203,9 @@ def test_unknown_query_type_and_store_exception(make_app: MakeApp) -> None:
         assert {r.failure_reason for r in unknown.partition_results.values()} == {
             FailureReason.UNKNOWN_QUERY_TYPE
         }
-        # named by its engine's kind, the one a handler is registered for
-        assert "(memory.key_value store 's')" in unknown.partition_results[0].failure_message
+        # named with its engine's kind too, the one an engine's handlers are registered for
+        message = unknown.partition_results[0].failure_message
+        assert "(metered.key_value store 's' over memory.key_value)" in message
         exploded = app.query(request(Exploding()).with_partitions({1}))
         failure = exploded.partition_results[1]
         assert failure.failure_reason is FailureReason.STORE_EXCEPTION
@@ -212,6 +213,7 @@ def test_unknown_query_type_and_store_exception(make_app: MakeApp) -> None:
         assert failure.position is not None
 
 
+@pytest.mark.usefixtures("store_exception_log")
 def test_a_store_exception_is_logged_with_its_traceback_once_a_window(
     make_app: MakeApp, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -219,7 +221,7 @@ def test_a_store_exception_is_logged_with_its_traceback_once_a_window(
         make_plugin_manager(load_entry_points=False, extra_plugins=[("boom", _ExplodingPlugin())])
     )
     app = make_app(plugins=plugins)
-    app.key_value_store("logged", 2)  # a store of its own: lines of other tests hold none back
+    app.key_value_store("logged", 2)
     with app, caplog.at_level(logging.WARNING, logger="iqstate.store_exceptions"):
         for _ in range(3):
             app.query(request(Exploding(), store="logged").with_partitions({1}))

@@ -299,7 +299,10 @@ def test_a_query_no_layer_answers_names_the_store_and_what_its_layers_answer(
         )
         failed = app.query(request).partition_results[0]
         assert failed.failure_reason is FailureReason.UNKNOWN_QUERY_TYPE
-        assert "(metered.timestamped_key_value store 'prices')" in failed.failure_message
+        assert (
+            "(metered.timestamped_key_value store 'prices' over memory.key_value)"
+            in failed.failure_message
+        )
         assert "TimestampedKeyQuery" in failed.failure_message
         assert "TimestampedRangeQuery" in failed.failure_message
         assert failed.position == Position.empty()

@@ -113,12 +113,11 @@ class PluginManager(pluggy.PluginManager):
     def register_checked(self, plugin: object, name: str) -> None:
         """Register `plugin` as `name`, refusing a hook iqstate does not have (`PluginError`,
         the registration undone) and warning of hook functions that would do nothing."""
+        self.register(plugin, name=name)
         try:
-            self.register(plugin, name=name)
             self._check_hooks_known(plugin, name)
         except Exception:
-            if self.has_plugin(name):
-                self.unregister(name=name)
+            self.unregister(name=name)
             raise
         self._warn_hooks_doing_nothing(plugin, name)
 

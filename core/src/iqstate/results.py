@@ -77,14 +77,17 @@ class QueryResult(Generic[R]):
 
     @classmethod
     def for_unknown_query_type(
-        cls, query: object, store: object, answered: Iterable[type] = ()
+        cls, query: object, store: object, answered: Iterable[type] = (), engine: object = None
     ) -> QueryResult[Any]:
-        """Kafka's message, and the query types the store does answer where it knows them."""
+        """Kafka's message, and the query types the store does answer where it knows them;
+        `engine`: the store the layers of `store` are over, named by its kind too (the kind
+        a plugin registers an engine's own handlers for)."""
         kinds = sorted(kind.__name__ for kind in answered)
         it_answers = f" It answers {', '.join(kinds)}." if kinds else ""
+        over = "" if engine is None else f" over {getattr(engine, 'kind', type(engine).__name__)}"
         return cls.for_failure(
             FailureReason.UNKNOWN_QUERY_TYPE,
-            f"This store ({describe_store(store)}) doesn't know how to execute the given "
+            f"This store ({describe_store(store)}{over}) doesn't know how to execute the given "
             f"query ({query!r}).{it_answers} Contact the store maintainer if you need "
             "support for a new query type, or install a plugin that registers a handler "
             "for it.",

@@ -12,7 +12,15 @@ import logging
 from iqstate.repeated_lines import RepeatedLines
 
 logger = logging.getLogger("iqstate.store_exceptions")
-logger.addFilter(RepeatedLines(lambda line: line.split(":", 1)[0]))
+
+
+def repeats_of(line: str) -> str:
+    """What the repeats of a line share: all before its message (store, partition, query
+    type and exception type)."""
+    return line.split(":", 1)[0]
+
+
+logger.addFilter(RepeatedLines(repeats_of))
 
 
 def log_store_exception(what: str, exc: BaseException) -> None:

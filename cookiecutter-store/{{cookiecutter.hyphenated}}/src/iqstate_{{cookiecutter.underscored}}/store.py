@@ -12,7 +12,6 @@ from pathlib import Path
 
 from iqstate.codec import encode_offset, encode_position, offset_key
 from iqstate.context import StateStoreContext
-from iqstate.persistent_window import PersistentWindowStore
 from iqstate.persistent import (
     CLOSED,
     OPEN,
@@ -23,6 +22,7 @@ from iqstate.persistent import (
     PersistentKeyValueStore,
     StoredState,
 )
+from iqstate.persistent_window import PersistentWindowStore
 from iqstate_{{ cookiecutter.underscored }}.plugin import KIND, WINDOW_KIND
 
 

@@ -166,13 +166,16 @@ class StoreChain(ABC, Generic[Top]):
         return self._unknown(query, result)
 
     def _unknown(self, query: Query[R], failed: QueryResult[R]) -> QueryResult[R]:
-        """The failure for a query no layer answers, naming the store by its engine's kind
-        (the kind a plugin registers a handler for) and every query type one of its layers
-        answers (the engine, which failed it, knows only its own)."""
+        """The failure for a query no layer answers, naming the store as the caller sees it
+        (its top layer) and the engine's kind beneath (the kind a plugin registers an
+        engine's own handlers for), and every query type one of its layers answers (the
+        engine, which failed it, knows only its own)."""
         answered = set(self.engine.query_types())
         for layer in (self.typed, *self._between):
             answered.update(layer.query_types())
-        result: QueryResult[R] = QueryResult.for_unknown_query_type(query, self.engine, answered)
+        result: QueryResult[R] = QueryResult.for_unknown_query_type(
+            query, self.typed, answered, self.engine
+        )
         result.position = failed.position
         return result
 

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from iqstate.position import Position, TopicPartition
 from iqstate.runtime.assignment import PartitionRole
+from iqstate.runtime.changelog_topic import TopicIds
 
 
 class FollowedPartition(Protocol):
@@ -45,13 +46,14 @@ class FollowedPartition(Protocol):
         ...
 
     @property
-    def changelog_topic_id(self) -> str | None:
-        """The id of the changelog topic its data came from (None: not known: a new or
-        rebuilt replica, or one kept before ids were)."""
+    def changelog_topic_ids(self) -> TopicIds:
+        """The id of the changelog topic its data came from (`kept`, None when not known: a
+        new or rebuilt replica, or one kept before ids were) and the ids it replaced."""
         ...
 
-    def keep_changelog_topic_id(self, topic_id: str) -> None:
-        """Record the id of the changelog topic it reads from now on."""
+    def keep_changelog_topic_ids(self, ids: TopicIds) -> None:
+        """Record the ids of its changelog topic from now on (`OSError` when they cannot be
+        written; nothing once it is closed)."""
         ...
 
     def resume_offset(self) -> int | None:

@@ -6,7 +6,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 from iqstate.changelog import ChangelogReader, ChangelogWriter
@@ -18,7 +17,7 @@ from iqstate.persistent import UncleanShutdownError
 from iqstate.position import Position, TopicPartition
 from iqstate.results import describe_store
 from iqstate.runtime.assignment import ACTIVE_RESTORING, PartitionRole
-from iqstate.runtime.changelog_topic import keep_topic_id, read_topic_id
+from iqstate.runtime.changelog_topic import TopicIds, keep_topic_ids, read_topic_ids
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.durations import Durations
 from iqstate.runtime.offsets import OffsetKeeper, fence_partition
@@ -75,7 +74,7 @@ class HostedPartition:
         self.rebuilt = False
         """True when the local files could not be trusted and the partition was rebuilt."""
         self._offsets: OffsetKeeper | None = None
-        self._changelog_topic_id: str | None = None
+        self._topic_ids = TopicIds()
         self._committed = committed
         reader = context.changelog_writer
         self._changelog: ChangelogReader | None = (
@@ -107,7 +106,7 @@ class HostedPartition:
         self._offsets = OffsetKeeper(self.chain, self.context.directory)
         self._offsets.load()
         self.fence = self._offsets.committed_offset(self.fence_partition)
-        self._changelog_topic_id = read_topic_id(self._kept_directory())
+        self._topic_ids = read_topic_ids(self.context.directory)
         self.closed = False
         if self._lost_its_state():
             if not self._rebuildable:
@@ -257,15 +256,21 @@ class HostedPartition:
             if self.role.is_running_active:
                 self.role = ACTIVE_RESTORING
             self.chain.close()
-            self._set_aside(
-                RuntimeError(f"store {self.spec.name!r} partition {self.partition} must be rebuilt")
-            )
+            if self.context.directory is None:  # in memory: the changelog holds it all
+                self.rebuilt = True
+            else:
+                self._set_aside(
+                    RuntimeError(
+                        f"store {self.spec.name!r} partition {self.partition} must be rebuilt"
+                    )
+                )
             self.chain = self.spec.build()
             self.chain.init(self.context)
             self._offsets = OffsetKeeper(self.chain, self.context.directory)
             self._offsets.load()
             self.fence = None
-            self._changelog_topic_id = None  # kept with the files set aside
+            # The kept id went with the files set aside; the replaced ones still hold.
+            self._topic_ids = TopicIds(replaced=self._topic_ids.replaced)
 
     def settle(self) -> None:
         """It was just restored: its engine moves its write buffers to their read-optimised
@@ -320,24 +325,20 @@ class HostedPartition:
         return self.spec.record_problem if self.spec.checks_records else None
 
     @property
-    def changelog_topic_id(self) -> str | None:
-        """The id of the changelog topic its data came from (None: not known)."""
-        return self._changelog_topic_id
+    def changelog_topic_ids(self) -> TopicIds:
+        """The id of the changelog topic its data came from, and those it replaced."""
+        return self._topic_ids
 
-    def keep_changelog_topic_id(self, topic_id: str) -> None:
-        """Record the id of the changelog topic it reads from now on (with a persistent
-        store's files, so that a restart can check it too)."""
+    def keep_changelog_topic_ids(self, ids: TopicIds) -> None:
+        """Record the ids of its changelog topic from now on, with a persistent store's
+        files (so that a restart checks them too): `OSError` when they cannot be written,
+        nothing once the partition is closed."""
         with self.lock:
             if self.closed:
                 return
-            directory = self._kept_directory()
-            if directory is not None:
-                keep_topic_id(directory, topic_id)
-            self._changelog_topic_id = topic_id
-
-    def _kept_directory(self) -> Path | None:
-        """Where what outlives the process is kept beside the store (None: nowhere)."""
-        return self.context.directory if self.chain.persistent else None
+            if self.context.directory is not None:
+                keep_topic_ids(self.context.directory, ids)
+            self._topic_ids = ids
 
     def resume_offset(self) -> int | None:
         """The changelog offset committed with the last unit (None: none, or closed)."""

@@ -15,7 +15,7 @@ the store partitions this instance hosts, actives and standbys alike. Each loop:
    holds what the replica would resume from, so the replica is rebuilt
    (`FollowedPartition.rebuild`, which sets `LagInfo.rebuilt`) and read from the earliest;
    so is a replica whose changelog topic has another id than the one it was read from (the
-   topic was deleted and created again: `iqstate.runtime.changelog_topic`);
+   topic was deleted and created again, as two answers agree: `iqstate_kafka.topic_ids`);
 3. **read** up to `max_records` records and apply them: the units of each partition are
    folded into one atomic store commit (`iqstate_kafka.applying`), under the partition's
    lock (`apply_changelog` ignores a partition closed meanwhile). `OffsetOutOfRange` while
@@ -53,6 +53,7 @@ from typing import Any
 from iqstate.position import TopicPartition
 from iqstate.repeated_lines import RepeatedLines
 from iqstate.runtime.batch import StorePartition
+from iqstate.runtime.changelog_topic import TopicIds
 from iqstate.runtime.cluster import ChangelogCounts
 from iqstate.runtime.following import FollowedPartition, FollowedPartitions
 from iqstate_kafka.applying import BEHIND, Refusal, StoreCommit, fold
@@ -68,6 +69,7 @@ from iqstate_kafka.reader_processes import ProcessChangelogConsumer
 from iqstate_kafka.replicas import ReplicaOffsets
 from iqstate_kafka.settings import ClusterSettings
 from iqstate_kafka.stall_watch import StallWatch
+from iqstate_kafka.topic_ids import TopicIdCheck, Verdict
 from iqstate_kafka.watermarks import WatermarkAsker
 
 logger = logging.getLogger("iqstate_kafka.follower")
@@ -144,10 +146,8 @@ class _Followed:
     doubted_end: bool = False
     """The last answer put the log's end before the committed offset: the next one, asked
     while the replica commits nothing, decides whether the log got shorter."""
-    doubted_topic: str | None = None
-    """The id the last answer gave the changelog topic, when it was not the one the replica
-    was read from: the next answer, asked while the replica reads nothing, decides whether
-    the topic was recreated."""
+    topic_ids: TopicIdCheck = dataclasses.field(default_factory=TopicIdCheck)
+    """Whether its changelog topic is the one its data came from (KIP-516)."""
 
 
 class Follower:
@@ -432,8 +432,9 @@ class Follower:
             followed = self._followed[key]
             followed.unanswered = False
             followed.refresh_at = time.monotonic() + self._refresh_interval
-            same_topic = self._same_topic(reader, key, followed)
-            if same_topic and not followed.assigned and time.monotonic() >= followed.retry_at:
+            if not self._may_read(reader, key, followed):
+                continue  # its offsets may be another topic's: neither lag nor target
+            if not followed.assigned and time.monotonic() >= followed.retry_at:
                 self._assign(reader, key, followed, answer)
             with self._lock:
                 self._offsets[key].saw(answer)
@@ -464,38 +465,57 @@ class Follower:
                 due.append(followed.changelog)
         self._watermarks.ask(due)
 
-    def _same_topic(
-        self, reader: ChangelogReading, key: StorePartition, followed: _Followed
-    ) -> bool:
-        """Whether the replica may read its changelog: the topic is the one it was read from
-        (KIP-516's topic id; one it had not recorded is recorded now). A topic with another
-        id was deleted and created again: after a second answer agrees (one broker's
-        metadata may lag), the replica is rebuilt from the new topic."""
+    def _may_read(self, reader: ChangelogReading, key: StorePartition, followed: _Followed) -> bool:
+        """Judge the id the answer gave the changelog topic (`iqstate_kafka.topic_ids`): keep
+        it for a replica that kept none, stop reading while answers disagree, rebuild the
+        replica when they agree that the topic was recreated. Whether it may read now."""
         assert self._watermarks is not None
-        current = self._watermarks.topic_id(followed.changelog.topic)
-        kept = followed.hosted.changelog_topic_id
-        if current is None or current == kept:
-            followed.doubted_topic = None
+        hosted = followed.hosted
+        ids = hosted.changelog_topic_ids
+        answered = self._watermarks.topic_id(followed.changelog.topic)
+        verdict = followed.topic_ids.judge(ids, answered)
+        if verdict is Verdict.READ:
             return True
-        if kept is None:
-            followed.hosted.keep_changelog_topic_id(current)
-            return True
-        if followed.assigned:
-            self._unassign(reader, key, followed)
-        if followed.doubted_topic != current:
-            followed.doubted_topic = current
+        if verdict is Verdict.WAIT:
+            if followed.assigned:
+                self._unassign(reader, key, followed)
             return False
-        followed.doubted_topic = None
-        logger.warning(
-            "store %r partition %d was read from changelog topic %s with id %s, which now has "
-            "id %s (it was deleted and created again): rebuilding it from the new topic",
-            *key,
-            followed.changelog.topic,
-            kept,
-            current,
-        )
-        self._start_over(key, followed)
-        followed.hosted.keep_changelog_topic_id(current)
+        assert answered is not None  # adopted or rebuilt from: an id the cluster gave
+        if verdict is Verdict.REBUILD:
+            logger.warning(
+                "store %r partition %d was read from changelog topic %s with id %s, which now "
+                "has id %s (it was deleted and created again): rebuilding it from the new topic",
+                *key,
+                followed.changelog.topic,
+                ids.kept,
+                answered,
+            )
+            if followed.assigned:
+                self._unassign(reader, key, followed)
+            self._start_over(key, followed)
+        return self._keep_topic_ids(reader, key, followed, ids.moved_to(answered))
+
+    def _keep_topic_ids(
+        self, reader: ChangelogReading, key: StorePartition, followed: _Followed, ids: TopicIds
+    ) -> bool:
+        """Record `ids` with the replica; a replica whose ids cannot be written (a full or
+        read-only disk) reads nothing, and is retried later, alone."""
+        try:
+            followed.hosted.keep_changelog_topic_ids(ids)
+        except OSError:
+            backoff = followed.failures or _Backoff(self._poll_timeout, self._max_backoff)
+            followed.failures = backoff
+            delay = backoff.next()
+            logger.exception(
+                "store %r partition %d could not record the id of %s; trying again in %.1f s",
+                *key,
+                followed.changelog.topic,
+                delay,
+            )
+            if followed.assigned:
+                self._unassign(reader, key, followed)
+            followed.retry_at = time.monotonic() + delay
+            return False
         return True
 
     def _assign(

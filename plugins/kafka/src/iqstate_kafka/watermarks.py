@@ -12,7 +12,9 @@ arrived; a broker that does not answer costs the follower nothing but the wait f
 
 With the offsets it asks for the ids of the partitions' topics (KIP-516, one `Metadata`
 request): a topic deleted and created again under its name gets a new id, which is how a
-follower tells a recreated changelog from the one its replica read, whatever its offsets.
+follower tells a recreated changelog from the one its replica read, whatever its offsets
+(`iqstate_kafka.topic_ids`). An id the cluster does not give (a failed request, a broker
+without topic ids) is unknown; the offsets are answered all the same.
 """
 
 from __future__ import annotations
@@ -39,9 +41,13 @@ REPLACE_AFTER_FAILURES = 5
 Answer = Watermarks | str
 """A partition's watermarks, or why the cluster gave none."""
 
+NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+"""The all-zero id (base64) of a topic on brokers without topic ids: no id."""
+
 
 class WatermarkAsker:
-    """Asks for the watermarks of many partitions at once; one request in flight at a time."""
+    """Asks for the watermarks of many partitions, and their topics' ids, at once; one
+    request in flight at a time."""
 
     def __init__(self, cluster: ClusterSettings) -> None:
         self._cluster = cluster
@@ -77,22 +83,23 @@ class WatermarkAsker:
         self._earliest, self._latest, self._descriptions = earliest, latest, descriptions
 
     def topic_id(self, topic: str) -> str | None:
-        """The id the cluster gave `topic` in its latest answer (None before one)."""
+        """The id the cluster gave `topic` with the latest answers (None: it gave none)."""
         return self._topic_ids.get(topic)
 
     def answers(self) -> dict[TopicPartition, Answer]:
         """The answers of the request in flight once all have arrived (then it is done),
-        else nothing."""
+        else nothing; `topic_id` then gives the ids that came with them."""
         # The client's librdkafka log lines wait in its queue until polled: hand them to the
         # client logger (a broker that is down would otherwise grow that queue unseen).
         self._admin.poll(0)
         futures = [*self._earliest.values(), *self._latest.values(), *self._descriptions.values()]
         if not futures or not all(future.done() for future in futures):
             return {}
-        unknown = self._take_topic_ids()
+        self._take_topic_ids()
         answers = {
-            TopicPartition(kafka_tp.topic, kafka_tp.partition): unknown.get(kafka_tp.topic)
-            or self._answer(self._earliest[kafka_tp], self._latest[kafka_tp])
+            TopicPartition(kafka_tp.topic, kafka_tp.partition): self._answer(
+                self._earliest[kafka_tp], self._latest[kafka_tp]
+            )
             for kafka_tp in self._earliest
         }
         self._earliest, self._latest, self._descriptions = {}, {}, {}
@@ -119,15 +126,18 @@ class WatermarkAsker:
     def _new_admin(self) -> AdminClient:
         return AdminClient(self._cluster.client_settings())
 
-    def _take_topic_ids(self) -> dict[str, str]:
-        """Keep the topic ids that arrived; why the others did not (by topic)."""
-        failures = {}
+    def _take_topic_ids(self) -> None:
+        """Keep the topic ids that arrived; forget those of topics whose ids did not."""
         for topic, future in self._descriptions.items():
             try:
-                self._topic_ids[topic] = str(future.result().topic_id)  # type: ignore[attr-defined]
-            except Exception as exc:
-                failures[topic] = f"no topic id: {self._reason(exc)}"
-        return failures
+                topic_id = str(future.result().topic_id)  # type: ignore[attr-defined]
+            except Exception as exc:  # the id is unknown; the offsets still count
+                self._note_stale_metadata(exc)
+                topic_id = NO_TOPIC_ID
+            if topic_id == NO_TOPIC_ID:
+                self._topic_ids.pop(topic, None)
+            else:
+                self._topic_ids[topic] = topic_id
 
     def _answer(self, earliest: Future[object], latest: Future[object]) -> Answer:
         try:
@@ -137,13 +147,16 @@ class WatermarkAsker:
 
     def _reason(self, exc: Exception) -> str:
         """Why a request failed, in words; notes a client whose metadata went stale."""
+        self._note_stale_metadata(exc)
         if isinstance(exc, KafkaException):
-            error = exc.args[0]
-            self._stale_metadata |= error.code() in STALE_METADATA
-            return str(error.str())
+            return str(exc.args[0].str())
         if isinstance(exc, ValueError):
             return str(exc)
         return repr(exc)  # whatever else the client raises: an answer, not a crash
+
+    def _note_stale_metadata(self, exc: Exception) -> None:
+        if isinstance(exc, KafkaException):
+            self._stale_metadata |= exc.args[0].code() in STALE_METADATA
 
 
 def _offset(future: Future[object]) -> int:
