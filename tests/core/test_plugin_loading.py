@@ -278,6 +278,14 @@ def test_a_misspelt_hook_of_a_plugin_given_in_code_is_refused_by_name() -> None:
     )
 
 
+def test_a_plugin_refused_for_its_name_leaves_the_one_of_that_name_registered() -> None:
+    manager = make_plugin_manager(load_entry_points=False)
+    builtin = manager.get_plugin("memory")
+    with pytest.raises(ValueError, match="memory"):
+        manager.register_checked(object(), "memory")
+    assert manager.get_plugin("memory") is builtin
+
+
 def test_a_plugin_whose_hook_pluggy_refuses_is_skipped_whole(install: Install) -> None:
     install("sig", "iqstate_fake_sig", BAD_SIGNATURE_PLUGIN)
     loaded = registry()
