@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from iqstate_sqlite import SQLITE_ENGINE, SQLiteKeyValueStore, SQLiteWindowStore, StorageStatsQuery
+from support.engine_stores import opened
 
 from iqstate import (
     Application,
@@ -21,7 +22,7 @@ from iqstate import (
 from iqstate.codec import encode_offset, encode_position
 from iqstate.context import ProcessingGuarantee
 from iqstate.store import StateStore
-from iqstate.testing import StoreConformance, StoreFactory, make_context
+from iqstate.testing import StoreConformance, StoreFactory
 
 TP = TopicPartition("app-s-changelog", 0)
 
@@ -72,17 +73,7 @@ def open_store(
     sync: bool = False,
     **config: object,
 ) -> SQLiteKeyValueStore:
-    store = SQLiteKeyValueStore("s")
-    store.init(
-        make_context(
-            root,
-            "s",
-            processing_guarantee=guarantee,
-            config=config,
-            sync_commits=sync,
-        )
-    )
-    return store
+    return opened(SQLiteKeyValueStore("s"), root, guarantee, sync=sync, **config)
 
 
 def database_file(root: Path) -> Path:

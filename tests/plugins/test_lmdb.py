@@ -15,6 +15,7 @@ import lmdb
 import pytest
 from iqstate_lmdb import LMDB_ENGINE, LMDBKeySizeError, LMDBKeyValueStore
 from iqstate_lmdb.versioned import LMDBVersionedStore
+from support.engine_stores import opened
 
 from iqstate import (
     Application,
@@ -56,17 +57,7 @@ def open_store(
     sync: bool = False,
     **config: object,
 ) -> LMDBKeyValueStore:
-    store = LMDBKeyValueStore("s")
-    store.init(
-        make_context(
-            root,
-            "s",
-            processing_guarantee=guarantee,
-            config=config,
-            sync_commits=sync,
-        )
-    )
-    return store
+    return opened(LMDBKeyValueStore("s"), root, guarantee, sync=sync, **config)
 
 
 def data_file(root: Path) -> Path:

@@ -10,6 +10,7 @@ import pytest
 from iqstate_rocksdb import ROCKSDB_ENGINE, RocksDBKeyValueStore
 from iqstate_rocksdb.options import RocksDBSettings
 from rocksdict import Options, Rdict, WriteBatch
+from support.engine_stores import opened
 
 from iqstate import (
     Application,
@@ -54,17 +55,7 @@ def open_store(
     sync: bool = False,
     **config: object,
 ) -> RocksDBKeyValueStore:
-    store = RocksDBKeyValueStore("s")
-    store.init(
-        make_context(
-            root,
-            "s",
-            processing_guarantee=guarantee,
-            config=config,
-            sync_commits=sync,
-        )
-    )
-    return store
+    return opened(RocksDBKeyValueStore("s"), root, guarantee, sync=sync, **config)
 
 
 def database(root: Path) -> Path:
