@@ -23,7 +23,8 @@ from replica_support import RecordingCluster, eventually, only_result
 
 from iqstate import Application, KeyQuery, Position, StateQueryRequest, TopicPartition
 from iqstate.runtime import ACTIVE, LagInfo
-from iqstate.runtime.changelog_topic import read_topic_ids
+from iqstate.runtime.changelog_topic import TopicIds, read_topic_ids
+from iqstate.runtime.hosted import HostedPartition
 
 STORE = "counts"
 PARTITIONS = 4
@@ -294,6 +295,33 @@ def kept_topic_ids(instance: Instance) -> set[str | None]:
     """The changelog topic ids the partitions' replicas keep beside their files."""
     store_directory = instance.state_dir / instance.application_id / STORE
     return {read_topic_ids(store_directory / str(p)).kept for p in range(PARTITIONS)}
+
+
+def test_a_replica_whose_topic_id_cannot_be_written_waits_alone(
+    instance: Instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk under one partition: it reads nothing until its topic id is written (a
+    restart could not tell a recreated topic otherwise); the others are not held up."""
+    ends = instance.write({f"key-{n}": n for n in range(100)}, batch_id=1)
+    keep = HostedPartition.keep_changelog_topic_ids
+    disk_full = threading.Event()
+    disk_full.set()
+
+    def refusing(hosted: HostedPartition, ids: TopicIds) -> None:
+        if hosted.partition == 0 and disk_full.is_set():
+            raise OSError(28, "No space left on device")
+        keep(hosted, ids)
+
+    monkeypatch.setattr(HostedPartition, "keep_changelog_topic_ids", refusing)
+    instance.app = instance._make()
+    with instance.app:
+        follower = instance.recording.follower
+        eventually(lambda: all(follower.caught_up(STORE, p) for p in (1, 2, 3)), "the others")
+        time.sleep(1.0)  # a few more answers
+        assert not follower.caught_up(STORE, 0) and instance.lags()[0].offset_lag != 0
+        disk_full.clear()
+        eventually(lambda: _at_end(instance, ends), "partition 0 once its id is written", 60.0)
+    assert kept_topic_ids(instance) == {topic_id(instance)}
 
 
 def test_a_changelog_recreated_while_following_means_a_rebuild(instance: Instance) -> None:

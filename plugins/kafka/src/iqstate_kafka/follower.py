@@ -481,6 +481,8 @@ class Follower:
                 self._unassign(reader, key, followed)
             return False
         assert answered is not None  # adopted or rebuilt from: an id the cluster gave
+        if verdict is Verdict.ADOPT and time.monotonic() < followed.retry_at:
+            return False  # backing off from a failure: an answer after it tries again
         if verdict is Verdict.REBUILD:
             logger.warning(
                 "store %r partition %d was read from changelog topic %s with id %s, which now "
