@@ -62,7 +62,8 @@ BEHIND = "behind"
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """A changelog record the fold did not apply: `reason` (`GAP` or `STRAY`), where, why."""
+    """A changelog record the fold did not apply: `reason` (`GAP`, `STRAY` or `BEHIND`),
+    where, why."""
 
     reason: str
     offset: int

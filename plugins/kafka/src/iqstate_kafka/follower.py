@@ -272,9 +272,10 @@ class Follower:
             return sum(self._applied.values())
 
     def refused_records(self) -> dict[StorePartition, dict[str, int]]:
-        """Records refused per store partition since `start`, by reason (`gap`: a batch
-        marker that skips ahead of the fence, and its batch's records; `stray`: data
-        records of a batch that got no marker); each was logged."""
+        """Records refused or skipped per store partition since `start`, by reason (`gap`: a
+        batch marker that skips ahead of the fence, and its batch's records; `stray`: data
+        records of a batch that got no marker; `behind`: a batch older than the fence);
+        each was logged."""
         with self._lock:
             return {key: dict(counts) for key, counts in self._refused.items()}
 
@@ -505,20 +506,27 @@ class Follower:
         try:
             followed.hosted.keep_changelog_topic_ids(ids)
         except OSError:
-            backoff = followed.failures or _Backoff(self._poll_timeout, self._max_backoff)
-            followed.failures = backoff
-            delay = backoff.next()
             logger.exception(
                 "store %r partition %d could not record the id of %s; trying again in %.1f s",
                 *key,
                 followed.changelog.topic,
-                delay,
+                self._hold_back(reader, key, followed),
             )
-            if followed.assigned:
-                self._unassign(reader, key, followed)
-            followed.retry_at = time.monotonic() + delay
             return False
         return True
+
+    def _hold_back(
+        self, reader: ChangelogReading, key: StorePartition, followed: _Followed
+    ) -> float:
+        """Stop reading a partition that failed, until a pause that doubles while it keeps
+        failing (the others read on); the pause, in seconds."""
+        backoff = followed.failures or _Backoff(self._poll_timeout, self._max_backoff)
+        followed.failures = backoff
+        delay = backoff.next()
+        if followed.assigned:
+            self._unassign(reader, key, followed)
+        followed.retry_at = time.monotonic() + delay
+        return delay
 
     def _assign(
         self,
@@ -603,19 +611,14 @@ class Follower:
                 [(batch.end, batch.position, batch.next_offset) for batch in commit.batches],
             )
         except Exception:
-            backoff = followed.failures or _Backoff(self._poll_timeout, self._max_backoff)
-            followed.failures = backoff
-            delay = backoff.next()
             logger.exception(
                 "store %r partition %d could not apply %s offsets up to %d; reading it again "
                 "from its committed offset in %.1f s",
                 *key,
                 followed.changelog,
                 commit.next_offset,
-                delay,
+                self._hold_back(reader, key, followed),
             )
-            self._unassign(reader, key, followed)
-            followed.retry_at = time.monotonic() + delay
             return
         followed.failures = None
         if commit.refused:
