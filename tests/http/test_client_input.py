@@ -50,6 +50,25 @@ def test_deeply_nested_bodies(client: httpx.Client, route: str) -> None:
     assert client.post(route, content=body("[" * 20 + "]" * 20)).status_code == 200
 
 
+def test_a_member_given_twice_is_refused(client: httpx.Client) -> None:
+    """Readers disagree on which of two equal members counts, so neither is guessed at:
+    not at the top, not in a query, not inside a JSON key."""
+    for body in (
+        '{"store": "counts", "store": "docs", "query": {"type": "key", "key": "a"}}',
+        '{"store": "counts", "query": {"type": "key", "key": "a", "key": "b"}}',
+        '{"store": "docs", "query": {"type": "key", "key": {"id": [1, 2], "id": 3}}}',
+    ):
+        assert_refused(client.post("/v1/query", content=body), 400, "given twice")
+    twice = quote('{"id": [1, 2], "id": [1, 2]}')
+    assert_refused(client.get("/v1/stores/docs/keys/" + twice), 400, "given twice")
+    # The same names in different objects are fine.
+    same_names = '{"store": "docs", "query": {"type": "key", "key": {"id": [1, 2]}}}'
+    answered = client.post("/v1/query", content=same_names)
+    assert answered.status_code == 200, answered.text
+    values = [p["value"] for p in answered.json()["partitions"].values()]
+    assert values == ["a document"]
+
+
 @pytest.mark.parametrize("offset", ["Infinity", "-Infinity", "NaN", "1e400", "1.5", "true"])
 def test_non_integer_offsets_in_a_bound(client: httpx.Client, offset: str) -> None:
     body = '{"store": "counts", "query": {"type": "key", "key": "a"}, "bound": {"t": {"0": %s}}}'

@@ -1,8 +1,12 @@
-"""JSON from clients: standard JSON only, nested at most `MAX_DEPTH` levels.
+"""JSON from clients: standard JSON only, nested at most `MAX_DEPTH` levels, no object
+naming a member twice.
 
-Python's `json` accepts `NaN` and `Infinity`, turns `1e400` into an infinite float, and
-recurses once per level of nesting; none of that may reach a store or turn into a 500, so
-every request body and every JSON key in a URL is read here.
+Python's `json` accepts `NaN` and `Infinity`, turns `1e400` into an infinite float,
+recurses once per level of nesting and keeps the last of a member given twice; none of that
+may reach a store or turn into a 500, so every request body and every JSON key in a URL is
+read here. A member given twice (`{"store": "a", "store": "b"}`) is refused rather than
+guessed at: readers disagree on which one counts (I-JSON, RFC 7493, forbids it), so a
+proxy or a client library could have read another request than the one answered.
 """
 
 from __future__ import annotations
@@ -43,6 +47,17 @@ def _finite(text: str) -> float:
     return number
 
 
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise JsonInputError(f"the member {name[:40]!r} is given twice in one object")
+            seen.add(name)
+    return members
+
+
 def _deeper_than(value: Any, limit: int) -> bool:
     """Whether `value` nests arrays/objects more than `limit` levels (iteratively: no recursion)."""
     pending = [(value, 1)]
@@ -60,7 +75,12 @@ def _deeper_than(value: Any, limit: int) -> bool:
 def loads(text: str | bytes) -> Any:
     """`text` as JSON, or `JsonInputError` saying why it is refused."""
     try:
-        value = json.loads(text, parse_constant=_no_constants, parse_float=_finite)
+        value = json.loads(
+            text,
+            parse_constant=_no_constants,
+            parse_float=_finite,
+            object_pairs_hook=_unique_members,
+        )
     except RecursionError:
         raise JsonInputError(f"JSON nested more than {MAX_DEPTH} levels deep") from None
     except JsonInputError:
