@@ -24,10 +24,13 @@ followers that see nothing before the commit, and `transactional.id` fencing to 
 all, a transaction belongs to one producer: Spark's executors write a micro-batch from many
 producers, which one transaction cannot span (KIP-939 is not in librdkafka), so markers are
 needed for distributed Spark anyway. What transactions would hide is a batch abandoned
-without replay (allowed only with `allow_gaps`): its written records are in the log, but
-followers never apply them, since a data record belongs to the batch its header names and
-that batch never gets a marker (`iqstate_kafka.applying`). The next batch's markers then
-carry the allow-gaps header, so followers accept the skipped batch id.
+without replay (allowed only with `allow_gaps`; the next batch's markers carry the
+allow-gaps header, so followers accept the skipped batch id): its written records are in
+the log, and followers reading them between markers do not apply them, since a data record
+belongs to the batch its header names and that batch never gets a marker
+(`iqstate_kafka.applying`); but a replica rebuilt through the compacted part of the log,
+where the markers are gone, or one that applied the batch in parts past
+`max_held_records`, does (docs/cluster.md, Security).
 """
 
 from __future__ import annotations
