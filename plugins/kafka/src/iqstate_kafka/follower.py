@@ -550,12 +550,17 @@ class Follower:
         if committed is not None and not watermarks.contains(committed):
             logger.warning(
                 "store %r partition %d committed changelog offset %d, outside %s's offsets "
-                "%d..%d (the topic was recreated, or retention removed records it had not "
-                "read): rebuilding it from the start of the changelog",
+                "%d..%d (%s): rebuilding it from the start of the changelog (its files are "
+                "set aside)",
                 *key,
                 committed,
                 followed.changelog,
                 *watermarks,
+                "the log is shorter than what the replica applied: the broker lost records "
+                "it had acknowledged, as after an unclean leader election, or the topic was "
+                "recreated where its id could not be compared"
+                if committed > watermarks.end
+                else "retention, or a deletion of records, removed records it had not read",
             )
             self._start_over(key, followed)
             committed = None
