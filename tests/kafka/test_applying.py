@@ -29,6 +29,7 @@ from iqstate import (
 from iqstate.context import StateStoreContext
 from iqstate.plugins import default_registry
 from iqstate.runtime import ACTIVE, ACTIVE_RESTORING
+from iqstate.runtime.changelog_topic import TopicIds
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import StoreSpec
 from iqstate.subscriptions.filters import KeyFilter
@@ -266,7 +267,7 @@ def test_a_rebuilt_running_active_restores_until_it_catches_up_again(tmp_path: P
     hosted = lmdb_replica(tmp_path)
     hosted.apply_changelog([(b"a", b"1")], 1, Position.from_map({"src": {0: 1}}), 2)
     assert hosted.role.is_running_active
-    hosted.rebuild()
+    hosted.rebuild(TopicIds())
     assert hosted.role == ACTIVE_RESTORING
     assert state(hosted) == ([], Position.empty(), None, None)
     hosted.close()

@@ -23,6 +23,7 @@ from replica_support import RecordingCluster, eventually, only_result
 
 from iqstate import Application, KeyQuery, Position, StateQueryRequest, TopicPartition
 from iqstate.runtime import ACTIVE, LagInfo
+from iqstate.runtime import hosted as hosted_module
 from iqstate.runtime.changelog_topic import TopicIds, read_topic_ids
 from iqstate.runtime.hosted import HostedPartition
 
@@ -335,6 +336,50 @@ def test_a_changelog_recreated_while_following_means_a_rebuild(instance: Instanc
         eventually(lambda: _at_end(instance, ends, rebuilt=True), "every partition at the end")
         assert instance.value("new") == 1 and instance.value("old-5") is None
         assert follower.applied_records == 101
+
+
+def test_a_replica_whose_rebuild_fails_waits_alone_and_is_rebuilt_later(
+    instance: Instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk under one partition while the changelog is recreated: its rebuild fails
+    after its old files were set aside, it serves nothing from them and reads nothing; the
+    others are rebuilt and catch up meanwhile, and it is rebuilt once the disk takes the
+    write."""
+    instance.write({f"old-{n}": n for n in range(100)}, batch_id=1)
+    keep = hosted_module.keep_topic_ids
+    disk_full = threading.Event()
+    disk_full.set()
+
+    def refusing(directory: Path, ids: TopicIds) -> None:
+        if directory.name == "0" and disk_full.is_set():
+            raise OSError(28, "No space left on device")
+        keep(directory, ids)
+
+    with instance.running() as follower:
+        monkeypatch.setattr(hosted_module, "keep_topic_ids", refusing)
+        recreate_topic(instance.cluster, instance.application_id)
+        ends = instance.write({f"new-{n}": n for n in range(100)}, batch_id=1)
+        others = (1, 2, 3)
+        eventually(
+            lambda: (
+                all(instance.lags()[p].rebuilt for p in others)
+                and all(follower.caught_up(STORE, p) for p in others)
+            ),
+            "the other partitions rebuilt and caught up",
+            60.0,
+        )
+        time.sleep(1.0)  # a few more answers, and a retry or two
+        assert not follower.caught_up(STORE, 0)
+        request = StateQueryRequest.in_store(STORE).with_query(KeyQuery.with_key("old-5"))
+        for partition in range(PARTITIONS):
+            answered = instance.app.query(request.with_partitions([partition]))
+            result = answered.partition_results[partition]
+            assert not (result.is_success and result.result is not None), "an old value"
+        disk_full.clear()
+        eventually(lambda: _at_end(instance, ends, rebuilt=True), "partition 0 rebuilt", 60.0)
+        assert instance.value("old-5") is None
+        assert all(instance.value(f"new-{n}") == n for n in range(100))
+    assert kept_topic_ids(instance) == {topic_id(instance)}
 
 
 def test_a_restored_replica_is_settled_once_and_one_at_the_tail_is_not(

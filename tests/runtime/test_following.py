@@ -21,6 +21,7 @@ from iqstate.runtime.changelog_topic import TOPIC_IDS_FILE, TopicIds
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import StoreSpec
+from iqstate.subscriptions.feed import ChangeBufferSettings
 
 TP = TopicPartition("app-s-changelog", 0)
 
@@ -114,7 +115,7 @@ def test_rebuild_moves_the_files_aside_and_starts_empty(tmp_path: Path) -> None:
     spec = declared(tmp_path)
     hosted = followed(tmp_path, spec)
     hosted.apply_changelog([encoded(spec, "a", 1)], 4, Position.from_map({"in": {0: 1}}), 2)
-    hosted.rebuild()
+    hosted.rebuild(TopicIds())
     assert hosted.rebuilt and hosted.fence is None
     assert hosted.committed_changelog_offset() is None and value(hosted, "a") is None
     aside = [p for p in (tmp_path / "app" / "s").iterdir() if ".untrusted-" in p.name]
@@ -124,7 +125,7 @@ def test_rebuild_moves_the_files_aside_and_starts_empty(tmp_path: Path) -> None:
     hosted.close()
 
 
-def test_the_changelog_topic_ids_outlive_a_restart_and_a_rebuild_keeps_the_replaced(
+def test_the_changelog_topic_ids_outlive_a_restart_and_a_rebuild_keeps_those_it_is_given(
     tmp_path: Path,
 ) -> None:
     spec = declared(tmp_path)
@@ -135,11 +136,63 @@ def test_the_changelog_topic_ids_outlive_a_restart_and_a_rebuild_keeps_the_repla
     hosted.close()
     again = followed(tmp_path, spec)
     assert again.changelog_topic_ids == ids
-    again.rebuild()
-    # The kept id went aside with the files; an answer naming a replaced id is still stale.
-    assert again.changelog_topic_ids == TopicIds(replaced=frozenset({"old-id"}))
+    moved = ids.moved_to("newer-id")
+    again.rebuild(moved)
+    # Written with the new files before they opened: a crash right after keeps them too.
+    assert again.changelog_topic_ids == moved
+    assert moved.replaced == {"old-id", "new-id"}
     again.close()
-    assert followed(tmp_path, spec).changelog_topic_ids == TopicIds()
+    assert followed(tmp_path, spec).changelog_topic_ids == moved
+
+
+def test_a_rebuild_that_fails_answers_nothing_old_and_can_be_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk in the middle of a rebuild: the old files are set aside once, the
+    partition serves nothing from them, and the retry rebuilds it without setting aside
+    another copy."""
+    spec = declared(tmp_path)
+    hosted = followed(tmp_path, spec)
+    hosted.apply_changelog([encoded(spec, "a", 1)], 4, Position.from_map({"in": {0: 1}}), 2)
+
+    def disk_full(directory: Path, ids: TopicIds) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("iqstate.runtime.hosted.keep_topic_ids", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        hosted.rebuild(TopicIds("id"))
+    with pytest.raises(Exception, match="closed"):
+        value(hosted, "a")
+    monkeypatch.undo()
+    hosted.rebuild(TopicIds("id"))
+    assert value(hosted, "a") is None and hosted.committed_changelog_offset() is None
+    assert hosted.changelog_topic_ids == TopicIds("id")
+    aside = [p for p in (tmp_path / "app" / "s").iterdir() if ".untrusted-" in p.name]
+    assert len(aside) == 1, "the old files are set aside once, and kept"
+    hosted.apply_changelog([encoded(spec, "a", 5)], 4, Position.from_map({"in": {0: 1}}), 2)
+    assert value(hosted, "a") == 5
+    hosted.close()
+
+
+def test_a_rebuild_ends_the_subscriptions_and_the_next_ones_name_the_topic(
+    tmp_path: Path,
+) -> None:
+    """What a subscription announced is gone from a rebuilt store, and a cursor's offsets in
+    a topic deleted and created again say nothing about the new one: subscriptions end, and
+    the next ones name the topic's id in their lineage (a cursor of another resumes from a
+    snapshot)."""
+    spec = declared(tmp_path)
+    hosted = followed(tmp_path, spec)
+    hosted.keep_changelog_topic_ids(TopicIds("old-id"))
+    settings = ChangeBufferSettings()
+    before = hosted.follow_changes(settings, lambda feed, chain: feed)
+    assert before.lineage == "log:old-id"
+    hosted.rebuild(TopicIds("old-id").moved_to("new-id"))
+    assert before.ended is not None and "rebuilt" in before.ended
+    after = hosted.follow_changes(settings, lambda feed, chain: feed)
+    assert after is not before and after.ended is None
+    assert after.lineage == "log:new-id"
+    hosted.close()
 
 
 def test_a_damaged_topic_ids_file_reads_as_an_id_no_topic_has(tmp_path: Path) -> None:
@@ -165,9 +218,10 @@ def test_an_in_memory_replica_is_rebuilt_in_memory(tmp_path: Path) -> None:
     hosted.open()
     hosted.keep_changelog_topic_ids(TopicIds("id"))
     hosted.apply_changelog([encoded(spec, "a", 1)], 1, Position.from_map({"in": {0: 1}}), 2)
-    hosted.rebuild()
+    hosted.rebuild(TopicIds("id").moved_to("new-id"))
     assert hosted.rebuilt and not hosted.closed and hosted.fence is None
-    assert value(hosted, "a") is None and hosted.changelog_topic_ids == TopicIds()
+    assert value(hosted, "a") is None
+    assert hosted.changelog_topic_ids == TopicIds("new-id", frozenset({"id"}))
     hosted.apply_changelog([encoded(spec, "a", 5)], 1, Position.from_map({"in": {0: 1}}), 2)
     assert value(hosted, "a") == 5
     hosted.close()

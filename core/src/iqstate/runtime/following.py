@@ -73,8 +73,9 @@ class FollowedPartition(Protocol):
         applied batch ends (see `HostedPartition`)."""
         ...
 
-    def rebuild(self) -> None:
-        """Start over from an empty store (files moved aside, never deleted)."""
+    def rebuild(self, ids: TopicIds) -> None:
+        """Start over from an empty store that keeps the changelog topic ids `ids` (files
+        moved aside, never deleted); `OSError` when it could not, and may be called again."""
         ...
 
     def settle(self) -> None:

@@ -17,7 +17,12 @@ from iqstate.persistent import UncleanShutdownError
 from iqstate.position import Position, TopicPartition
 from iqstate.results import describe_store
 from iqstate.runtime.assignment import ACTIVE_RESTORING, PartitionRole
-from iqstate.runtime.changelog_topic import TopicIds, keep_topic_ids, read_topic_ids
+from iqstate.runtime.changelog_topic import (
+    TOPIC_IDS_FILE,
+    TopicIds,
+    keep_topic_ids,
+    read_topic_ids,
+)
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.durations import Durations
 from iqstate.runtime.offsets import OffsetKeeper, fence_partition
@@ -26,6 +31,7 @@ from iqstate.subscriptions.feed import (
     CHANGELOG_LINEAGE,
     ChangeBufferSettings,
     ChangeFeed,
+    changelog_lineage,
     new_lineage,
 )
 
@@ -246,31 +252,53 @@ class HostedPartition:
         if start < len(entries):
             feed.hold(only_kept(entries, kept, start))
 
-    def rebuild(self) -> None:
+    def rebuild(self, ids: TopicIds) -> None:
         """Start over from an empty store (the changelog no longer holds what this replica
         would resume from): the files are moved aside, never deleted. A running active
-        becomes a restoring one at once: it must not answer from a partly restored store."""
+        becomes a restoring one at once: it must not answer from a partly restored store.
+        Its subscriptions end: what they announced is gone from the store.
+
+        `ids`: the changelog topic ids the new replica keeps, written beside its new files
+        before they are opened, so that no crash leaves them without. When a step fails
+        (`OSError`: a full disk) the exception is raised, the partition answers no query
+        from the old store, and `rebuild` may be called again: only files that hold
+        something are moved aside again."""
         with self.lock:
             if self.closed:
                 return
             if self.role.is_running_active:
                 self.role = ACTIVE_RESTORING
+            self._end_changes(
+                f"store {self.spec.name!r} partition {self.partition} is being rebuilt from "
+                "its changelog (the changelog no longer held what it had applied); subscribe "
+                "again for a snapshot of the rebuilt store"
+            )
             self.chain.close()
-            if self.context.directory is None:  # in memory: the changelog holds it all
+            directory = self.context.directory
+            if directory is None:  # in memory: the changelog holds it all
                 self.rebuilt = True
             else:
-                self._set_aside(
-                    RuntimeError(
-                        f"store {self.spec.name!r} partition {self.partition} must be rebuilt"
+                if directory.exists() and any(
+                    path.name != TOPIC_IDS_FILE for path in directory.iterdir()
+                ):
+                    self._set_aside(
+                        RuntimeError(
+                            f"store {self.spec.name!r} partition {self.partition} must be rebuilt"
+                        )
                     )
-                )
+                directory.mkdir(exist_ok=True)  # a failed attempt may have moved it aside
+                keep_topic_ids(directory, ids)
+            self._topic_ids = ids
             self.chain = self.spec.build()
             self.chain.init(self.context)
             self._offsets = OffsetKeeper(self.chain, self.context.directory)
             self._offsets.load()
             self.fence = None
-            # The kept id went with the files set aside; the replaced ones still hold.
-            self._topic_ids = TopicIds(replaced=self._topic_ids.replaced)
+
+    def _end_changes(self, reason: str) -> None:
+        """End the subscriptions with `reason` and start a dormant feed for later ones."""
+        self.changes.end(reason)
+        self.changes = ChangeFeed(CHANGELOG_LINEAGE if self._followed else new_lineage())
 
     def settle(self) -> None:
         """It was just restored: its engine moves its write buffers to their read-optimised
@@ -309,8 +337,11 @@ class HostedPartition:
                 )
             feed = self.changes
             if not feed.live:
-                offset = self.committed_changelog_offset() if self._followed else None
-                feed.go_live(offset or 0, settings)
+                if self._followed:
+                    offset = self.committed_changelog_offset() or 0
+                    feed.go_live(offset, settings, changelog_lineage(self._topic_ids.kept))
+                else:
+                    feed.go_live(0, settings)
             return start(feed, self.chain)
 
     @property

@@ -31,7 +31,8 @@ from iqstate.position import Position
 from iqstate.subscriptions.waking import Waker, hand_off, wake
 
 CHANGELOG_LINEAGE = "log"
-"""The lineage of feeds whose marks are changelog offsets (shared by every replica)."""
+"""The lineage of feeds whose marks are changelog offsets (shared by every replica), when
+the changelog topic's id is not known; `changelog_lineage` names the one of a known id."""
 _ORDER = itertools.count()
 """A process-wide publication order: a subscription across partitions yields in it."""
 
@@ -56,6 +57,17 @@ class ChangeBufferSettings:
 def new_lineage() -> str:
     """A lineage for a feed whose marks only it issues."""
     return secrets.token_hex(8)
+
+
+def changelog_lineage(topic_id: str | None) -> str:
+    """The lineage of replicas reading the changelog topic of id `topic_id`: a topic
+    deleted and created again starts its offsets over, so a cursor's marks in the old one
+    say nothing about the new one (None: the id is not known)."""
+    return CHANGELOG_LINEAGE if topic_id is None else f"{CHANGELOG_LINEAGE}:{topic_id}"
+
+
+def _marks_are_offsets(lineage: str) -> bool:
+    return lineage == CHANGELOG_LINEAGE or lineage.startswith(CHANGELOG_LINEAGE + ":")
 
 
 SHARED_AT_MOST = 8
@@ -130,9 +142,14 @@ class ChangeFeed:
 
     # -- the writer's side (under the partition's lock) -------------------------------------
 
-    def go_live(self, mark: int, settings: ChangeBufferSettings) -> None:
-        """Start publishing, the partition being at `mark` now."""
+    def go_live(
+        self, mark: int, settings: ChangeBufferSettings, lineage: str | None = None
+    ) -> None:
+        """Start publishing, the partition being at `mark` now (in `lineage`, when given:
+        a changelog's lineage is known once its topic's id is)."""
         if not self.live:
+            if lineage is not None:
+                self.lineage = lineage
             self.settings = settings
             self.last_mark = mark
             self.live = True
@@ -225,7 +242,7 @@ class ChangeFeed:
         partition reached (marks there are changelog offsets, the same on every replica)
         goes on from its head: the reader passes over what it has seen already rather than
         start again from a snapshot older than what it holds."""
-        if mark == self.last_mark or (self.lineage == CHANGELOG_LINEAGE and mark > self.last_mark):
+        if mark == self.last_mark or (_marks_are_offsets(self.lineage) and mark > self.last_mark):
             return self.head
         with self._lock:
             for item in self._items:

@@ -148,6 +148,9 @@ class _Followed:
     while the replica commits nothing, decides whether the log got shorter."""
     topic_ids: TopicIdCheck = dataclasses.field(default_factory=TopicIdCheck)
     """Whether its changelog topic is the one its data came from (KIP-516)."""
+    pending_rebuild: TopicIds | None = None
+    """The topic ids of a rebuild that failed (a full disk), tried again after its backoff
+    before the replica reads on."""
 
 
 class Follower:
@@ -471,6 +474,8 @@ class Follower:
         it for a replica that kept none, stop reading while answers disagree, rebuild the
         replica when they agree that the topic was recreated. Whether it may read now."""
         assert self._watermarks is not None
+        if followed.pending_rebuild is not None:
+            return True  # the rebuild knows its ids; `_assign` tries it again
         hosted = followed.hosted
         ids = hosted.changelog_topic_ids
         answered = self._watermarks.topic_id(followed.changelog.topic)
@@ -495,7 +500,7 @@ class Follower:
             )
             if followed.assigned:
                 self._unassign(reader, key, followed)
-            self._start_over(key, followed)
+            return self._start_over(reader, key, followed, ids.moved_to(answered))
         return self._keep_topic_ids(reader, key, followed, ids.moved_to(answered))
 
     def _keep_topic_ids(
@@ -536,6 +541,9 @@ class Follower:
         watermarks: Watermarks,
     ) -> None:
         hosted = followed.hosted
+        pending = followed.pending_rebuild
+        if pending is not None and not self._start_over(reader, key, followed, pending):
+            return
         committed = hosted.resume_offset()
         if hosted.closed:
             return  # revoked meanwhile: the next sync drops it
@@ -562,7 +570,8 @@ class Follower:
                 if committed > watermarks.end
                 else "retention, or a deletion of records, removed records it had not read",
             )
-            self._start_over(key, followed)
+            if not self._start_over(reader, key, followed, hosted.changelog_topic_ids):
+                return
             committed = None
         # After a commit, the record before the committed offset says whether the replica
         # stopped at a marker or inside a stretch it was given in parts.
@@ -594,7 +603,7 @@ class Follower:
         for event in lost:
             key = self._by_changelog.get(event.partition)
             if key is not None:
-                self._rebuild_after(key, self._followed[key], event)
+                self._rebuild_after(reader, key, self._followed[key], event)
 
     def _commit(
         self,
@@ -695,7 +704,11 @@ class Follower:
         return commit.keeping(lambda key, value: problem(key, value) is None)
 
     def _rebuild_after(
-        self, key: StorePartition, followed: _Followed, event: OffsetOutOfRange
+        self,
+        reader: ChangelogReading,
+        key: StorePartition,
+        followed: _Followed,
+        event: OffsetOutOfRange,
     ) -> None:
         logger.warning(
             "store %r partition %d: offset %d is no longer in %s (the topic was recreated, or "
@@ -705,22 +718,38 @@ class Follower:
             event.offset,
             followed.changelog,
         )
-        self._start_over(key, followed)
         followed.assigned = False  # the reader dropped it; the next loop assigns it again
+        self._start_over(reader, key, followed, followed.hosted.changelog_topic_ids)
 
-    def _start_over(self, key: StorePartition, followed: _Followed) -> None:
-        """Rebuild the replica from an empty store: its offsets and its restore start again,
-        and an active restores until it catches up again (its role says so at once; the
-        listeners re-announce it)."""
+    def _start_over(
+        self, reader: ChangelogReading, key: StorePartition, followed: _Followed, ids: TopicIds
+    ) -> bool:
+        """Rebuild the replica from an empty store that keeps the topic ids `ids`: its
+        offsets and its restore start again, and an active restores until it catches up
+        again (its role says so at once; the listeners re-announce it). Whether it was
+        rebuilt: one that failed (a full disk) reads nothing and is tried again, alone,
+        after its backoff."""
         with self._lock:  # first: an assignment computed meanwhile sees it not caught up
             self._offsets[key].rebuilt()
-        followed.hosted.rebuild()
+        try:
+            followed.hosted.rebuild(ids)
+        except Exception:
+            followed.pending_rebuild = ids
+            logger.exception(
+                "store %r partition %d could not be rebuilt (its old files are kept, set "
+                "aside or in place); trying again in %.1f s",
+                *key,
+                self._hold_back(reader, key, followed),
+            )
+            return False
+        followed.pending_rebuild = None
         followed.restored = 0
         for listener in list(self._rebuilt_listeners):
             try:
                 listener(key)
             except Exception:
                 logger.exception("a rebuilt listener failed for store %r partition %d", *key)
+        return True
 
     def _count_skipped(self, reader: ChangelogReading) -> None:
         counts = dict(self._skipped_before)
