@@ -479,10 +479,21 @@ class Follower:
         hosted = followed.hosted
         ids = hosted.changelog_topic_ids
         answered = self._watermarks.topic_id(followed.changelog.topic)
+        doubted = followed.topic_ids.doubting
         verdict = followed.topic_ids.judge(ids, answered)
         if verdict is Verdict.READ:
             return True
         if verdict is Verdict.WAIT:
+            if followed.topic_ids.doubting and not doubted:
+                logger.warning(
+                    "store %r partition %d was read from changelog topic %s with id %s, but "
+                    "the broker names id %s: reading nothing until a second answer agrees "
+                    "(a rebuild from the new topic) or names the old id again",
+                    *key,
+                    followed.changelog.topic,
+                    ids.kept,
+                    answered,
+                )
             if followed.assigned:
                 self._unassign(reader, key, followed)
             return False

@@ -7,7 +7,10 @@ id as one broker knows it, and a broker's metadata may lag behind a recreation, 
 answer never decides alone:
 
 - no id (a broker without topic ids, or a failed `Metadata` request) and an id the replica
-  replaced (a lagging broker) change nothing;
+  replaced (a lagging broker) change nothing, but break a row of answers; except that a
+  replica that kept an id reads only once an answer named it since it was last opened
+  (after a restart, a first answer without an id would resume it in a topic that may have
+  been recreated meanwhile);
 - the first id seen for a replica that kept none is adopted;
 - the kept id lets the replica read, unless an answer named another id since: then it
   reads again only once two answers in a row name the kept id;
@@ -43,6 +46,9 @@ class TopicIdCheck:
         self._named: str | None = None
         """The id the answers named since one disagreed with the kept id (None: no doubt)."""
         self._in_a_row = 0
+        self._confirmed = False
+        """An answer named the kept id (or one was adopted or rebuilt from) since this check
+        began."""
 
     @property
     def doubting(self) -> bool:
@@ -51,7 +57,10 @@ class TopicIdCheck:
     def judge(self, ids: TopicIds, answered: str | None) -> Verdict:
         """What to do with the replica, given the id an answer names (`None`: none)."""
         if answered is None or answered in ids.replaced:
-            return Verdict.WAIT if self.doubting else Verdict.READ
+            self._in_a_row = 0  # a row is answers naming one id, nothing in between
+            unconfirmed = ids.kept is not None and not self._confirmed
+            return Verdict.WAIT if self.doubting or unconfirmed else Verdict.READ
+        self._confirmed = True  # whatever follows settles on an id that answers named
         if ids.kept is None:
             self._named = None
             return Verdict.ADOPT
