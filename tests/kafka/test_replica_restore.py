@@ -358,7 +358,7 @@ def test_a_replica_whose_rebuild_fails_waits_alone_and_is_rebuilt_later(
     with instance.running() as follower:
         monkeypatch.setattr(hosted_module, "keep_topic_ids", refusing)
         recreate_topic(instance.cluster, instance.application_id)
-        ends = instance.write({f"new-{n}": n for n in range(100)}, batch_id=1)
+        ends = instance.write({f"new-{n}": n for n in range(150)}, batch_id=1)
         others = (1, 2, 3)
         eventually(
             lambda: (
@@ -370,6 +370,7 @@ def test_a_replica_whose_rebuild_fails_waits_alone_and_is_rebuilt_later(
         )
         time.sleep(1.0)  # a few more answers, and a retry or two
         assert not follower.caught_up(STORE, 0)
+        assert instance.lags()[0].current_offset_position == 0, "nothing committed"
         request = StateQueryRequest.in_store(STORE).with_query(KeyQuery.with_key("old-5"))
         for partition in range(PARTITIONS):
             answered = instance.app.query(request.with_partitions([partition]))
@@ -378,7 +379,7 @@ def test_a_replica_whose_rebuild_fails_waits_alone_and_is_rebuilt_later(
         disk_full.clear()
         eventually(lambda: _at_end(instance, ends, rebuilt=True), "partition 0 rebuilt", 60.0)
         assert instance.value("old-5") is None
-        assert all(instance.value(f"new-{n}") == n for n in range(100))
+        assert all(instance.value(f"new-{n}") == n for n in range(150))
     assert kept_topic_ids(instance) == {topic_id(instance)}
 
 

@@ -163,6 +163,7 @@ def test_a_rebuild_that_fails_answers_nothing_old_and_can_be_tried_again(
         hosted.rebuild(TopicIds("id"))
     with pytest.raises(Exception, match="closed"):
         value(hosted, "a")
+    assert hosted.committed_changelog_offset() is None and hosted.fence is None
     monkeypatch.undo()
     hosted.rebuild(TopicIds("id"))
     assert value(hosted, "a") is None and hosted.committed_changelog_offset() is None

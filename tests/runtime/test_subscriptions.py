@@ -33,6 +33,7 @@ from iqstate.keyspace import encode_window_key
 from iqstate.plugins import default_registry
 from iqstate.position import TopicPartition
 from iqstate.runtime import ACTIVE, partition_for_bytes
+from iqstate.runtime.changelog_topic import TopicIds
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import PutExtras, StoreSpec
@@ -510,6 +511,41 @@ def test_a_replica_following_a_changelog_publishes_whole_batches(tmp_path: Path)
         )
     finally:
         hosted.close()
+
+
+def test_a_cursor_resumes_on_replicas_of_the_same_changelog_topic_only(tmp_path: Path) -> None:
+    """Marks are offsets of one changelog topic: a replica reading the topic of the same id
+    resumes a cursor; one reading a topic created again under the name (another id: its
+    offsets start over) starts from a snapshot, never from a mark of the old topic."""
+    app = Application("app", tmp_path)
+    spec = app.key_value_store("s", 1, value_serde="int64")
+    everything = KeyFilter.build(spec, None, None, None, None)
+    topic_id, recreated_id = "qyZkaZiOQIu67m/F04s+5Q", "EeKrHgDmRYSBYL4Y2vSHLw"
+    replicas = {
+        name: followed_replica(spec, tmp_path / name) for name in ("one", "same", "recreated")
+    }
+    try:
+        for name, replica in replicas.items():
+            replica.keep_changelog_topic_ids(
+                TopicIds(recreated_id if name == "recreated" else topic_id)
+            )
+            for batch in (1, 2):
+                record = (spec.key_serde.serialize(f"k{batch}"), spec.value_serde.serialize(batch))
+                position = Position.from_map({"t": {0: batch}})
+                replica.apply_changelog([record], batch, position, 2 * batch + 2)
+        cursor = next(Subscription("app", spec, {0: replicas["one"]}, keys=everything)).cursor
+
+        same = Subscription("app", spec, {0: replicas["same"]}, keys=everything, from_cursor=cursor)
+        assert same.poll() is None, "resumed where the cursor was: nothing new yet"
+        recreated = Subscription(
+            "app", spec, {0: replicas["recreated"]}, keys=everything, from_cursor=cursor
+        )
+        snapshot = recreated.poll()
+        assert snapshot is not None and snapshot.snapshot
+        assert sorted(change.key for change in snapshot.changes) == ["k1", "k2"]
+    finally:
+        for replica in replicas.values():
+            replica.close()
 
 
 @pytest.mark.parametrize("kind", ["window", "session", "versioned"])

@@ -274,6 +274,7 @@ class HostedPartition:
                 "again for a snapshot of the rebuilt store"
             )
             self.chain.close()
+            self._offsets, self.fence = None, None  # nothing committed, until it is again
             directory = self.context.directory
             if directory is None:  # in memory: the changelog holds it all
                 self.rebuilt = True
@@ -293,7 +294,6 @@ class HostedPartition:
             self.chain.init(self.context)
             self._offsets = OffsetKeeper(self.chain, self.context.directory)
             self._offsets.load()
-            self.fence = None
 
     def _end_changes(self, reason: str) -> None:
         """End the subscriptions with `reason` and start a dormant feed for later ones."""

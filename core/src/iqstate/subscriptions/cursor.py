@@ -23,7 +23,8 @@ from typing import Any
 from iqstate.subscriptions.errors import InvalidCursorError
 
 _PREFIX = "iqc1."
-_LINEAGE = re.compile(r"[0-9a-z]{1,32}")
+_LINEAGE = re.compile(r"[0-9A-Za-z_:+/=-]{1,48}")
+"""A feed's own (hex), or a changelog's: `log`, or `log:` and its topic id (base64)."""
 MAX_CURSOR_CHARS = 1 << 20
 """Longer text is refused before it is decoded (a cursor of 10,000 partitions is ~0.4 MB)."""
 

@@ -10,6 +10,7 @@ says so (the merge's buffer is full).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,8 @@ END_EVENT = "end"
 `onmessage` reads them)."""
 LAGGED = "lagged"
 """An end event's `reason` when the subscriber fell behind."""
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,9 @@ async def follow_local(
         sink(Lagged(error.reason))
     except SubscriptionEndedError as error:
         sink(Ended(partitions, error.reason))
+    except Exception as error:  # a bug: its partitions end (logged), the stream never hangs
+        logger.exception("following partitions %s of store %r here failed", partitions, store)
+        sink(Ended(partitions, f"following them here failed: {error_text(error)}"))
     finally:
         subscription.close()
 
