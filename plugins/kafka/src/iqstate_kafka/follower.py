@@ -581,7 +581,7 @@ class Follower:
                 if committed > watermarks.end
                 else "retention, or a deletion of records, removed records it had not read",
             )
-            if not self._start_over(reader, key, followed, hosted.changelog_topic_ids):
+            if not self._start_over(reader, key, followed, self._ids_for_rebuild(followed)):
                 return
             committed = None
         # After a commit, the record before the committed offset says whether the replica
@@ -730,7 +730,24 @@ class Follower:
             followed.changelog,
         )
         followed.assigned = False  # the reader dropped it; the next loop assigns it again
-        self._start_over(reader, key, followed, followed.hosted.changelog_topic_ids)
+        self._start_over(reader, key, followed, self._ids_for_rebuild(followed))
+
+    def _ids_for_rebuild(self, followed: _Followed) -> TopicIds:
+        """The topic ids a replica rebuilt for its offsets keeps: when the latest answer
+        named an id it never had (Kafka never gives an id twice: the topic was recreated),
+        that one, the kept one replaced; else none kept (the next answer's is adopted: the
+        offsets may have moved because the topic was recreated since that answer, and
+        keeping the old id would rebuild the replica a second time once answers name the
+        new one). Replaced ids are kept either way."""
+        ids = followed.hosted.changelog_topic_ids
+        answered = (
+            None
+            if self._watermarks is None
+            else self._watermarks.topic_id(followed.changelog.topic)
+        )
+        if answered is None or answered == ids.kept or answered in ids.replaced:
+            return TopicIds(replaced=ids.replaced)
+        return ids.moved_to(answered)
 
     def _start_over(
         self, reader: ChangelogReading, key: StorePartition, followed: _Followed, ids: TopicIds
