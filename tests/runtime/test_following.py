@@ -111,6 +111,11 @@ def test_changelog_and_pipeline_batches_keep_one_commit_contract(tmp_path: Path)
     hosted.close()
 
 
+def moved_aside(tmp_path: Path) -> list[Path]:
+    """The directories partition 0's files were moved to by rebuilds."""
+    return [p for p in (tmp_path / "app" / "s").iterdir() if ".untrusted-" in p.name]
+
+
 def test_rebuild_moves_the_files_aside_and_starts_empty(tmp_path: Path) -> None:
     spec = declared(tmp_path)
     hosted = followed(tmp_path, spec)
@@ -118,8 +123,7 @@ def test_rebuild_moves_the_files_aside_and_starts_empty(tmp_path: Path) -> None:
     hosted.rebuild(TopicIds())
     assert hosted.rebuilt and hosted.fence is None
     assert hosted.committed_changelog_offset() is None and value(hosted, "a") is None
-    aside = [p for p in (tmp_path / "app" / "s").iterdir() if ".untrusted-" in p.name]
-    assert len(aside) == 1, "the old files are kept"
+    assert len(moved_aside(tmp_path)) == 1, "the old files are kept"
     hosted.apply_changelog([encoded(spec, "a", 5)], 4, Position.from_map({"in": {0: 1}}), 2)
     assert value(hosted, "a") == 5
     hosted.close()
@@ -168,8 +172,7 @@ def test_a_rebuild_that_fails_answers_nothing_old_and_can_be_tried_again(
     hosted.rebuild(TopicIds("id"))
     assert value(hosted, "a") is None and hosted.committed_changelog_offset() is None
     assert hosted.changelog_topic_ids == TopicIds("id")
-    aside = [p for p in (tmp_path / "app" / "s").iterdir() if ".untrusted-" in p.name]
-    assert len(aside) == 1, "the old files are set aside once, and kept"
+    assert len(moved_aside(tmp_path)) == 1, "the old files are set aside once, and kept"
     hosted.apply_changelog([encoded(spec, "a", 5)], 4, Position.from_map({"in": {0: 1}}), 2)
     assert value(hosted, "a") == 5
     hosted.close()

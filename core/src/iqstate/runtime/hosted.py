@@ -89,7 +89,7 @@ class HostedPartition:
         self._rebuildable = followed or self._changelog is not None
         self._commit_durations = commit_durations
         self._followed = followed
-        self.changes = ChangeFeed(CHANGELOG_LINEAGE if followed else new_lineage())
+        self.changes = self._dormant_feed()
         """The committed batches, for subscriptions (dormant until the first one)."""
 
     def open(self) -> None:
@@ -298,7 +298,12 @@ class HostedPartition:
     def _end_changes(self, reason: str) -> None:
         """End the subscriptions with `reason` and start a dormant feed for later ones."""
         self.changes.end(reason)
-        self.changes = ChangeFeed(CHANGELOG_LINEAGE if self._followed else new_lineage())
+        self.changes = self._dormant_feed()
+
+    def _dormant_feed(self) -> ChangeFeed:
+        """A feed no subscription started yet: a replica's marks are changelog offsets (its
+        lineage names the topic once it goes live), a partition's own are its own."""
+        return ChangeFeed(CHANGELOG_LINEAGE if self._followed else new_lineage())
 
     def settle(self) -> None:
         """It was just restored: its engine moves its write buffers to their read-optimised
