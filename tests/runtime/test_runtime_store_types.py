@@ -352,3 +352,28 @@ def test_times_outside_64_bits_are_refused_naming_the_store(tmp_path: Path) -> N
         with pytest.raises(ValueError, match="store 's': a session's end .* outside"):
             with app.begin_batch() as batch:
                 batch.put("s", "k", 1, session=(0, 1 << 63))
+
+
+def test_an_as_of_instant_outside_64_bits_or_none_is_refused_clearly(
+    tmp_path: Path, engine: str
+) -> None:
+    """Stores keep times as signed 64-bit ms: an instant beyond them is refused where the
+    query is built (it used to fail inside the store as a STORE_EXCEPTION, and only with
+    the compiled speedups), and `as_of(None)` is refused as Kafka refuses a null `asOf`."""
+    for outside in (1 << 63, -(1 << 63) - 1):
+        with pytest.raises(ValueError, match="VersionedKeyQuery: as_of=.* signed 64-bit"):
+            VersionedKeyQuery.with_key("k").as_of(outside)
+        with pytest.raises(ValueError, match="VersionedRangeQuery: as_of=.* signed 64-bit"):
+            VersionedRangeQuery.with_no_bounds().as_of(outside)
+    with pytest.raises(ValueError, match="VersionedKeyQuery.as_of: .* must not be None"):
+        VersionedKeyQuery.with_key("k").as_of(None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="VersionedRangeQuery.as_of: .* must not be None"):
+        VersionedRangeQuery.with_no_bounds().as_of(None)  # type: ignore[arg-type]
+    with declared(tmp_path, engine) as app:
+        with app.begin_batch() as batch:
+            batch.put("v", "k", 1, timestamp=5)
+        latest = (1 << 63) - 1
+        assert ask(app, "v", VersionedKeyQuery.with_key("k").as_of(latest)) == [
+            VersionedRecord(1, 5, None)
+        ]
+        assert ask(app, "v", VersionedKeyQuery.with_key("k").as_of(-(1 << 63))) == []

@@ -304,6 +304,25 @@ def _check_timestamp(query: str, label: str, value: int | None) -> None:
         raise TypeError(f"{query}: {label} must be an int (ms), got {type(value).__name__}")
 
 
+def _check_as_of(query: str, value: int | None) -> None:
+    """An `as_of` instant: an int of ms in the signed 64-bit range stores keep times in (a
+    bound of a time range may lie beyond it, an instant to look up may not)."""
+    _check_timestamp(query, "as_of", value)
+    if value is not None and not _MIN_TIME <= value <= _MAX_TIME:
+        raise ValueError(f"{query}: as_of={value} is outside the signed 64-bit range of ms")
+
+
+def _as_of_given(query: str, value: int | None) -> int:
+    """The instant `as_of(value)` names: None is refused, as Kafka refuses a null `asOf`
+    (a query without `as_of` asks for the current version)."""
+    if value is None:
+        raise ValueError(
+            f"{query}.as_of: the timestamp must not be None (leave as_of out to ask for the "
+            "current version)"
+        )
+    return value
+
+
 class TimestampedKeyQuery(Query[ValueAndTimestamp[V] | None], Generic[K, V]):
     """The value of one key of a timestamped store with its timestamp (KIP-992), or `None`."""
 
@@ -354,7 +373,7 @@ class VersionedKeyQuery(Query[VersionedRecord[V] | None], Generic[K, V]):
     def __init__(self, key: K, as_of_timestamp: int | None = None) -> None:
         if key is None:
             raise ValueError("VersionedKeyQuery: the key must not be None")
-        _check_timestamp("VersionedKeyQuery", "as_of", as_of_timestamp)
+        _check_as_of("VersionedKeyQuery", as_of_timestamp)
         _set(self, "key", key)
         _set(self, "as_of_timestamp", as_of_timestamp)
 
@@ -363,7 +382,7 @@ class VersionedKeyQuery(Query[VersionedRecord[V] | None], Generic[K, V]):
         return cls(key)
 
     def as_of(self, timestamp: int) -> VersionedKeyQuery[K, V]:
-        return VersionedKeyQuery(self.key, timestamp)
+        return VersionedKeyQuery(self.key, _as_of_given("VersionedKeyQuery", timestamp))
 
 
 class MultiVersionedKeyQuery(Query[VersionedRecordIterator[V]], Generic[K, V]):
@@ -436,7 +455,7 @@ class VersionedRangeQuery(Query[KeyValueIterator[K, VersionedRecord[V]]], Generi
         upper_bound: K | None = None,
         as_of_timestamp: int | None = None,
     ) -> None:
-        _check_timestamp("VersionedRangeQuery", "as_of", as_of_timestamp)
+        _check_as_of("VersionedRangeQuery", as_of_timestamp)
         _set(self, "lower_bound", lower_bound)
         _set(self, "upper_bound", upper_bound)
         _set(self, "as_of_timestamp", as_of_timestamp)
@@ -458,7 +477,9 @@ class VersionedRangeQuery(Query[KeyValueIterator[K, VersionedRecord[V]]], Generi
         return cls()
 
     def as_of(self, timestamp: int) -> VersionedRangeQuery[K, V]:
-        return VersionedRangeQuery(self.lower_bound, self.upper_bound, timestamp)
+        return VersionedRangeQuery(
+            self.lower_bound, self.upper_bound, _as_of_given("VersionedRangeQuery", timestamp)
+        )
 
     @property
     def is_descending(self) -> bool:
@@ -484,7 +505,7 @@ class LimitedVersionedRangeQuery(Query[KeyValueIterator[K, VersionedRecord[V]]],
             raise ValueError(
                 f"LimitedVersionedRangeQuery: limit must be an int >= 1, got {limit!r}"
             )
-        _check_timestamp("LimitedVersionedRangeQuery", "as_of", as_of_timestamp)
+        _check_as_of("LimitedVersionedRangeQuery", as_of_timestamp)
         _set(self, "lower_bound", lower_bound)
         _set(self, "upper_bound", upper_bound)
         _set(self, "as_of_timestamp", as_of_timestamp)
