@@ -175,6 +175,34 @@ def test_async_subscribers_with_batches_waiting_take_turns_on_the_loop(
     assert 1 in order[:100], "the second subscriber waited for the first to drain its backlog"
 
 
+def test_an_async_iteration_cancelled_while_it_gives_the_loop_back_loses_no_batch(
+    make_app: MakeApp,
+) -> None:
+    """A subscriber with a backlog gives the loop back now and then; a cancellation there
+    (a `wait_for` timeout, a task group cancelling) must not take a batch with it."""
+    app = make_app()
+    app.key_value_store("s", 1, value_serde="int64")
+    app.start()
+    subscription = app.subscribe("s", max_pending=1_000)
+    assert subscription.poll() is not None  # the snapshot
+    counted(app, range(1, 101), 1)
+
+    async def cancel_each_pause() -> list[int]:
+        values: list[int] = []
+        while len(values) < 100 and values[-1:] != [100]:
+            step = asyncio.ensure_future(subscription.__anext__())
+            await asyncio.sleep(0)  # it runs up to its first pause, if it pauses
+            if not step.done():
+                step.cancel()  # at the pause: it gave the loop back before taking a batch
+                with pytest.raises(asyncio.CancelledError):
+                    await step
+                continue
+            values.append((await step).changes[0].value)
+        return values
+
+    assert asyncio.run(cancel_each_pause()) == list(range(1, 101))
+
+
 def test_subscribers_in_step_read_the_same_changes_and_none_can_alter_the_others(
     make_app: MakeApp,
 ) -> None:
@@ -629,6 +657,38 @@ def test_a_cursor_resumed_on_a_replica_that_is_behind_goes_on_without_going_back
         resumed = moved.poll()
         assert resumed is not None and not resumed.snapshot
         assert [change.key for change in resumed.changes] == ["k6"]
+    finally:
+        ahead.close()
+        behind.close()
+
+
+def test_a_gap_met_after_the_replica_was_rebuilt_ends_the_subscription(tmp_path: Path) -> None:
+    """A subscriber resumed on a replica meets a gap (its mark is not a batch end there)
+    after that replica was rebuilt: it is told so, and never given the new, empty store
+    as a snapshot of the partition."""
+    app = Application("app", tmp_path)
+    spec = app.key_value_store("s", 1, value_serde="int64")
+    everything = KeyFilter.build(spec, None, None, None, None)
+
+    def record(key: str, value: int) -> tuple[bytes, bytes]:
+        return spec.key_serde.serialize(key), spec.value_serde.serialize(value)
+
+    ahead = followed_replica(spec, tmp_path / "ahead")
+    behind = followed_replica(spec, tmp_path / "behind")
+    try:
+        ahead.apply_changelog([record("a", 1)], 1, Position.from_map({"t": {0: 1}}), 2)
+        ahead.apply_changelog([record("b", 2)], None, None, 3)  # a unit cut short
+        cursor = next(Subscription("app", spec, {0: ahead}, keys=everything)).cursor  # at 3
+        behind.apply_changelog([record("a", 1)], 1, Position.from_map({"t": {0: 1}}), 2)
+        moved = Subscription("app", spec, {0: behind}, keys=everything, from_cursor=cursor)
+        assert moved.poll() is None  # behind the cursor: it waits
+        whole = [record("b", 2), record("c", 3)]
+        behind.apply_changelog(whole, 2, Position.from_map({"t": {0: 2}}), 4)  # 2 -> 4: a gap
+        behind.rebuild(TopicIds(None))
+        with pytest.raises(SubscriptionEndedError, match="rebuilt"):
+            moved.poll()
+        with pytest.raises(SubscriptionEndedError):
+            moved.poll()  # and stays ended
     finally:
         ahead.close()
         behind.close()

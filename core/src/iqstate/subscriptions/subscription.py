@@ -192,6 +192,14 @@ class Subscription:
         part.index, part.after, part.peeked = feed.head, feed.last_mark, None
         self._ready.append(_Snapshot(part, rows, feed.last_mark, chain.position))
 
+    def _resnapshot(self, part: _Partition, feed: ChangeFeed, chain: StoreChain[Any]) -> bool:
+        """Snapshot a partition met with a gap; False, snapshotting nothing, when its feed
+        is not the one followed (the replica was rebuilt: it holds other data now)."""
+        if feed is not part.feed:
+            return False
+        self._snapshot(part, feed, chain)
+        return True
+
     # -- reading -------------------------------------------------------------------------------
 
     @property
@@ -276,11 +284,17 @@ class Subscription:
             return None  # already accounted for (a replica replaying its changelog)
         if item.previous != part.after:  # a gap: only a snapshot can bring the caller on
             try:
-                part.hosted.follow_changes(
-                    self._settings, lambda feed, chain: self._snapshot(part, feed, chain)
+                same_feed = part.hosted.follow_changes(
+                    self._settings, lambda feed, chain: self._resnapshot(part, feed, chain)
                 )
             except ClosedStoreError as closed:
                 self._end(part.feed.ended or str(closed))
+            if not same_feed:
+                self._end(
+                    part.feed.ended
+                    or f"store {self.store!r} partition {part.number} was rebuilt here: "
+                    "subscribe again for a snapshot"
+                )
             return None
         part.after = item.mark
         # Subscribers at this cursor (which names their filter) make the same of this
@@ -388,18 +402,19 @@ class Subscription:
 
         loop = asyncio.get_running_loop()
         while True:
+            if self._ready_in_a_row >= _YIELD_EVERY:
+                # A subscriber with batches waiting would otherwise never give the loop back:
+                # every other task on it (other subscribers, a server's connections) would
+                # wait until it caught up. Before a batch is taken: cancelled here, the
+                # caller loses none.
+                self._ready_in_a_row = 0
+                await asyncio.sleep(0)
             try:
                 batch = self._step()
             except StopIteration:
                 raise StopAsyncIteration from None
             if batch is not None:
                 self._ready_in_a_row += 1
-                if self._ready_in_a_row >= _YIELD_EVERY:
-                    # A subscriber with batches waiting would otherwise never give the loop
-                    # back: every other task on it (other subscribers, a server's
-                    # connections) would wait until it caught up.
-                    self._ready_in_a_row = 0
-                    await asyncio.sleep(0)
                 return batch
             self._ready_in_a_row = 0
             future: asyncio.Future[None] = loop.create_future()
