@@ -464,6 +464,19 @@ def test_rows_without_usable_times_are_refused_before_anything_is_written(
             spark.createDataFrame([("a", 1, 5)], "k string, v long, s long"),
             r"to_store\('sessions'\): column 's' \(session=\) must be a session",
         ),
+        (  # "false" is a true value in Python: it would delete every row
+            to_store(
+                target,
+                "latest",
+                key="k",
+                value="v",
+                timestamp="t",
+                tombstone="gone",
+                checkpoint=tmp_path,
+            ),
+            spark.createDataFrame([("a", 1, 5, "false")], "k string, v long, t long, gone string"),
+            r"to_store\('latest'\): column 'gone' \(tombstone=\) must be boolean, got string",
+        ),
     ]
     if mode == "embedded":  # a null time: found by the tasks, in distributed mode
         refused.append(

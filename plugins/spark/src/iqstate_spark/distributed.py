@@ -154,14 +154,14 @@ class ClusterSink:
 
     def _choose_write_path(self, batch_df: Any) -> None:
         """Decide once per schema (a streaming query's stays the same) how batches are
-        written; first refuse a column of times of the wrong type, before any task writes
-        (on the schema's empty Arrow table: `limit(0)` runs no job)."""
+        written; first refuse a column of times or tombstones of the wrong type, before any
+        task writes (on the schema's empty Arrow table: `limit(0)` runs no job)."""
         schema = batch_df.schema
         described = schema.json()
         if described == self._schema:
             return
-        if self.columns.reads_times:
-            self.columns.times(batch_df.limit(0).toArrow())
+        if self.columns.checks_types:
+            self.columns.check_types(batch_df.limit(0).toArrow())
         records: SparkRecords | str
         if self._allowed_paths == "python-producer":
             records = "the sink was made with write_path='python-producer'"

@@ -105,9 +105,34 @@ class RowColumns:
         else:
             values = rows.select(list(self.value)).to_pylist()
         if self.tombstone is not None:
-            deleted = rows.column(self.tombstone).to_pylist()
+            deleted = self._deleted(rows)
             values = [None if gone else value for value, gone in zip(values, deleted, strict=True)]
         return values
+
+    def _deleted(self, rows: Rows) -> list[bool | None]:
+        """The tombstone column's flags (a null deletes nothing, as in Spark's `when`):
+        boolean only, since a string `"false"` or any other truthy value would delete."""
+        assert self.tombstone is not None
+        column = _array(rows.column(self.tombstone))
+        if not pa.types.is_boolean(column.type):
+            raise IqstateError(
+                f"to_store({self.store!r}): column {self.tombstone!r} (tombstone=) must be "
+                f"boolean, got {column.type} (cast it, e.g. F.col(...) == 'yes')"
+            )
+        return cast("list[bool | None]", column.to_pylist())
+
+    @property
+    def checks_types(self) -> bool:
+        """Whether a column read must be of a type (times, tombstone): see `check_types`."""
+        return self.reads_times or self.tombstone is not None
+
+    def check_types(self, rows: Rows) -> None:
+        """Refuse rows whose times or tombstone column is of the wrong type, naming it (the
+        schema's empty table will do: nothing is written before this)."""
+        if self.reads_times:
+            self.times(rows)
+        if self.tombstone is not None:
+            self._deleted(rows)
 
     @property
     def reads_times(self) -> bool:
