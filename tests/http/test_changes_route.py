@@ -10,7 +10,7 @@ import base64
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -374,6 +374,51 @@ def test_the_client_rides_out_a_restart_of_its_only_instance(
     assert not second.snapshot and [(c.key, c.value) for c in second.changes] == [("kafka", 6)]
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_quiet_subscription_rides_out_failovers_further_apart_than_its_timeout(
+    app: Application, asynchronous: bool
+) -> None:
+    """A key that does not change sends no event: after riding out one restart, the
+    subscription is served, quietly, for longer than `reconnect_timeout`, and rides out
+    the next restart too (it used to give up at once, timing the outage from the first)."""
+    server = start_background(app)
+    port = int(server.url.rsplit(":", 1)[1])
+    servers = [server]
+
+    def restart_twice() -> None:
+        for _ in range(2):
+            servers[-1].stop()
+            time.sleep(0.5)
+            servers.append(start_background(app, port=port))
+            time.sleep(3)  # served longer than reconnect_timeout, with nothing to send
+        write(app, 2, {"kafka": 6})
+
+    async def follow_async() -> ChangeBatch:
+        async with AsyncRemoteQueryClient(server.url) as client:
+            subscription = client.subscribe("counts", key="kafka", reconnect_timeout=2)
+            assert (await anext(subscription)).snapshot
+            threading.Thread(target=restart_twice, daemon=True).start()
+            batch = await anext(subscription)
+            await subscription.aclose()
+            return batch
+
+    def follow() -> ChangeBatch:
+        with (
+            RemoteQueryClient(server.url) as client,
+            client.subscribe("counts", key="kafka", reconnect_timeout=2) as subscription,
+        ):
+            assert next(subscription).snapshot
+            threading.Thread(target=restart_twice, daemon=True).start()
+            return next(subscription)
+
+    try:
+        batch = asyncio.run(follow_async()) if asynchronous else follow()
+    finally:
+        for each in servers:
+            each.stop()
+    assert not batch.snapshot and [(c.key, c.value) for c in batch.changes] == [("kafka", 6)]
+
+
 def test_the_async_client_follows_a_store(app: Application) -> None:
     with served(app) as url:
 
@@ -446,3 +491,83 @@ def test_a_stream_whose_application_stops_ends_with_its_reason(app: Application)
         body = json.loads(final.data)
         assert body["reason"] == "unavailable"
         assert body["cursor"] == final.id == snapshot.id
+
+
+def test_a_partition_served_quietly_for_longer_than_the_timeout_is_followed_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The merged stream's rule, with scripted upstreams in place of the replicas: a
+    partition whose upstream served it, with nothing to send, for longer than
+    `resume_timeout` is followed again when that upstream ends (the outage before is
+    over); one whose upstreams keep ending as soon as they open still ends the stream."""
+    import iqstate_http.change_stream as change_stream_module
+    from iqstate_http.change_stream import ChangeRequest, ChangeStream
+    from iqstate_http.change_upstreams import Ended, Event, Following, Sink
+
+    from iqstate.subscriptions.cursor import Cursor, Progress
+
+    class Here:
+        host, local = "here:1", True
+
+    class OnlyHere:
+        def candidates(self, store: str, partition: int, lag: int | None) -> list[Here]:
+            return [Here()]
+
+        def invalidate(self) -> None:
+            pass
+
+    settings = StreamSettings(resume_timeout=0.5, retry_interval=0.05, ping_interval=5)
+    request = ChangeRequest(
+        store="counts", filters={}, filter_query={}, cursor=Cursor("web", "counts", "f"),
+        partitions=(0,), acceptable_lag=None, max_pending=256, forwarded=False,
+        authorization=None,
+    )  # fmt: skip
+
+    def events_of(script: Callable[[int, Sink], Any]) -> list[ServerSentEvent]:
+        calls = 0
+
+        async def upstream(*arguments: Any) -> None:
+            nonlocal calls
+            calls += 1
+            await script(calls, arguments[-1])
+
+        monkeypatch.setattr(change_stream_module, "follow_local", upstream)
+
+        async def collect() -> list[ServerSentEvent]:
+            stream = ChangeStream(None, OnlyHere(), None, request, settings)  # type: ignore[arg-type]
+            got: list[ServerSentEvent] = []
+            async with asyncio.timeout(10):
+                async for event in stream.events():
+                    got.append(event)
+                    if len(got) == 2:
+                        break
+            return got
+
+        return asyncio.run(collect())
+
+    async def quiet_then_moved(call: int, sink: Sink) -> None:
+        if call == 1:  # a snapshot, then the replica goes away
+            sink(Following((0,)))
+            sink(Event(0, Progress("log", 10), True, json.dumps({"n": 1})))
+            sink(Ended((0,), "moved"))
+        elif call == 2:  # another serves it, with nothing to send, then goes away
+            sink(Following((0,)))
+            await asyncio.sleep(1.0)
+            sink(Ended((0,), "moved again"))
+        else:  # a third has a batch
+            sink(Following((0,)))
+            sink(Event(0, Progress("log", 12), False, json.dumps({"n": 2})))
+            await asyncio.sleep(60)
+
+    got = events_of(quiet_then_moved)
+    assert [json.loads(event.data) for event in got] == [{"n": 1}, {"n": 2}]
+
+    async def flapping(call: int, sink: Sink) -> None:
+        if call == 1:
+            sink(Event(0, Progress("log", 10), True, json.dumps({"n": 1})))
+        sink(Following((0,)))
+        sink(Ended((0,), "no replica after all"))
+
+    got = events_of(flapping)
+    assert got[-1].event == "end"
+    assert "found no replica to follow it for 0.5 s" in json.loads(got[-1].data)["message"]

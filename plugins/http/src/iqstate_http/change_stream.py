@@ -42,6 +42,7 @@ from iqstate_http.change_upstreams import (
     LAGGED,
     Ended,
     Event,
+    Following,
     Item,
     Lagged,
     follow_local,
@@ -112,6 +113,8 @@ class ChangeStream:
         self._tasks: set[asyncio.Task[None]] = set()
         self._waiting_since: dict[int, float] = {}
         """Partitions without an upstream, since when."""
+        self._served_since: dict[int, float] = {}
+        """Partitions an upstream serves, since when."""
 
     @property
     def cursor(self) -> str:
@@ -145,6 +148,9 @@ class ChangeStream:
                     yield ServerSentEvent(data=item.data, id=self._cursor.text)
                 elif isinstance(item, Lagged):
                     self._lagged = item.reason
+                elif isinstance(item, Following):
+                    now = time.monotonic()
+                    self._served_since.update(dict.fromkeys(item.partitions, now))
                 elif self._request.forwarded:  # one hop: the caller resumes elsewhere
                     yield self._final(ENDED, item.reason)
                     return
@@ -231,6 +237,12 @@ class ChangeStream:
         when one of them has waited longer than `resume_timeout`."""
         now = time.monotonic()
         for partition in ended.partitions:
+            served = self._served_since.pop(partition, None)
+            if served is not None and now - served > self._settings.resume_timeout:
+                # Served (maybe with nothing to send) for longer than the timeout: an outage
+                # before it is over, this is a new one. An upstream that ended sooner (one
+                # that opened, then found no replica) does not end it.
+                self._waiting_since.pop(partition, None)
             since = self._waiting_since.setdefault(partition, now)
             if now - since > self._settings.resume_timeout:
                 return (

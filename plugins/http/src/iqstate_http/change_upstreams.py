@@ -55,13 +55,20 @@ class Ended:
 
 
 @dataclass(frozen=True)
+class Following:
+    """An upstream serves `partitions` from now on (it may send nothing for a while)."""
+
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Lagged:
     """The subscriber fell behind: the merged stream ends with `reason`."""
 
     reason: str
 
 
-Item = Event | Ended | Lagged
+Item = Event | Ended | Following | Lagged
 Sink = Callable[[Item], bool]
 """Takes an item; False when the upstream is to stop (the merge will not take more)."""
 
@@ -96,6 +103,7 @@ async def follow_local(
         sink(Ended(partitions, str(error)))
         return
     try:
+        sink(Following(partitions))
         async for batch in subscription:
             data = json_bytes(batch_json(batch)).decode()
             event = Event(
@@ -132,6 +140,7 @@ async def follow_remote(
                 body = await source.response.aread()
                 sink(Ended(partitions, f"instance {host} refused: {_message(body)}"))
                 return
+            sink(Following(partitions))
             async for sse in source.aiter_sse():
                 if not sse.data:  # a keep-alive comment (the decoder repeats the last id)
                     continue

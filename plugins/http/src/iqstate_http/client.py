@@ -429,6 +429,7 @@ class RemoteSubscription:
                 return self._logic.broke(error_text(error))
             if isinstance(opened, httpx.Response):
                 return self._logic.refused(opened.status_code, opened.content)
+            self._logic.opened()
             self._events = opened
         try:
             sse = next(self._events)
@@ -500,6 +501,7 @@ class AsyncRemoteSubscription:
                 return self._logic.broke(error_text(error))
             if isinstance(opened, httpx.Response):
                 return self._logic.refused(opened.status_code, opened.content)
+            self._logic.opened()
             self._events = opened
         try:
             sse = await anext(self._events)

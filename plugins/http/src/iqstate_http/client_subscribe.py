@@ -79,6 +79,7 @@ class RemoteSubscriptionLogic:
         self._target: str | None = None
         self._failed: str | None = None
         self._broken_since: float | None = None
+        self._opened_at: float | None = None
 
     def connect(self) -> Plan:
         """The plan of the next connection: `(url, headers)`."""
@@ -113,11 +114,21 @@ class RemoteSubscriptionLogic:
             raise RefusedSubscription(str(self._target), status, message)
         return self.broke(f"HTTP {status}: {message}")
 
+    def opened(self) -> None:
+        """A stream opened: an instance serves the subscription from now on."""
+        self._opened_at = time.monotonic()
+
     def broke(self, reason: str) -> float:
         """The stream broke (or never came): the wait before connecting to another
-        instance; `SubscriptionEndedError` once none answered for `reconnect_timeout`."""
+        instance; `SubscriptionEndedError` once none served it for `reconnect_timeout`.
+
+        A stream that served longer than that (a quiet subscription sends no event) ends
+        the outage before it: the next break starts a new one. One ended sooner (an
+        instance that opened it and then found no replica) does not."""
         now = time.monotonic()
-        if self._broken_since is None:
+        served = self._opened_at is not None and now - self._opened_at > self._timeout
+        self._opened_at = None
+        if self._broken_since is None or served:
             self._broken_since = now
         elif now - self._broken_since > self._timeout:
             raise SubscriptionEndedError(
