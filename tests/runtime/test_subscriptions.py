@@ -32,7 +32,7 @@ from iqstate.context import StateStoreContext
 from iqstate.keyspace import encode_window_key
 from iqstate.plugins import default_registry
 from iqstate.position import TopicPartition
-from iqstate.runtime import ACTIVE, partition_for_bytes
+from iqstate.runtime import ACTIVE, STANDBY, partition_for_bytes
 from iqstate.runtime.changelog_topic import TopicIds
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.hosted import HostedPartition
@@ -423,6 +423,33 @@ def test_a_partition_that_moves_away_ends_its_subscriptions(make_app: MakeApp) -
     with pytest.raises(InvalidStateStorePartitionError, match=r"\[1\] are not hosted here"):
         app.subscribe("s", partitions=[1])
     assert app.subscribe("s").partitions == [0]
+
+
+def test_a_partition_made_a_standby_ends_its_subscriptions(make_app: MakeApp) -> None:
+    """In embedded mode a standby gets no writes: a subscription that kept following a
+    partition a rebalance made a standby here would wait forever; it ends, saying where
+    to follow it. One made active again takes new subscriptions."""
+    host = HostInfo("localhost", 7070)
+    assignment = StaticAssignment({host: Assignment({"s": {0: ACTIVE, 1: ACTIVE}})})
+    app = make_app(assignment=assignment)
+    app.key_value_store("s", 2, value_serde="int64")
+    app.start()
+    subscription = app.subscribe("s", partitions=[1])
+    assert next(subscription).snapshot
+    assignment.rebalance({host: Assignment({"s": {0: ACTIVE, 1: STANDBY}})})
+    with pytest.raises(SubscriptionEndedError, match="partition 1 is STANDBY here now"):
+        next(subscription)
+    assignment.rebalance({host: Assignment({"s": {0: ACTIVE, 1: ACTIVE}})})
+    again = app.subscribe("s", partitions=[1])
+    assert next(again).snapshot
+    key = next(
+        k
+        for k in (f"k{n}" for n in range(100))
+        if app.query_metadata_for_key("s", k).partition == 1
+    )
+    with app.begin_batch({"src": {0: 1}}, batch_id=1) as batch:
+        batch.put("s", key, 5)
+    assert next(again).changes == [Change(key, 5)]
 
 
 def test_a_subscription_refuses_a_key_its_serde_or_partitions_leave_out(

@@ -295,6 +295,20 @@ class HostedPartition:
             self._offsets = OffsetKeeper(self.chain, self.context.directory)
             self._offsets.load()
 
+    def take_role(self, role: PartitionRole) -> None:
+        """Take the role an assignment gives it. A partition that is not following a
+        changelog gets writes only while active: one that stops being active ends its
+        subscriptions (they would wait for nothing), to be followed where it is active."""
+        with self.lock:
+            demoted = self.role.is_active and not role.is_active
+            self.role = role
+            if demoted and not self._followed and not self.closed:
+                self._end_changes(
+                    f"store {self.spec.name!r} partition {self.partition} is {role.state} "
+                    "here now (a rebalance moved its active elsewhere), and nothing is "
+                    "written to it here: follow it where it is active"
+                )
+
     def _end_changes(self, reason: str) -> None:
         """End the subscriptions with `reason` and start a dormant feed for later ones."""
         self.changes.end(reason)
@@ -390,10 +404,13 @@ class HostedPartition:
         """True iff this partition already committed `batch_id` (or a later batch)."""
         return batch_id is not None and self.fence is not None and batch_id <= self.fence
 
-    def missing_batches(self, batch_id: int | None) -> range:
-        """The batch ids between this partition's fence and `batch_id` (empty if none)."""
-        if batch_id is None or self.fence is None:
+    def missing_batches(self, batch_id: int | None, first_batch_id: int | None = None) -> range:
+        """The batch ids between this partition's fence and `batch_id` (empty if none); with
+        no fence, those from `first_batch_id` (the pipeline's first) on, if it is known."""
+        if batch_id is None:
             return range(0)
+        if self.fence is None:
+            return range(0) if first_batch_id is None else range(first_batch_id, batch_id)
         return range(self.fence + 1, batch_id)
 
     def apply(

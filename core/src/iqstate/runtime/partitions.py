@@ -96,7 +96,7 @@ class HostedPartitions:
                 if role is None:
                     current.close()
                 else:
-                    current.role = role
+                    current.take_role(role)
                     hosted.setdefault(name, {})[partition] = current
         opened: list[HostedPartition] = []
         try:
