@@ -250,6 +250,35 @@ def test_batch_skipping_batches_on_a_partition_is_refused(tmp_path: Path) -> Non
         assert contents(app) == dict.fromkeys(KEYS, 50)
 
 
+def test_a_store_that_lost_the_pipelines_earlier_batches_is_refused_its_next_one(
+    tmp_path: Path,
+) -> None:
+    """A store in memory comes back empty after a restart while the pipeline (a Spark
+    checkpoint) goes on from batch 6: given the pipeline's first batch id, the batch is
+    refused, naming what is missing and why, instead of serving partial state at the
+    position of batch 6; `allow_gaps` accepts it knowingly."""
+    with make_app(tmp_path, "memory") as app:
+        for batch_id in range(6):
+            write(app, batch_id, batch_id, first_batch_id=0)
+    with make_app(tmp_path, "memory") as app:
+        with pytest.raises(BatchGapError) as refused:
+            write(app, 6, 60, first_batch_id=0)
+        message = str(refused.value)
+        assert "'s' partition 0 (no batch yet, missing 0..5)" in message
+        assert "a store in memory restarted" in message and "persistent engine" in message
+        assert app.state is AppState.RUNNING
+        assert contents(app) == {}, "nothing of the batch was written"
+        write(app, 6, 60, first_batch_id=0, allow_gaps=True)
+        write(app, 7, 70, first_batch_id=0)  # the store has a fence now
+        assert contents(app) == dict.fromkeys(KEYS, 70)
+    with make_app(tmp_path / "fresh", "memory") as app:
+        write(app, 0, 0, first_batch_id=0)  # a pipeline's first batch on new stores
+        write(app, 1, 1, first_batch_id=0)
+        assert contents(app) == dict.fromkeys(KEYS, 1)
+        with pytest.raises(ValueError, match="first_batch_id must be an int from 0 to batch_id"):
+            app.begin_batch(position={"src": {0: 2}}, batch_id=2, first_batch_id=3)
+
+
 def test_partition_rolled_back_to_an_old_copy_is_reported_at_the_next_batch(
     tmp_path: Path,
 ) -> None:

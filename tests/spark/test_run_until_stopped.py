@@ -27,7 +27,7 @@ inbox = Path("inbox").absolute()
 inbox.mkdir(exist_ok=True)
 (inbox / f"{sys.argv[1]}.txt").write_text("spark streams state\\nspark queries state\\n")
 app = Application("word-count", state_dir="state")
-app.key_value_store("word-counts", partitions=2, value_serde="int64")
+app.key_value_store("word-counts", partitions=2, engine="rocksdb", value_serde="int64")
 app.start()
 words = spark.readStream.text(str(inbox)).select(F.explode(F.split("value", " ")).alias("word"))
 query = (

@@ -155,6 +155,14 @@ def test_windowed_counts_into_a_window_store(spark: Any, tmp_path: Path, words: 
             )
         )
         assert spark_count.position == Position.from_map({"spark-source-0": {0: 0}})
+        # Windows of another size than the store's are refused, naming both sizes.
+        rows = spark.createDataFrame([("2026-11-22 10:00:05", "spark")], "ts string, word string")
+        ten_seconds = rows.groupBy(F.window(F.to_timestamp("ts"), "10 seconds"), "word").count()
+        sink = to_store(app, "per-minute", key="word", value="count", checkpoint=tmp_path / "ck")
+        with pytest.raises(
+            Exception, match="window lasts 10000 ms .* the store's windows are 60000"
+        ):
+            sink(ten_seconds, 0)
 
 
 def test_sink_arguments_are_checked(tmp_path: Path) -> None:
@@ -169,6 +177,13 @@ def test_sink_arguments_are_checked(tmp_path: Path) -> None:
         to_store(app, "kv", key="k", window="w")
     with pytest.raises(ValueError, match="complete mode"):
         to_store(app, "w", key="k", output_mode="complete")
+    with pytest.raises(ValueError, match=r"source_names must be a list of strings.*'orders'"):
+        to_store(app, "kv", key="k", source_names="orders")
+    with pytest.raises(Exception, match="hdfs://nn/ck is not on the local file system"):
+        to_store(app, "kv", key="k", checkpoint="hdfs://nn/ck")
+    url = (tmp_path / "my checkpoint").as_uri()  # file:///.../my%20checkpoint
+    made = to_store(app, "kv", key="k", checkpoint=url)
+    assert made.checkpoint == tmp_path / "my checkpoint"  # type: ignore[union-attr]
 
 
 @pytest.mark.iqstate_slow
@@ -253,3 +268,41 @@ def test_only_a_stop_becomes_query_stopped(spark: Any, tmp_path: Path) -> None:
         query.awaitTermination(120)
     assert "Job 7 cancelled" in str(failed.value)
     assert QueryStopped.__name__ not in str(failed.value)
+
+
+def test_a_store_without_the_querys_earlier_batches_refuses_its_next_one(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The query's checkpoint is at batch 6, the stores are in memory and came back empty
+    (a restarted driver): the batch is refused, naming what is missing, where it used to
+    leave the store with only batch 6's keys at batch 6's position. Complete mode (each
+    batch is the whole result) and `allow_gaps=True` take it."""
+    from iqstate import BatchGapError
+
+    checkpoint = tmp_path / "checkpoint"
+    write_offsets(checkpoint, 6, '{"logOffset":6}')
+    app = Application("x", tmp_path / "state")
+    for name in ("kv", "complete", "accepting"):
+        app.key_value_store(name, 2, value_serde="int64")
+    frame = spark.createDataFrame([("a", 1), ("b", 2)], "k string, n long")
+    with app:
+        sink = to_store(
+            app, "kv", key="k", value="n", checkpoint=checkpoint, source_names=["files"]
+        )
+        with pytest.raises(BatchGapError, match=r"'kv' partition 0 \(no batch yet, missing 0..5\)"):
+            sink(frame, 6)
+        assert sink.last_batch is None and everything(app, "kv")[0] == {}, "nothing written"
+        for name, options in (
+            ("complete", {"output_mode": "complete"}),
+            ("accepting", {"allow_gaps": True}),
+        ):
+            to_store(
+                app,
+                name,
+                key="k",
+                value="n",
+                checkpoint=checkpoint,
+                source_names=["files"],
+                **options,
+            )(frame, 6)
+            assert everything(app, name) == ({"a": 1, "b": 2}, Position.from_map({"files": {0: 6}}))

@@ -536,6 +536,7 @@ class Application:
         stores: Iterable[str] | None = None,
         *,
         allow_gaps: bool = False,
+        first_batch_id: int | None = None,
     ) -> Batch:
         """A batch of writes, committed to every store partition when the `with` block ends.
 
@@ -546,7 +547,10 @@ class Application:
         and positions can share an application. A `batch_id` more than one past a
         partition's fence means batches are missing there (a rolled-back or replaced
         partition): the batch raises `BatchGapError` and writes nothing, unless
-        `allow_gaps=True` says the pipeline's ids are not consecutive.
+        `allow_gaps=True` says the pipeline's ids are not consecutive. `first_batch_id`
+        is the id the pipeline's first batch had (Spark's is 0): a partition that has
+        applied no batch yet then misses those from it on (a memory store restarted, a
+        deleted state directory), which is a gap too.
         """
         if position is not None and not isinstance(position, Position):
             position = Position.from_map(position)
@@ -556,12 +560,24 @@ class Application:
             isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0
         ):
             raise ValueError(f"batch_id must be an int >= 0 or None, got {batch_id!r}")
+        if first_batch_id is not None and (
+            isinstance(first_batch_id, bool)
+            or not isinstance(first_batch_id, int)
+            or batch_id is None
+            or not 0 <= first_batch_id <= batch_id
+        ):
+            raise ValueError(
+                f"first_batch_id must be an int from 0 to batch_id ({batch_id!r}), got "
+                f"{first_batch_id!r}"
+            )
         covered = None
         if stores is not None:
             covered = frozenset(stores)
             for name in covered:
                 self._spec(name)
-        return Batch(self, position, batch_id, covered, allow_gaps=allow_gaps)
+        return Batch(
+            self, position, batch_id, covered, allow_gaps=allow_gaps, first_batch_id=first_batch_id
+        )
 
     def commit_batch(
         self, batch: Batch

@@ -79,9 +79,11 @@ class Batch:
         stores: frozenset[str] | None = None,
         *,
         allow_gaps: bool = False,
+        first_batch_id: int | None = None,
     ) -> None:
         self._target = target
         self.allow_gaps = allow_gaps
+        self.first_batch_id = first_batch_id
         self.position = position
         self.batch_id = batch_id
         self.stores = stores

@@ -30,7 +30,7 @@ class BatchCommitter:
         self._check_targets(batch, pending)
         covered = self._partitions.store_names() if batch.stores is None else sorted(batch.stores)
         if not batch.allow_gaps:
-            self._check_no_gaps(covered, batch.batch_id)
+            self._check_no_gaps(covered, batch.batch_id, batch.first_batch_id)
         applied: list[StorePartition] = []
         skipped: list[StorePartition] = []
         behind: list[str] = []
@@ -66,20 +66,36 @@ class BatchCommitter:
                     "nothing was written"
                 )
 
-    def _check_no_gaps(self, covered: list[str], batch_id: int | None) -> None:
-        gaps = [
-            f"store {name!r} partition {partition} (last batch {hosted.fence}, missing "
-            f"{_describe_ids(missing)})"
-            for name in covered
-            for partition, hosted in sorted(self._partitions.of_store(name).items())
-            if hosted.role.is_running_active and (missing := hosted.missing_batches(batch_id))
-        ]
+    def _check_no_gaps(
+        self, covered: list[str], batch_id: int | None, first_batch_id: int | None
+    ) -> None:
+        gaps, empty = [], False
+        for name in covered:
+            for partition, hosted in sorted(self._partitions.of_store(name).items()):
+                if not hosted.role.is_running_active:
+                    continue
+                missing = hosted.missing_batches(batch_id, first_batch_id)
+                if missing:
+                    last = "no batch yet" if hosted.fence is None else f"last batch {hosted.fence}"
+                    empty = empty or hosted.fence is None
+                    gaps.append(
+                        f"store {name!r} partition {partition} ({last}, missing "
+                        f"{_describe_ids(missing)})"
+                    )
         if gaps:
-            raise BatchGapError(
-                f"batch {batch_id} skips batches on {'; '.join(gaps)}: those partitions were "
-                "rolled back or replaced. Nothing was written. Replay the missing batches, "
-                "or pass allow_gaps=True to begin_batch if the batch ids are not consecutive"
+            why = (
+                "those partitions lost what the pipeline wrote before (a store in memory "
+                "restarted, or a deleted state directory, while the pipeline's checkpoint "
+                "was kept) or were added to a running pipeline. Nothing was written. Keep "
+                "stores that must outlive a restart on a persistent engine (rocksdb, lmdb, "
+                "sqlite) or with a changelog, or start the pipeline over (a new checkpoint), "
+                "or pass allow_gaps=True to begin with this batch"
+                if empty
+                else "those partitions were rolled back or replaced. Nothing was written. "
+                "Replay the missing batches, or pass allow_gaps=True to begin_batch if the "
+                "batch ids are not consecutive"
             )
+            raise BatchGapError(f"batch {batch_id} skips batches on {'; '.join(gaps)}: {why}")
 
 
 def _older(batch_id: int | None, fence: int | None) -> bool:

@@ -26,7 +26,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from iqstate import Position
 from iqstate.errors import CorruptStateError, IqstateError
@@ -116,14 +116,25 @@ def checkpoint_of_running_query(batch_df: Any) -> Path:
             "cannot find the streaming query running this batch; pass checkpoint=<the query's "
             "checkpointLocation> to iqstate_spark.to_store"
         )
-    root = str(query._jsq.streamingQuery().resolvedCheckpointRoot())
-    parsed = urlparse(root)
-    if parsed.scheme not in ("", "file"):
+    return local_checkpoint(
+        str(query._jsq.streamingQuery().resolvedCheckpointRoot()), "the query's checkpoint"
+    )
+
+
+def local_checkpoint(location: str | Path, what: str) -> Path:
+    """The directory of a checkpoint location given as a path or a `file:` URL; an error
+    naming `what` for another scheme (iqstate reads batch offsets from the directory)."""
+    if isinstance(location, Path):
+        return location
+    parsed = urlparse(location)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if len(parsed.scheme) > 1:  # a Windows drive letter is no scheme
         raise IqstateError(
-            f"the query's checkpoint {root} is not on the local file system; iqstate reads "
-            "batch offsets from it"
+            f"{what} {location} is not on the local file system (or a file: URL); iqstate "
+            "reads batch offsets from it"
         )
-    return Path(parsed.path if parsed.scheme else root)
+    return Path(location)
 
 
 def committed_batches(checkpoint: str | Path) -> int:

@@ -48,6 +48,8 @@ class RowColumns:
     tombstone: str | None
     timestamp: str | None = None
     session: str | None = None
+    window_size_ms: int | None = None
+    """The store's window size, where the writer knows it: each row's window must have it."""
 
     @classmethod
     def of(
@@ -59,9 +61,10 @@ class RowColumns:
         tombstone: str | None,
         timestamp: str | None = None,
         session: str | None = None,
+        window_size_ms: int | None = None,
     ) -> RowColumns:
         chosen = value if value is None or isinstance(value, str) else tuple(value)
-        return cls(store, key, chosen, window, tombstone, timestamp, session)
+        return cls(store, key, chosen, window, tombstone, timestamp, session, window_size_ms)
 
     def _arguments(self) -> dict[str, str]:
         """The columns read besides the value's, by the `to_store` argument naming them."""
@@ -144,7 +147,10 @@ class RowColumns:
         timestamp (`timestamp`) or its session's `(start, end)` (`session`); `None` when the
         rows carry no time (key-value stores)."""
         if self.window is not None:
-            return self._epoch_ms(self._field(rows, "window", "start"), "window", "start")
+            starts = self._epoch_ms(self._field(rows, "window", "start"), "window", "start")
+            if self.window_size_ms is not None:
+                self._check_window_size(rows, starts, self.window_size_ms)
+            return starts
         if self.timestamp is not None:
             return self._epoch_ms(_array(rows.column(self.timestamp)), "timestamp")
         if self.session is not None:
@@ -152,6 +158,18 @@ class RowColumns:
             ends = self._epoch_ms(self._field(rows, "session", "end"), "session", "end")
             return list(zip(starts, ends, strict=True))
         return None
+
+    def _check_window_size(self, rows: Rows, starts: list[int], size: int) -> None:
+        """Refuse windows of another size than the store's (`F.window("ts", "10 seconds")`
+        into a store of minutes would be read back as minutes of ten-second counts)."""
+        ends = self._epoch_ms(self._field(rows, "window", "end"), "window", "end")
+        for start, end in zip(starts, ends, strict=True):
+            if end - start != size:
+                raise IqstateError(
+                    f"to_store({self.store!r}): a row's window lasts {end - start} ms (column "
+                    f"{self.window!r}, window=), but the store's windows are {size} ms: "
+                    "declare the store with the window size the query groups by"
+                )
 
     def _field(self, rows: Rows, argument: str, field: str) -> pa.Array[Any]:
         """Field `field` of the struct column named by `argument` (`window` or `session`)."""

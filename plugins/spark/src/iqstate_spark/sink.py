@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from iqstate import Application
 from iqstate.errors import IqstateError
+from iqstate.runtime.spec import WindowStoreSpec
 from iqstate_spark.cluster_stores import ClusterStores
 from iqstate_spark.offsets import running_batch_position
 from iqstate_spark.sink_arguments import OutputMode, check_sink_arguments
@@ -48,6 +49,7 @@ class StoreSink:
         *,
         timestamp: str | None = None,
         session: str | None = None,
+        allow_gaps: bool = False,
     ) -> None:
         spec = app.stores.get(store)
         checked = check_sink_arguments(
@@ -65,12 +67,18 @@ class StoreSink:
             modes=("append", "update", "complete"),
             checkpoint=checkpoint,
             source_names=source_names,
+            window_size_ms=spec.window_size_ms if isinstance(spec, WindowStoreSpec) else None,
         )
         self.app, self.store = app, store
         self.columns, self.output_mode = checked.columns, checked.output_mode
         self.checkpoint, self.source_names = checked.checkpoint, checked.source_names
         self.last_batch: tuple[int, int] | None = None
         """`(batch_id, rows)` of the last micro-batch written, for progress reports."""
+        self._allow_gaps = allow_gaps
+        # A query's batches start at 0: a store partition with none of them yet that gets
+        # a later one lost what the query wrote before (in complete mode each batch is the
+        # whole result, so nothing is missing).
+        self._first_batch_id = None if output_mode == "complete" or allow_gaps else 0
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         position = running_batch_position(batch_df, batch_id, self.checkpoint, self.source_names)
@@ -81,7 +89,11 @@ class StoreSink:
         values = self.columns.values(table)
         times = self.columns.times(table)
         with self.app.begin_batch(
-            position=position, batch_id=batch_id, stores=[self.store]
+            position=position,
+            batch_id=batch_id,
+            stores=[self.store],
+            allow_gaps=self._allow_gaps,
+            first_batch_id=self._first_batch_id,
         ) as batch:
             if self.output_mode == "complete":
                 self._delete_removed(batch, keys, times)
@@ -163,6 +175,7 @@ def to_store(
     output_mode: OutputMode = "update",
     checkpoint: str | Path | None = None,
     source_names: Sequence[str] | None = None,
+    allow_gaps: bool = False,
 ) -> StoreSink | ClusterSink:
     """A `foreachBatch` function writing each micro-batch into `store`, exactly once.
 
@@ -183,8 +196,17 @@ def to_store(
     the store equal to each batch (keys, or sessions, missing from the batch are deleted). The
     batch's position is read from the query's checkpoint (found automatically; pass
     `checkpoint` when the query is not in this process's default session).
+    In embedded mode a batch that finds a partition of the store without the query's
+    earlier batches (a store in memory restarted, a deleted state directory, a store added
+    to a running query) raises `BatchGapError` and writes nothing; `allow_gaps=True`
+    accepts such a store, holding the batches from there on (and batch ids that skip).
     """
     if isinstance(target, ClusterStores):
+        if allow_gaps:
+            raise ValueError(
+                "to_store: allow_gaps is for embedded stores; in distributed mode the "
+                "changelog keeps every batch, and serving replicas restore from it"
+            )
         # Imported here: distributed mode needs iqstate-kafka, embedded mode does not.
         from iqstate_spark.distributed import ClusterSink
 
@@ -199,5 +221,5 @@ def to_store(
         )
     return StoreSink(
         target, store, key, value, window, tombstone, output_mode, checkpoint, source_names,
-        timestamp=timestamp, session=session,
+        timestamp=timestamp, session=session, allow_gaps=allow_gaps,
     )  # fmt: skip

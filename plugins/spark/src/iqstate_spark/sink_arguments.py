@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from iqstate.errors import IqstateError
+from iqstate_spark.offsets import local_checkpoint
 from iqstate_spark.rows import RowColumns
 
 OutputMode = Literal["append", "update", "complete"]
@@ -75,6 +76,7 @@ def check_sink_arguments(
     modes_why: str = "",
     checkpoint: str | Path | None,
     source_names: Sequence[str] | None,
+    window_size_ms: int | None = None,
 ) -> SinkArguments:
     """Check `to_store`'s arguments against the store's declaration (`store_type` None: not
     declared by `declared_by`, which declares `declared`; `modes`: the output modes allowed,
@@ -119,9 +121,29 @@ def check_sink_arguments(
         )
     return SinkArguments(
         RowColumns.of(
-            store, key, value, times["window"], tombstone, times["timestamp"], times["session"]
+            store,
+            key,
+            value,
+            times["window"],
+            tombstone,
+            times["timestamp"],
+            times["session"],
+            window_size_ms if store_type == "window" else None,
         ),
         output_mode,  # type: ignore[arg-type]  # checked against `modes` above
-        Path(checkpoint) if checkpoint is not None else None,
-        source_names,
+        None if checkpoint is None else local_checkpoint(checkpoint, "to_store: checkpoint="),
+        _checked_source_names(source_names),
     )
+
+
+def _checked_source_names(names: Sequence[str] | None) -> Sequence[str] | None:
+    """`source_names`, a list of strings (a string alone would name the sources by its
+    characters)."""
+    if names is None:
+        return None
+    if isinstance(names, str) or not all(isinstance(name, str) for name in names):
+        raise ValueError(
+            f"to_store: source_names must be a list of strings, one per source of the query "
+            f"(['orders'], not 'orders'), got {names!r}"
+        )
+    return list(names)
