@@ -497,9 +497,9 @@ def test_a_partition_served_quietly_for_longer_than_the_timeout_is_followed_agai
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The merged stream's rule, with scripted upstreams in place of the replicas: a
-    partition whose upstream served it, with nothing to send, for longer than
-    `resume_timeout` is followed again when that upstream ends (the outage before is
-    over); one whose upstreams keep ending as soon as they open still ends the stream."""
+    partition is given up once it has gone unserved for `resume_timeout`. An upstream that
+    served it, even with nothing to send and however briefly, ends the outage before it;
+    one that held it without a replica (one hop away) does not."""
     import iqstate_http.change_stream as change_stream_module
     from iqstate_http.change_stream import ChangeRequest, ChangeStream
     from iqstate_http.change_upstreams import Ended, Event, Following, Sink
@@ -562,12 +562,26 @@ def test_a_partition_served_quietly_for_longer_than_the_timeout_is_followed_agai
     got = events_of(quiet_then_moved)
     assert [json.loads(event.data) for event in got] == [{"n": 1}, {"n": 2}]
 
-    async def flapping(call: int, sink: Sink) -> None:
+    async def moved_often(call: int, sink: Sink) -> None:
+        sink(Following((0,)))
+        if call == 1:
+            sink(Event(0, Progress("log", 10), True, json.dumps({"n": 1})))
+        if call < 6:  # served 0.2 s at a time, 1 s in all: longer than the timeout
+            await asyncio.sleep(0.2)
+            sink(Ended((0,), "moved"))
+        else:
+            sink(Event(0, Progress("log", 12), False, json.dumps({"n": 2})))
+            await asyncio.sleep(60)
+
+    got = events_of(moved_often)
+    assert [json.loads(event.data) for event in got] == [{"n": 1}, {"n": 2}]
+
+    async def no_replica_one_hop_away(call: int, sink: Sink) -> None:
         if call == 1:
             sink(Event(0, Progress("log", 10), True, json.dumps({"n": 1})))
         sink(Following((0,)))
-        sink(Ended((0,), "no replica after all"))
+        sink(Ended((0,), "instance b:1: no replica may serve them now", served=False))
 
-    got = events_of(flapping)
+    got = events_of(no_replica_one_hop_away)
     assert got[-1].event == "end"
     assert "found no replica to follow it for 0.5 s" in json.loads(got[-1].data)["message"]

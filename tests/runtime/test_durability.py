@@ -264,7 +264,7 @@ def test_a_store_that_lost_the_pipelines_earlier_batches_is_refused_its_next_one
         with pytest.raises(BatchGapError) as refused:
             write(app, 6, 60, first_batch_id=0)
         message = str(refused.value)
-        assert "'s' partition 0 (no batch yet, missing 0..5)" in message
+        assert "'s' partition 0 (holding nothing, missing 0..5)" in message
         assert "a store in memory restarted" in message and "persistent engine" in message
         assert app.state is AppState.RUNNING
         assert contents(app) == {}, "nothing of the batch was written"
@@ -277,6 +277,47 @@ def test_a_store_that_lost_the_pipelines_earlier_batches_is_refused_its_next_one
         assert contents(app) == dict.fromkeys(KEYS, 1)
         with pytest.raises(ValueError, match="first_batch_id must be an int from 0 to batch_id"):
             app.begin_batch(position={"src": {0: 2}}, batch_id=2, first_batch_id=3)
+
+
+@pytest.mark.parametrize("engine", ["memory", "rocksdb"])
+def test_a_store_restored_from_its_changelog_takes_the_pipelines_next_batch(
+    tmp_path: Path, engine: str
+) -> None:
+    """A partition restored from its changelog (a store in memory after a restart, a
+    persistent one whose files vanished) holds the pipeline's earlier batches: the next
+    one applies, although its fence was not restored."""
+    changelog = InMemoryChangelog()
+    with make_app(tmp_path, engine, changelog) as app:
+        for batch_id in range(3):
+            write(app, batch_id, batch_id, first_batch_id=0)
+    if engine == "rocksdb":
+        shutil.rmtree(tmp_path / "app" / "s" / "0")
+    with make_app(tmp_path, engine, changelog) as app:
+        assert contents(app) == dict.fromkeys(KEYS, 2)
+        write(app, 3, 3, first_batch_id=0)
+        assert contents(app) == dict.fromkeys(KEYS, 3)
+
+
+def test_a_gap_on_partitions_behind_and_on_partitions_holding_nothing_names_each(
+    tmp_path: Path,
+) -> None:
+    """A partition accepted as lost (`LostStateError`'s remedy) beside others at their
+    fence: the refusal explains each kind, and does not tell the others to start over."""
+    with make_app(tmp_path, "rocksdb") as app:
+        for batch_id in range(3):
+            write(app, batch_id, batch_id, first_batch_id=0)
+    shutil.rmtree(tmp_path / "app" / "s" / "2")
+    record = tmp_path / "app" / "s" / RECORD_FILE
+    listed = json.loads(record.read_text())["partitions"]
+    record.write_text(json.dumps({"partitions": [p for p in listed if p != 2]}))
+    with make_app(tmp_path, "rocksdb") as app:
+        with pytest.raises(BatchGapError) as refused:
+            write(app, 5, 5, first_batch_id=0)
+        message = str(refused.value)
+        assert "'s' partition 0 (last batch 2, missing 3..4);" in message
+        assert "'s' partition 1 (last batch 2, missing 3..4): rolled back or replaced" in message
+        assert "'s' partition 2 (holding nothing, missing 0..4): lost what" in message
+        assert message.endswith("Nothing was written")
 
 
 def test_partition_rolled_back_to_an_old_copy_is_reported_at_the_next_batch(

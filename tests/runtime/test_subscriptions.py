@@ -428,7 +428,8 @@ def test_a_partition_that_moves_away_ends_its_subscriptions(make_app: MakeApp) -
 def test_a_partition_made_a_standby_ends_its_subscriptions(make_app: MakeApp) -> None:
     """In embedded mode a standby gets no writes: a subscription that kept following a
     partition a rebalance made a standby here would wait forever; it ends, saying where
-    to follow it. One made active again takes new subscriptions."""
+    to follow it, and a new one leaves the standby out or is refused it. One made active
+    again takes new subscriptions."""
     host = HostInfo("localhost", 7070)
     assignment = StaticAssignment({host: Assignment({"s": {0: ACTIVE, 1: ACTIVE}})})
     app = make_app(assignment=assignment)
@@ -439,6 +440,9 @@ def test_a_partition_made_a_standby_ends_its_subscriptions(make_app: MakeApp) ->
     assignment.rebalance({host: Assignment({"s": {0: ACTIVE, 1: STANDBY}})})
     with pytest.raises(SubscriptionEndedError, match="partition 1 is STANDBY here now"):
         next(subscription)
+    with pytest.raises(InvalidStateStorePartitionError, match=r"\[1\] are standbys here"):
+        app.subscribe("s", partitions=[1])
+    assert app.subscribe("s").partitions == [0], "a standby is left out"
     assignment.rebalance({host: Assignment({"s": {0: ACTIVE, 1: ACTIVE}})})
     again = app.subscribe("s", partitions=[1])
     assert next(again).snapshot

@@ -69,33 +69,39 @@ class BatchCommitter:
     def _check_no_gaps(
         self, covered: list[str], batch_id: int | None, first_batch_id: int | None
     ) -> None:
-        gaps, empty = [], False
+        behind, empty = [], []
         for name in covered:
             for partition, hosted in sorted(self._partitions.of_store(name).items()):
                 if not hosted.role.is_running_active:
                     continue
                 missing = hosted.missing_batches(batch_id, first_batch_id)
                 if missing:
-                    last = "no batch yet" if hosted.fence is None else f"last batch {hosted.fence}"
-                    empty = empty or hosted.fence is None
-                    gaps.append(
-                        f"store {name!r} partition {partition} ({last}, missing "
-                        f"{_describe_ids(missing)})"
-                    )
-        if gaps:
-            why = (
-                "those partitions lost what the pipeline wrote before (a store in memory "
-                "restarted, or a deleted state directory, while the pipeline's checkpoint "
-                "was kept) or were added to a running pipeline. Nothing was written. Keep "
-                "stores that must outlive a restart on a persistent engine (rocksdb, lmdb, "
-                "sqlite) or with a changelog, or start the pipeline over (a new checkpoint), "
-                "or pass allow_gaps=True to begin with this batch"
-                if empty
-                else "those partitions were rolled back or replaced. Nothing was written. "
-                "Replay the missing batches, or pass allow_gaps=True to begin_batch if the "
-                "batch ids are not consecutive"
+                    where = f"store {name!r} partition {partition}"
+                    if hosted.fence is None:
+                        empty.append(f"{where} (holding nothing, missing {_describe_ids(missing)})")
+                    else:
+                        behind.append(
+                            f"{where} (last batch {hosted.fence}, missing {_describe_ids(missing)})"
+                        )
+        if behind or empty:
+            why = []
+            if behind:
+                why.append(
+                    f"{'; '.join(behind)}: rolled back or replaced; replay the missing "
+                    "batches, or pass allow_gaps=True if the batch ids are not consecutive"
+                )
+            if empty:
+                why.append(
+                    f"{'; '.join(empty)}: lost what the pipeline wrote before (a store in "
+                    "memory restarted without a changelog, or a deleted state directory, "
+                    "while the pipeline's checkpoint was kept) or added to a running "
+                    "pipeline; keep stores that must outlive a restart on a persistent engine "
+                    "(rocksdb, lmdb, sqlite) or with a changelog, or start the pipeline and "
+                    "its stores over, or pass allow_gaps=True to begin with this batch"
+                )
+            raise BatchGapError(
+                f"batch {batch_id} skips batches on {' - and on '.join(why)}. Nothing was written"
             )
-            raise BatchGapError(f"batch {batch_id} skips batches on {'; '.join(gaps)}: {why}")
 
 
 def _older(batch_id: int | None, fence: int | None) -> bool:

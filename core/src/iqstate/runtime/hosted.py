@@ -295,6 +295,12 @@ class HostedPartition:
             self._offsets = OffsetKeeper(self.chain, self.context.directory)
             self._offsets.load()
 
+    @property
+    def gets_writes(self) -> bool:
+        """Whether writes reach it: an active, or a replica following a changelog (an
+        embedded standby gets none, so following its changes would wait for nothing)."""
+        return self.role.is_active or self._followed
+
     def take_role(self, role: PartitionRole) -> None:
         """Take the role an assignment gives it. A partition that is not following a
         changelog gets writes only while active: one that stops being active ends its
@@ -354,6 +360,12 @@ class HostedPartition:
                 raise ClosedStoreError(
                     f"store {self.spec.name!r} partition {self.partition} is not open here"
                 )
+            if not self.gets_writes:
+                raise ClosedStoreError(
+                    f"store {self.spec.name!r} partition {self.partition} is "
+                    f"{self.role.state} here, and nothing is written to it here: follow "
+                    "it where it is active"
+                )
             feed = self.changes
             if not feed.live:
                 if self._followed:
@@ -405,12 +417,16 @@ class HostedPartition:
         return batch_id is not None and self.fence is not None and batch_id <= self.fence
 
     def missing_batches(self, batch_id: int | None, first_batch_id: int | None = None) -> range:
-        """The batch ids between this partition's fence and `batch_id` (empty if none); with
-        no fence, those from `first_batch_id` (the pipeline's first) on, if it is known."""
+        """The batch ids between this partition's fence and `batch_id` (empty if none); for
+        a partition that holds nothing (no fence, position or changelog offset: not one
+        restored from its changelog), those from `first_batch_id` (the pipeline's first)
+        on, if it is known."""
         if batch_id is None:
             return range(0)
         if self.fence is None:
-            return range(0) if first_batch_id is None else range(first_batch_id, batch_id)
+            if first_batch_id is None or not self._holds_nothing():
+                return range(0)
+            return range(first_batch_id, batch_id)
         return range(self.fence + 1, batch_id)
 
     def apply(

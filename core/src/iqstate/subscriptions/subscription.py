@@ -134,7 +134,12 @@ class Subscription:
     ) -> list[int]:
         name, count = self.store, self._spec.partitions
         if partitions is None:
-            wanted = sorted(hosted) if self._keys.partition is None else [self._keys.partition]
+            key_partition = self._keys.partition
+            wanted = (
+                sorted(number for number, each in hosted.items() if each.gets_writes)
+                if key_partition is None
+                else [key_partition]
+            )
         else:
             wanted = sorted(set(partitions))
             for number in wanted:
@@ -158,6 +163,13 @@ class Subscription:
             raise InvalidStateStorePartitionError(
                 f"store {name!r} partition(s) {missing} are not hosted here; subscribe on "
                 "the instance that hosts them (app.query_metadata_for_key finds it)"
+            )
+        silent = [number for number in wanted if not hosted[number].gets_writes]
+        if silent:
+            raise InvalidStateStorePartitionError(
+                f"store {name!r} partition(s) {silent} are standbys here, which get no "
+                "writes in embedded mode; subscribe where they are active "
+                "(app.query_metadata_for_key finds it)"
             )
         if not wanted:
             raise InvalidStateStoreError(

@@ -115,6 +115,8 @@ class ChangeStream:
         """Partitions without an upstream, since when."""
         self._served_since: dict[int, float] = {}
         """Partitions an upstream serves, since when."""
+        self._unserved_s: dict[int, float] = {}
+        """Per partition in an outage, its seconds unserved before `_waiting_since`."""
 
     @property
     def cursor(self) -> str:
@@ -143,19 +145,18 @@ class ChangeStream:
                         self._cursor.progress, item.partition, item.progress, item.snapshot
                     ):
                         continue
-                    self._waiting_since.pop(item.partition, None)
+                    self._unserved_s.pop(item.partition, None)
                     self._cursor = self._cursor.advanced(item.partition, item.progress)
                     yield ServerSentEvent(data=item.data, id=self._cursor.text)
                 elif isinstance(item, Lagged):
                     self._lagged = item.reason
                 elif isinstance(item, Following):
-                    now = time.monotonic()
-                    self._served_since.update(dict.fromkeys(item.partitions, now))
+                    self._following(item.partitions)
                 elif self._request.forwarded:  # one hop: the caller resumes elsewhere
-                    yield self._final(ENDED, item.reason)
+                    yield self._final(ENDED, item.reason, no_replica=not item.served)
                     return
                 elif (gone := self._resume(item)) is not None:
-                    yield self._final(UNAVAILABLE, gone)
+                    yield self._final(UNAVAILABLE, gone, no_replica=True)
                     return
         finally:
             for task in self._tasks:
@@ -165,9 +166,13 @@ class ChangeStream:
         await self.shutdown.wait()
         self._queue.put_nowait(None)
 
-    def _final(self, reason: str, message: str) -> ServerSentEvent:
+    def _final(self, reason: str, message: str, *, no_replica: bool = False) -> ServerSentEvent:
+        """The end event; `no_replica`: no replica served a partition lately (none found
+        for `resume_timeout`, or, one hop away, none hosted there)."""
         cursor = self._cursor.text
-        body = {"reason": reason, "message": message, "cursor": cursor}
+        body: dict[str, Any] = {"reason": reason, "message": message, "cursor": cursor}
+        if no_replica:
+            body["no_replica"] = True
         return ServerSentEvent(data=json.dumps(body), event=END_EVENT, id=cursor)
 
     def _sink(self, item: Item) -> bool:
@@ -230,7 +235,16 @@ class ChangeStream:
                 )
             )  # fmt: skip
         if missing:
-            self._sink(Ended(tuple(missing), "no replica may serve them now"))
+            self._sink(Ended(tuple(missing), "no replica may serve them now", served=False))
+
+    def _following(self, partitions: tuple[int, ...]) -> None:
+        """An upstream serves `partitions` now: their outages pause."""
+        now = time.monotonic()
+        for partition in partitions:
+            since = self._waiting_since.pop(partition, None)
+            if since is not None:
+                self._unserved_s[partition] = self._unserved_s.get(partition, 0.0) + now - since
+            self._served_since[partition] = now
 
     def _resume(self, ended: Ended) -> str | None:
         """Follow `ended`'s partitions again after a wait; the reason to end the stream
@@ -238,13 +252,14 @@ class ChangeStream:
         now = time.monotonic()
         for partition in ended.partitions:
             served = self._served_since.pop(partition, None)
-            if served is not None and now - served > self._settings.resume_timeout:
-                # Served (maybe with nothing to send) for longer than the timeout: an outage
-                # before it is over, this is a new one. An upstream that ended sooner (one
-                # that opened, then found no replica) does not end it.
-                self._waiting_since.pop(partition, None)
+            if served is not None:
+                # An upstream that served (maybe with nothing to send) ends the outage before
+                # it; one that held the partition without a replica adds its time to it.
+                self._unserved_s[partition] = (
+                    0.0 if ended.served else self._unserved_s.get(partition, 0.0) + now - served
+                )
             since = self._waiting_since.setdefault(partition, now)
-            if now - since > self._settings.resume_timeout:
+            if self._unserved_s.get(partition, 0.0) + now - since > self._settings.resume_timeout:
                 return (
                     f"partition {partition} of store {self._request.store!r} found no replica "
                     f"to follow it for {self._settings.resume_timeout:g} s: {ended.reason}"

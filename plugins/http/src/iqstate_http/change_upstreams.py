@@ -48,10 +48,12 @@ class Event:
 
 @dataclass(frozen=True)
 class Ended:
-    """An upstream stopped: its `partitions` are to be followed elsewhere."""
+    """An upstream stopped: its `partitions` are to be followed elsewhere. `served`: False
+    when it had found no replica to serve them (one hop away)."""
 
     partitions: tuple[int, ...]
     reason: str
+    served: bool = True
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,8 @@ async def follow_remote(
                     if end.get("reason") == LAGGED:
                         sink(Lagged(str(end.get("message"))))
                     else:
-                        sink(Ended(partitions, f"instance {host}: {end.get('message')}"))
+                        message = f"instance {host}: {end.get('message')}"
+                        sink(Ended(partitions, message, served=end.get("no_replica") is not True))
                     return
                 body = json.loads(sse.data)
                 partition = int(body["partition"])

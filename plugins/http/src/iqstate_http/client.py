@@ -439,7 +439,7 @@ class RemoteSubscription:
         except httpx.HTTPError as error:
             return self._logic.broke(error_text(error))
         except StreamEnded as ended:
-            return self._logic.broke(str(ended))
+            return self._logic.broke(str(ended), served=not ended.no_replica)
 
     def _disconnect(self) -> None:
         self._events = None
@@ -511,7 +511,7 @@ class AsyncRemoteSubscription:
         except httpx.HTTPError as error:
             return self._logic.broke(error_text(error))
         except StreamEnded as ended:
-            return self._logic.broke(str(ended))
+            return self._logic.broke(str(ended), served=not ended.no_replica)
 
     async def _disconnect(self) -> None:
         self._events = None

@@ -79,6 +79,9 @@ class RemoteSubscriptionLogic:
         self._target: str | None = None
         self._failed: str | None = None
         self._broken_since: float | None = None
+        """Since when no stream is open (None while one is)."""
+        self._unserved_s = 0.0
+        """Seconds of the current outage before `_broken_since`."""
         self._opened_at: float | None = None
 
     def connect(self) -> Plan:
@@ -115,22 +118,27 @@ class RemoteSubscriptionLogic:
         return self.broke(f"HTTP {status}: {message}")
 
     def opened(self) -> None:
-        """A stream opened: an instance serves the subscription from now on."""
-        self._opened_at = time.monotonic()
-
-    def broke(self, reason: str) -> float:
-        """The stream broke (or never came): the wait before connecting to another
-        instance; `SubscriptionEndedError` once none served it for `reconnect_timeout`.
-
-        A stream that served longer than that (a quiet subscription sends no event) ends
-        the outage before it: the next break starts a new one. One ended sooner (an
-        instance that opened it and then found no replica) does not."""
+        """A stream opened: an instance serves the subscription from now on (the outage,
+        if any, pauses)."""
         now = time.monotonic()
-        served = self._opened_at is not None and now - self._opened_at > self._timeout
-        self._opened_at = None
-        if self._broken_since is None or served:
+        if self._broken_since is not None:
+            self._unserved_s += now - self._broken_since
+            self._broken_since = None
+        self._opened_at = now
+
+    def broke(self, reason: str, *, served: bool = True) -> float:
+        """The stream broke (or never came): the wait before connecting to another
+        instance; `SubscriptionEndedError` once the subscription has gone unserved for
+        `reconnect_timeout`: time without an open stream, and the time of a stream an
+        instance ended having found no replica for it (`served=False`). A stream that
+        served (a quiet subscription sends no event) ends the outage before it."""
+        now = time.monotonic()
+        opened, self._opened_at = self._opened_at, None
+        if opened is not None:
+            self._unserved_s = 0.0 if served else self._unserved_s + now - opened
+        if self._broken_since is None:
             self._broken_since = now
-        elif now - self._broken_since > self._timeout:
+        if self._unserved_s + now - self._broken_since > self._timeout:
             raise SubscriptionEndedError(
                 f"no instance served the subscription for {self._timeout:g} s: {reason}",
                 self.cursor,
@@ -149,11 +157,11 @@ class RemoteSubscriptionLogic:
             end = json.loads(data)
             if end.get("reason") == LAGGED:
                 raise SubscriptionLaggedError(str(end.get("message")), self.cursor)
-            raise StreamEnded(str(end.get("message")))
+            raise StreamEnded(str(end.get("message")), no_replica=end.get("no_replica") is True)
         body = json.loads(data)
         partition = int(body["partition"])
         got = Cursor.parse(event_id).progress[partition]
-        self._broken_since = None
+        self._unserved_s = 0.0
         if already_past(self._progress, partition, got, body["snapshot"] is True):
             return None
         self._progress[partition] = got
@@ -162,4 +170,10 @@ class RemoteSubscriptionLogic:
 
 
 class StreamEnded(Exception):
-    """The instance ended the stream for a reason another instance may not share."""
+    """The instance ended the stream for a reason another instance may not share;
+    `no_replica`: it had found no replica to follow a partition (so it served nothing
+    lately, however long it was open)."""
+
+    def __init__(self, message: str, *, no_replica: bool = False) -> None:
+        super().__init__(message)
+        self.no_replica = no_replica
