@@ -113,11 +113,12 @@ class RowColumns:
         return values
 
     def _deleted(self, rows: Rows) -> list[bool | None]:
-        """The tombstone column's flags (a null deletes nothing, as in Spark's `when`):
-        boolean only, since a string `"false"` or any other truthy value would delete."""
+        """The tombstone column's flags (a null deletes nothing, as in Spark's `when`, and
+        a column of nulls only, `F.lit(None)`, is taken): boolean only, since a string
+        `"false"` or any other truthy value would delete."""
         assert self.tombstone is not None
         column = _array(rows.column(self.tombstone))
-        if not pa.types.is_boolean(column.type):
+        if not (pa.types.is_boolean(column.type) or pa.types.is_null(column.type)):
             raise IqstateError(
                 f"to_store({self.store!r}): column {self.tombstone!r} (tombstone=) must be "
                 f"boolean, got {column.type} (cast it, e.g. F.col(...) == 'yes')"
