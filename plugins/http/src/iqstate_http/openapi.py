@@ -537,6 +537,11 @@ _END = {
         },
         "message": {"type": "string"},
         "cursor": {"type": "string"},
+        "no_replica": {
+            "type": "boolean",
+            "description": "true when no replica served a partition lately (none found for "
+            "the resume timeout, or, one hop away, none hosted there); absent otherwise",
+        },
     },
 }
 _WINDOWED = frozenset({"window", "session"})
