@@ -43,6 +43,12 @@ class Engine:
     imported on first use; an import that fails raises `PluginError` naming the plugin, the
     engine and the path. `check_config` runs when a store is declared, so a typo fails there
     and not at `start()`. `plugin` is set by the registry to the plugin that registered it.
+
+    `key_sizes`: the shortest and longest key, in bytes, the engine's key-value store keeps
+    (LMDB: 1 to 511); None when any. The window, session and versioned stores kept in its
+    key-value stores lay keys out with up to 9, 21 and 9 bytes more, so theirs are that much
+    shorter. A batch with a key outside is refused before anything is written, and a
+    follower skips such a record (logged and counted) instead of failing on it for ever.
     """
 
     name: str
@@ -54,6 +60,7 @@ class Engine:
     description: str = ""
     check_config: ConfigCheck | None = None
     plugin: str = dataclasses.field(default="", compare=False)
+    key_sizes: tuple[int, int] | None = None
 
     def __init__(
         self,
@@ -66,9 +73,20 @@ class Engine:
         plugin: str = "",
         versioned_store: VersionedStoreFactory | str | None = None,
         session_store: SessionStoreFactory | str | None = None,
+        key_sizes: tuple[int, int] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise TypeError(f"Engine: name must be a non-empty string, got {name!r}")
+        if key_sizes is not None and not (
+            isinstance(key_sizes, tuple)
+            and len(key_sizes) == 2
+            and all(isinstance(size, int) and not isinstance(size, bool) for size in key_sizes)
+            and 0 <= key_sizes[0] <= key_sizes[1]
+        ):
+            raise TypeError(
+                f"engine {name!r}: key_sizes must be (shortest, longest), two ints with "
+                f"0 <= shortest <= longest, got {key_sizes!r}"
+            )
         owner = f"plugin {plugin!r}, engine {name!r}" if plugin else f"engine {name!r}"
         for field, value, optional in (
             ("key_value_store", key_value_store, False),
@@ -87,6 +105,7 @@ class Engine:
         object.__setattr__(self, "persistent", persistent)
         object.__setattr__(self, "description", description)
         object.__setattr__(self, "plugin", plugin)
+        object.__setattr__(self, "key_sizes", key_sizes)
 
     def registered_by(self, plugin: str) -> Engine:
         """This engine as `plugin` registered it: its import errors then name the plugin."""

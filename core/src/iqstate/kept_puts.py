@@ -81,3 +81,24 @@ def only_kept(
     if kept is None:
         return entries if start == 0 and end == len(entries) else entries[start:end]
     return list(compress(entries[start:end], kept[start:end]))
+
+
+def expired_among(
+    records: Sequence[tuple[bytes, bytes | None]],
+    times: Sequence[int],
+    keeps: Callable[[int], bool],
+    retention_ms: int,
+) -> list[bytes]:
+    """The keys of window or session `records` (at `times`: a window's start, a session's
+    end) that the store no longer holds once it applied them all: those it drops as they
+    come (`keeps` is False before them) and those a later record's time expires. One
+    `keeps` call when there are none (the usual case)."""
+    limit = max(times) - retention_ms
+    oldest = min(times)
+    if oldest > limit and keeps(oldest):  # `keeps` rises with the time: none expires
+        return []
+    return [
+        key
+        for (key, _), time in zip(records, times, strict=True)
+        if time <= limit or not keeps(time)
+    ]

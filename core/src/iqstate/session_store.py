@@ -108,20 +108,34 @@ class LayeredSessionStore(KeySpaceStore, SessionStore[bytes, bytes]):
             store.put_all([(data_key, value), (index_key, b"")])
 
     def _drop_expired(self) -> None:
-        limit = self._limit()
-        if limit == MIN_TIME:
-            return
         doomed: list[tuple[bytes, bytes | None]] = []
-        with self.key_value_store.range(_BY_END, _BY_END + _ts(limit) + b"\xff") as ended:
-            for index_key, _ in ended:
+        for end, prefixed_and_start in self._ended_by(self._limit()):
+            doomed.append((_BY_END + _ts(end) + prefixed_and_start, None))
+            doomed.append((_DATA + prefixed_and_start + _ts(end), None))
+        if doomed:
+            self.key_value_store.put_all(doomed)
+
+    def expired_by(self, end_ms: int) -> list[tuple[bytes, int, int]]:
+        self._check_open()
+        expired = []
+        for end, prefixed_and_start in self._ended_by(end_ms - self._retention):
+            key, start = split_length_prefixed(prefixed_and_start)
+            expired.append((key, _from_ts(start), end))
+        return expired
+
+    def _ended_by(self, limit: int) -> list[tuple[int, bytes]]:
+        """`(end, length-prefixed key + start)` of the sessions held that end at or before
+        `limit`, read from the index by end."""
+        if limit <= MIN_TIME:
+            return []
+        ended = []
+        with self.key_value_store.range(_BY_END, _BY_END + _ts(limit) + b"\xff") as indexed:
+            for index_key, _ in indexed:
                 end = _from_ts(index_key[1:9])
                 if end > limit:
                     break
-                prefixed_and_start = index_key[9:]
-                doomed.append((index_key, None))
-                doomed.append((_DATA + prefixed_and_start + _ts(end), None))
-        if doomed:
-            self.key_value_store.put_all(doomed)
+                ended.append((end, index_key[9:]))
+        return ended
 
     def fetch_sessions(
         self, key: bytes | None, time_from: int, time_to: int

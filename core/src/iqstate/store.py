@@ -33,6 +33,8 @@ K = TypeVar("K")
 V = TypeVar("V")
 R = TypeVar("R")
 
+_MIN_MS = -(1 << 63)
+
 
 class QueryConfig:
     """Per-query options a store needs while answering (whether to collect execution info)."""
@@ -236,6 +238,17 @@ class WindowStore(StateStore, Generic[K, V]):
         for key, window_start, value in entries:
             self.put(key, value, window_start)
 
+    def expired_by(self, window_start: int) -> list[tuple[K, int]]:
+        """`(key, window_start)` of each window held now that a put at `window_start`
+        drops (the stream time it sets passes their start by `retention_ms`): what a
+        change-logging layer writes tombstones for, so that compaction removes expired
+        windows from the changelog. A store with an index by time overrides this scan."""
+        limit = window_start - self.retention_ms
+        if limit < _MIN_MS:
+            return []
+        with self.fetch_all(_MIN_MS, limit) as windows:
+            return [(window.key, window.start_ms) for window, _ in windows]
+
     @abstractmethod
     def fetch(self, key: K, time_from: int, time_to: int) -> KeyValueIterator[int, V]:
         """`(window_start, value)` of `key` for starts in `[time_from, time_to]`, ascending."""
@@ -245,7 +258,7 @@ class WindowStore(StateStore, Generic[K, V]):
         """Every key's windows with starts in `[time_from, time_to]`, by key then start."""
 
     def all(self) -> KeyValueIterator[Windowed[K], V]:
-        return self.fetch_all(-(1 << 63), (1 << 63) - 1)
+        return self.fetch_all(_MIN_MS, (1 << 63) - 1)
 
 
 class VersionedKeyValueStore(StateStore, Generic[K, V]):
@@ -319,6 +332,21 @@ class SessionStore(StateStore, Generic[K, V]):
         """Apply many `(key, start_ms, end_ms, value)` puts in order."""
         for key, start_ms, end_ms, value in entries:
             self.put(key, value, start_ms, end_ms)
+
+    def expired_by(self, end_ms: int) -> list[tuple[K, int, int]]:
+        """`(key, start_ms, end_ms)` of each session held now that a put of a session
+        ending at `end_ms` drops (the stream time it sets passes their end by
+        `retention_ms`): what a change-logging layer writes tombstones for. A store with an
+        index by end overrides this scan of every session."""
+        limit = end_ms - self.retention_ms
+        if limit < _MIN_MS:
+            return []
+        with self.fetch_sessions(None, _MIN_MS, limit) as sessions:
+            return [
+                (session.key, session.start_ms, session.end_ms)
+                for session, _ in sessions
+                if session.end_ms <= limit
+            ]
 
     @abstractmethod
     def fetch_sessions(

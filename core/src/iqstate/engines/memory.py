@@ -167,6 +167,14 @@ class MemoryWindowStore(EngineStore, WindowStore[bytes, bytes]):
                 self._by_time.add((window_start, key))
             self._data[slot] = value
 
+    def expired_by(self, window_start: int) -> list[tuple[bytes, int]]:
+        self._check_open()
+        below = (window_start - self._retention_ms + 1, b"")  # before every key at limit + 1
+        return [
+            (key, start)
+            for start, key in self._by_time.irange(maximum=below, inclusive=(True, False))
+        ]
+
     def _drop_expired(self) -> None:
         limit = self._expiry_limit()
         by_time = self._by_time

@@ -17,8 +17,8 @@ from typing import Any, Generic, TypeVar
 from iqstate.context import StateStoreContext
 from iqstate.engine_store import EngineStore
 from iqstate.iterators import KeyValueIterator
-from iqstate.kept_puts import kept_sessions, kept_versions, kept_windows
-from iqstate.keyspace import decode_window_key
+from iqstate.kept_puts import expired_among, kept_sessions, kept_versions, kept_windows
+from iqstate.keyspace import decode_window_key, encode_window_key
 from iqstate.layers.caching import DEFAULT_CACHE_ENTRIES, CachingKeyValueStore
 from iqstate.layers.changelogging import (
     ChangeLoggingKeyValueStore,
@@ -44,7 +44,7 @@ from iqstate.queries import (
 )
 from iqstate.results import FailureReason, QueryResult, success_of
 from iqstate.serdes import BytesSerde, Serde
-from iqstate.session_store import decode_session_key
+from iqstate.session_store import decode_session_key, encode_session_key
 from iqstate.store import (
     KeyValueStore,
     QueryConfig,
@@ -246,6 +246,12 @@ class StoreChain(ABC, Generic[Top]):
         """Write changelog `(key, value)` records into the engine, beneath the layers
         (nothing is logged); a `None` value deletes."""
 
+    def expired_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[bytes]:
+        """The changelog keys of what restoring `records` expires: what the store holds
+        that their times expire, and the records it drops (late, or expired by a later
+        one). Empty for stores without a retention by time."""
+        return []
+
     @property
     def position(self) -> Position:
         return self.typed.position
@@ -307,6 +313,12 @@ class WindowStoreChain(StoreChain[MeteredWindowStore[Any, Any]]):
             windows.append((key, window_start, value))
         engine: Any = self.engine
         engine.put_all(windows)
+
+    def expired_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[bytes]:
+        engine: Any = self.engine
+        starts = [decode_window_key(key)[1] for key, _ in records]
+        held = [encode_window_key(key, start) for key, start in engine.expired_by(max(starts))]
+        return held + expired_among(records, starts, engine.keeps, engine.retention_ms)
 
 
 class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
@@ -432,6 +444,12 @@ class SessionStoreChain(StoreChain[MeteredSessionStore[Any, Any]]):
     def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         engine: Any = self.engine
         engine.put_all([_session_of(key, value) for key, value in records])
+
+    def expired_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[bytes]:
+        engine: Any = self.engine
+        ends = [decode_session_key(key)[2] for key, _ in records]
+        held = [encode_session_key(*session) for session in engine.expired_by(max(ends))]
+        return held + expired_among(records, ends, engine.keeps, engine.retention_ms)
 
 
 def _session_of(key: bytes, value: bytes | None) -> tuple[bytes, int, int, bytes | None]:

@@ -15,7 +15,7 @@ from iqstate.iterators import KeyValueIterator
 from iqstate.kept_puts import kept_sessions, kept_windows, only_kept
 from iqstate.keyspace import encode_window_key
 from iqstate.layers.wrapped import WrappedStore
-from iqstate.position import TopicPartition
+from iqstate.position import Position, TopicPartition
 from iqstate.queries import VersionedRecord, Windowed
 from iqstate.session_store import encode_session_key
 from iqstate.store import (
@@ -48,6 +48,22 @@ class _ChangeLogging:
     @property
     def changelog_partition(self) -> TopicPartition:
         return self._changelog
+
+    def _log_expiring(
+        self,
+        records: list[tuple[bytes, bytes | None]],
+        expired: list[bytes],
+        position: Position,
+    ) -> None:
+        """Log a window or session store's kept writes, then a tombstone for each record
+        key the batch expired: the store dropped them, and without a tombstone compaction
+        would keep them in the changelog for ever (each window is a key of its own). The
+        tombstones come last, after a write of the same batch to a window it expired."""
+        send, changelog = self._writer.send, self._changelog
+        for key, value in records:
+            send(ChangelogRecord(changelog, key, value, position))
+        for key in dict.fromkeys(expired):
+            send(ChangelogRecord(changelog, key, None, position))
 
 
 class ChangeLoggingKeyValueStore(
@@ -119,27 +135,25 @@ class ChangeLoggingWindowStore(
         return self.wrapped.keeps(window_start)
 
     def put(self, key: bytes, value: bytes | None, window_start: int) -> None:
-        kept = self.wrapped.keeps(window_start)  # a dropped window is not logged either
-        self.wrapped.put(key, value, window_start)
-        if kept:
-            self._writer.send(
-                ChangelogRecord(
-                    self._changelog,
-                    encode_window_key(key, window_start),
-                    value,
-                    self.wrapped.position,
-                )
-            )
+        self.put_all([(key, window_start, value)])
 
     def put_all(self, entries: Iterable[tuple[bytes, int, bytes | None]]) -> None:
         batch = list(entries)
+        if not batch:
+            return
         wrapped = self.wrapped
+        starts = [start for _, start, _ in batch]
         # one keeps() in the usual case, where the store keeps every window
-        kept = kept_windows(wrapped, [start for _, start, _ in batch])
+        kept = kept_windows(wrapped, starts)
+        top = max(starts)
+        expired = wrapped.expired_by(top)
         wrapped.put_all(batch)
-        send, changelog, position = self._writer.send, self._changelog, wrapped.position
-        for key, window_start, value in only_kept(batch, kept):
-            send(ChangelogRecord(changelog, encode_window_key(key, window_start), value, position))
+        logged = only_kept(batch, kept)
+        records = [(encode_window_key(k, s), v) for k, s, v in logged]
+        limit = top - wrapped.retention_ms  # written earlier in the batch, expired by a later put
+        ended = [(k, s) for k, s, _ in logged if s <= limit] if min(starts) <= limit else []
+        tombstoned = [encode_window_key(k, s) for k, s in (*expired, *ended)]
+        self._log_expiring(records, tombstoned, wrapped.position)
 
     def fetch(self, key: bytes, time_from: int, time_to: int) -> KeyValueIterator[int, bytes]:
         return self.wrapped.fetch(key, time_from, time_to)
@@ -218,27 +232,25 @@ class ChangeLoggingSessionStore(
         return self.wrapped.keeps(end_ms)
 
     def put(self, key: bytes, value: bytes | None, start_ms: int, end_ms: int) -> None:
-        kept = self.wrapped.keeps(end_ms)  # an expired session is not logged either
-        self.wrapped.put(key, value, start_ms, end_ms)
-        if kept:
-            self._writer.send(
-                ChangelogRecord(
-                    self._changelog,
-                    encode_session_key(key, start_ms, end_ms),
-                    value,
-                    self.wrapped.position,
-                )
-            )
+        self.put_all([(key, start_ms, end_ms, value)])
 
     def put_all(self, entries: Iterable[tuple[bytes, int, int, bytes | None]]) -> None:
         batch = list(entries)
+        if not batch:
+            return
         wrapped = self.wrapped
+        ends = [end for _, _, end, _ in batch]
         # one keeps() in the usual case, where the store keeps every session
-        kept = kept_sessions(wrapped, [end for _, _, end, _ in batch])
+        kept = kept_sessions(wrapped, ends)
+        top = max(ends)
+        expired = wrapped.expired_by(top)
         wrapped.put_all(batch)
-        send, changelog, position = self._writer.send, self._changelog, wrapped.position
-        for key, start, end, value in only_kept(batch, kept):
-            send(ChangelogRecord(changelog, encode_session_key(key, start, end), value, position))
+        logged = only_kept(batch, kept)
+        records = [(encode_session_key(k, s, e), v) for k, s, e, v in logged]
+        limit = top - wrapped.retention_ms  # written earlier in the batch, expired by a later put
+        ended = [(k, s, e) for k, s, e, _ in logged if e <= limit] if min(ends) <= limit else []
+        tombstoned = [encode_session_key(k, s, e) for k, s, e in (*expired, *ended)]
+        self._log_expiring(records, tombstoned, wrapped.position)
 
     def fetch_sessions(
         self, key: bytes | None, time_from: int, time_to: int

@@ -49,9 +49,14 @@ class _StoreWriter:
 
     def key_bytes(self, key: Any) -> bytes:
         try:
-            return self.key_serialize(key)
+            data = self.key_serialize(key)
         except Exception as exc:
             raise encoding_error(self.spec.name, self.spec.key_serde, key, "key", exc) from exc
+        if self.spec.key_sizes is not None:
+            problem = self.spec.key_size_problem(len(data))
+            if problem is not None:
+                raise ValueError(f"{problem} (key {key!r:.60})")
+        return data
 
     def value_bytes(self, value: Any) -> bytes | None:
         if value is None:
@@ -164,6 +169,11 @@ class Batch:
             raw_values = _encoded_values(spec.value_serde, values)
             if not len(raw_keys) == len(raw_values) == len(pairs):
                 raise ValueError("a serde's serialize_many returned a list of another length")
+            sizes = spec.key_sizes
+            if sizes is not None and not (
+                sizes[0] <= min(map(len, raw_keys)) and max(map(len, raw_keys)) <= sizes[1]
+            ):
+                raise ValueError("a key the engine cannot keep: put one by one, which names it")
         except Exception:
             self._put_each(writer, pairs)
             return

@@ -68,9 +68,10 @@ class FollowedPartition(Protocol):
         position: Position | None,
         next_offset: int,
         batches: Sequence[tuple[int, Position, int]] | None = None,
-    ) -> None:
+    ) -> list[bytes]:
         """Apply and commit units read from the changelog, `batches` saying where each
-        applied batch ends (see `HostedPartition`)."""
+        applied batch ends (see `HostedPartition`); return the changelog keys of what the
+        units expired, for an active replica to tombstone (see `HostedPartition`)."""
         ...
 
     def rebuild(self, ids: TopicIds) -> None:

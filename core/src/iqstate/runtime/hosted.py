@@ -200,7 +200,7 @@ class HostedPartition:
         position: Position | None,
         next_offset: int,
         batches: Sequence[tuple[int, Position, int]] | None = None,
-    ) -> None:
+    ) -> list[bytes]:
         """Apply records read from this partition's changelog and commit them, with the
         offset to read next and, at a batch marker, the batch's position and fence, in one
         atomic store commit: a reader sees the partition before or after the unit.
@@ -209,12 +209,19 @@ class HostedPartition:
         batch at or below the fence moves the offset alone. `batches`, when several batches
         are committed at once: where each ends in `entries`, its marker's position and the
         offset after its marker, so that subscriptions announce each batch on its own (by
-        default the entries are one batch when `position` is given, else part of one)."""
+        default the entries are one batch when `position` is given, else part of one).
+
+        Returns, on an active replica of a window or session store, the changelog keys of
+        the windows or sessions the records expired (held before, or among the records):
+        the follower writes a tombstone for each, since no writer knows which windows a
+        store holds, and without one compaction keeps every window ever written. Nothing
+        applies those tombstones (every replica expires the same windows itself)."""
         tp = self.changelog_partition
         assert tp is not None  # a followed partition has a changelog partition
         with self.lock:
             if self.closed:
-                return
+                return []
+            expired = self.chain.expired_records(entries) if entries and self.role.is_active else []
             # where subscriptions' positions start from, read only when some follow here
             before = self.chain.position if self.changes.live else None
             kept = self.chain.kept_records(entries) if before is not None and entries else None
@@ -232,6 +239,7 @@ class HostedPartition:
                         else [(len(entries), position, next_offset)]
                     )
                 self._publish_changelog(entries, kept, before, batches)
+            return expired
 
     def _publish_changelog(
         self,
@@ -306,14 +314,18 @@ class HostedPartition:
         changelog gets writes only while active: one that stops being active ends its
         subscriptions (they would wait for nothing), to be followed where it is active."""
         with self.lock:
-            demoted = self.role.is_active and not role.is_active
+            got_writes = self.gets_writes
             self.role = role
-            if demoted and not self._followed and not self.closed:
-                self._end_changes(
-                    f"store {self.spec.name!r} partition {self.partition} is {role.state} "
-                    "here now (a rebalance moved its active elsewhere), and nothing is "
-                    "written to it here: follow it where it is active"
-                )
+            if got_writes and not self.gets_writes and not self.closed:
+                self._end_changes(self._no_writes("now (a rebalance moved its active elsewhere)"))
+
+    def _no_writes(self, since: str = "") -> str:
+        """Why changes of this partition cannot be followed here (it gets no writes)."""
+        when = f" {since}" if since else ""
+        return (
+            f"store {self.spec.name!r} partition {self.partition} is {self.role.state} here"
+            f"{when}, and nothing is written to it here: follow it where it is active"
+        )
 
     def _end_changes(self, reason: str) -> None:
         """End the subscriptions with `reason` and start a dormant feed for later ones."""
@@ -361,11 +373,7 @@ class HostedPartition:
                     f"store {self.spec.name!r} partition {self.partition} is not open here"
                 )
             if not self.gets_writes:
-                raise ClosedStoreError(
-                    f"store {self.spec.name!r} partition {self.partition} is "
-                    f"{self.role.state} here, and nothing is written to it here: follow "
-                    "it where it is active"
-                )
+                raise ClosedStoreError(self._no_writes())
             feed = self.changes
             if not feed.live:
                 if self._followed:
@@ -382,9 +390,9 @@ class HostedPartition:
 
     @property
     def record_problem(self) -> Callable[[bytes, bytes | None], str | None] | None:
-        """Why a changelog record of it does not decode (None: it does); None when every
-        record decodes for its type of store."""
-        return self.spec.record_problem if self.spec.checks_records else None
+        """Why a changelog record of it cannot be applied (None: it can): it does not
+        decode, or its engine cannot keep its key; None when every record can."""
+        return self.spec.record_check
 
     @property
     def changelog_topic_ids(self) -> TopicIds:

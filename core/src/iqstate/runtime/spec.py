@@ -79,6 +79,9 @@ class StoreSpec(ABC):
     quick_key_serializer: Callable[[Any], bytes] = field(init=False, repr=False, compare=False)
     """The key serde's `quick_serializer()`: a key query's key bytes, or any exception
     where `key_serde.serialize` would refuse the key."""
+    key_sizes: tuple[int, int] | None = field(init=False, repr=False, compare=False)
+    """The shortest and longest serialized key the engine keeps in this type of store
+    (`Engine.key_sizes` less this type's `key_overhead`); None when any."""
 
     def __post_init__(self) -> None:
         # Chosen once: these run for every key of every batch and key query.
@@ -86,6 +89,10 @@ class StoreSpec(ABC):
             self, "partition_of", partition_function(self.name, self.partitions, self.partitioner)
         )
         object.__setattr__(self, "quick_key_serializer", self.key_serde.quick_serializer())
+        sizes = self.engine.key_sizes
+        if sizes is not None:
+            sizes = (max(0, sizes[0] - self.key_overhead), sizes[1] - self.key_overhead)
+        object.__setattr__(self, "key_sizes", sizes)
         # An engine registered by import path is imported here, when a store of it is
         # declared: a missing library fails at the declaration, naming plugin and engine.
         object.__setattr__(self, "store_factory", resolved(self._engine_factory()))
@@ -118,9 +125,41 @@ class StoreSpec(ABC):
     """Whether a changelog record can fail to decode for this type of store (its key or
     value carries a time, a flag): then `record_problem` says why one does."""
 
+    key_overhead: ClassVar[int] = 0
+    """The most bytes this type's layout adds to a key in the engine's key-value store
+    (`Engine.key_sizes`)."""
+    record_key_extra: ClassVar[int] = 0
+    """The bytes a changelog record's key has after the key (a window's start, a session's
+    bounds, a version's timestamp)."""
+
     def record_problem(self, key: bytes, value: bytes | None) -> str | None:
         """Why a changelog record of this store does not decode (None: it does)."""
         return None
+
+    def key_size_problem(self, size: int) -> str | None:
+        """Why a serialized key of `size` bytes cannot be kept on this store's engine (None:
+        it can)."""
+        sizes = self.key_sizes
+        if sizes is None or sizes[0] <= size <= sizes[1]:
+            return None
+        return (
+            f"store {self.name!r}: a key of {size} bytes, which engine {self.engine.name!r} "
+            f"cannot keep in a {self.store_type} store (keys of {sizes[0]} to {sizes[1]} "
+            "bytes, serialized); use another engine (rocksdb, sqlite) or shorter keys"
+        )
+
+    @property
+    def record_check(self) -> Callable[[bytes, bytes | None], str | None] | None:
+        """Why a changelog record of this store cannot be applied (None: it can): it does
+        not decode, or its key is of a size the engine cannot keep. None when every record
+        can."""
+        if self.key_sizes is None:
+            return self.record_problem if self.checks_records else None
+        return self._checked_record
+
+    def _checked_record(self, key: bytes, value: bytes | None) -> str | None:
+        problem = self.record_problem(key, value) if self.checks_records else None
+        return problem or self.key_size_problem(len(key) - self.record_key_extra)
 
     @abstractmethod
     def entry(self, key_bytes: bytes, value_bytes: bytes | None, put: PutExtras) -> Any:
@@ -183,6 +222,8 @@ class WindowStoreSpec(StoreSpec):
     store_type: ClassVar[StoreType] = "window"
     key_lookups: ClassVar[frozenset[type]] = frozenset()
     checks_records: ClassVar[bool] = True
+    key_overhead: ClassVar[int] = 9  # a key space byte and the start (the index by time)
+    record_key_extra: ClassVar[int] = 8
     window_size_ms: int = 0
     retention_ms: int = 0
 
@@ -268,6 +309,8 @@ class VersionedKeyValueStoreSpec(StoreSpec):
     store_type: ClassVar[StoreType] = "versioned_key_value"
     key_lookups: ClassVar[frozenset[type]] = frozenset({KeyQuery, VersionedKeyQuery})
     checks_records: ClassVar[bool] = True
+    key_overhead: ClassVar[int] = 9  # a key space byte and a time (the expiry indexes)
+    record_key_extra: ClassVar[int] = 8
     history_retention_ms: int = 0
 
     def record_problem(self, key: bytes, value: bytes | None) -> str | None:
@@ -309,6 +352,8 @@ class SessionStoreSpec(StoreSpec):
     store_type: ClassVar[StoreType] = "session"
     key_lookups: ClassVar[frozenset[type]] = frozenset()
     checks_records: ClassVar[bool] = True
+    key_overhead: ClassVar[int] = 21  # a key space byte, the key's length and both bounds
+    record_key_extra: ClassVar[int] = 16
     retention_ms: int = 0
 
     def record_problem(self, key: bytes, value: bytes | None) -> str | None:

@@ -604,6 +604,20 @@ class StoreConformance:
         store.put(b"k", b"late", 1_000)
         assert list(store.fetch(b"k", 0, 2_000)) == [], "a window already expired is not stored"
 
+    def test_window_expired_by_names_what_a_put_drops(
+        self, open_window: Callable[..., WindowStore[bytes, bytes]]
+    ) -> None:
+        store = open_window()
+        for key, start in ((b"k", 0), (b"j", 1_000), (b"k", 2_000), (b"k", 9_000)):
+            store.put(key, b"v", start)
+        assert store.expired_by(9_000) == [], "a put that does not move stream time drops none"
+        at = 2_000 + RETENTION_MS  # drops starts at or before 2,000
+        assert sorted(store.expired_by(at)) == [(b"j", 1_000), (b"k", 0), (b"k", 2_000)]
+        store.put(b"x", b"v", at)
+        with store.all() as windows:
+            assert [(w.key, w.start_ms) for w, _ in windows] == [(b"k", 9_000), (b"x", at)]
+        assert store.expired_by(at) == [], "what was dropped is not named again"
+
     def test_window_queries(self, open_window: Callable[..., WindowStore[bytes, bytes]]) -> None:
         store = open_window()
         store.update_position(Position.from_map({"in": {0: 9}}))
@@ -808,6 +822,21 @@ class StoreConformance:
             assert list(sessions) == [(Windowed(b"k", 10_500, 11_000), b"new")]
         with pytest.raises(ValueError, match="after its end"):
             store.put(b"k", b"x", 20, 10)
+
+    def test_sessions_expired_by_names_what_a_put_drops(
+        self, open_session: Callable[..., SessionStore[bytes, bytes]]
+    ) -> None:
+        store = open_session()
+        store.put(b"k", b"1", 0, 5_000)  # starts first, ends last of the three
+        store.put(b"j", b"2", 1_000, 1_500)
+        store.put(b"k", b"3", 2_000, 2_000)
+        at = 2_000 + RETENTION_MS  # drops ends at or before 2,000
+        assert store.expired_by(2_000) == []
+        assert sorted(store.expired_by(at)) == [(b"j", 1_000, 1_500), (b"k", 2_000, 2_000)]
+        store.put(b"x", b"4", at, at)
+        with store.fetch_sessions(None, MIN_TIME, 1 << 40) as sessions:
+            assert [(s.key, s.start_ms) for s, _ in sessions] == [(b"k", 0), (b"x", at)]
+        assert store.expired_by(at) == []
 
     def test_sessions_reopen(self, open_session: Callable[..., SessionStore[bytes, bytes]]) -> None:
         if not self.persistent:

@@ -49,6 +49,7 @@ from iqstate_http.change_upstreams import (
     follow_remote,
 )
 from iqstate_http.codecs import path_segment
+from iqstate_http.outage import Outage
 from iqstate_http.replica_choice import ReplicaChoice
 
 UNAVAILABLE = "unavailable"
@@ -111,12 +112,8 @@ class ChangeStream:
         """Events of each partition queued and not sent yet."""
         self._lagged: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._waiting_since: dict[int, float] = {}
-        """Partitions without an upstream, since when."""
-        self._served_since: dict[int, float] = {}
-        """Partitions an upstream serves, since when."""
-        self._unserved_s: dict[int, float] = {}
-        """Per partition in an outage, its seconds unserved before `_waiting_since`."""
+        self._outages: dict[int, Outage] = {}
+        """Per partition an upstream stopped serving once, its outage."""
 
     @property
     def cursor(self) -> str:
@@ -145,7 +142,9 @@ class ChangeStream:
                         self._cursor.progress, item.partition, item.progress, item.snapshot
                     ):
                         continue
-                    self._unserved_s.pop(item.partition, None)
+                    outage = self._outages.get(item.partition)
+                    if outage is not None:
+                        outage.served()
                     self._cursor = self._cursor.advanced(item.partition, item.progress)
                     yield ServerSentEvent(data=item.data, id=self._cursor.text)
                 elif isinstance(item, Lagged):
@@ -241,25 +240,16 @@ class ChangeStream:
         """An upstream serves `partitions` now: their outages pause."""
         now = time.monotonic()
         for partition in partitions:
-            since = self._waiting_since.pop(partition, None)
-            if since is not None:
-                self._unserved_s[partition] = self._unserved_s.get(partition, 0.0) + now - since
-            self._served_since[partition] = now
+            self._outage(partition).opened(now)
 
     def _resume(self, ended: Ended) -> str | None:
         """Follow `ended`'s partitions again after a wait; the reason to end the stream
-        when one of them has waited longer than `resume_timeout`."""
+        when one of them has gone unserved longer than `resume_timeout`."""
         now = time.monotonic()
         for partition in ended.partitions:
-            served = self._served_since.pop(partition, None)
-            if served is not None:
-                # An upstream that served (maybe with nothing to send) ends the outage before
-                # it; one that held the partition without a replica adds its time to it.
-                self._unserved_s[partition] = (
-                    0.0 if ended.served else self._unserved_s.get(partition, 0.0) + now - served
-                )
-            since = self._waiting_since.setdefault(partition, now)
-            if self._unserved_s.get(partition, 0.0) + now - since > self._settings.resume_timeout:
+            outage = self._outage(partition)
+            outage.broke(now, served=ended.served)
+            if outage.unserved_s(now) > self._settings.resume_timeout:
                 return (
                     f"partition {partition} of store {self._request.store!r} found no replica "
                     f"to follow it for {self._settings.resume_timeout:g} s: {ended.reason}"
@@ -272,6 +262,12 @@ class ChangeStream:
 
         self._spawn(later())
         return None
+
+    def _outage(self, partition: int) -> Outage:
+        outage = self._outages.get(partition)
+        if outage is None:
+            outage = self._outages[partition] = Outage()
+        return outage
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)

@@ -25,6 +25,7 @@ from iqstate_http.change_events import already_past, batch_from_json
 from iqstate_http.change_upstreams import END_EVENT, LAGGED
 from iqstate_http.client_plan import REFUSALS, ClientLogic, Plan
 from iqstate_http.codecs import path_segment
+from iqstate_http.outage import Outage
 
 STREAM_SILENCE = 60.0
 """Seconds without a byte (instances ping idle streams every 15 s) before a stream is
@@ -78,11 +79,7 @@ class RemoteSubscriptionLogic:
         self._timeout = reconnect_timeout
         self._target: str | None = None
         self._failed: str | None = None
-        self._broken_since: float | None = None
-        """Since when no stream is open (None while one is)."""
-        self._unserved_s = 0.0
-        """Seconds of the current outage before `_broken_since`."""
-        self._opened_at: float | None = None
+        self._outage = Outage()
 
     def connect(self) -> Plan:
         """The plan of the next connection: `(url, headers)`."""
@@ -120,11 +117,7 @@ class RemoteSubscriptionLogic:
     def opened(self) -> None:
         """A stream opened: an instance serves the subscription from now on (the outage,
         if any, pauses)."""
-        now = time.monotonic()
-        if self._broken_since is not None:
-            self._unserved_s += now - self._broken_since
-            self._broken_since = None
-        self._opened_at = now
+        self._outage.opened(time.monotonic())
 
     def broke(self, reason: str, *, served: bool = True) -> float:
         """The stream broke (or never came): the wait before connecting to another
@@ -133,12 +126,8 @@ class RemoteSubscriptionLogic:
         instance ended having found no replica for it (`served=False`). A stream that
         served (a quiet subscription sends no event) ends the outage before it."""
         now = time.monotonic()
-        opened, self._opened_at = self._opened_at, None
-        if opened is not None:
-            self._unserved_s = 0.0 if served else self._unserved_s + now - opened
-        if self._broken_since is None:
-            self._broken_since = now
-        if self._unserved_s + now - self._broken_since > self._timeout:
+        self._outage.broke(now, served=served)
+        if self._outage.unserved_s(now) > self._timeout:
             raise SubscriptionEndedError(
                 f"no instance served the subscription for {self._timeout:g} s: {reason}",
                 self.cursor,
@@ -161,7 +150,7 @@ class RemoteSubscriptionLogic:
         body = json.loads(data)
         partition = int(body["partition"])
         got = Cursor.parse(event_id).progress[partition]
-        self._unserved_s = 0.0
+        self._outage.served()
         if already_past(self._progress, partition, got, body["snapshot"] is True):
             return None
         self._progress[partition] = got

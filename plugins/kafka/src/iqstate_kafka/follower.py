@@ -57,6 +57,7 @@ from iqstate.runtime.changelog_topic import TopicIds
 from iqstate.runtime.cluster import ChangelogCounts
 from iqstate.runtime.following import FollowedPartition, FollowedPartitions
 from iqstate_kafka.applying import BEHIND, Refusal, StoreCommit, fold
+from iqstate_kafka.expiry import ExpiryTombstones
 from iqstate_kafka.progress import CaughtUpListener
 from iqstate_kafka.reader import (
     ChangelogConsumer,
@@ -198,6 +199,7 @@ class Follower:
         self._listeners: list[CaughtUpListener] = []
         self._rebuilt_listeners: list[CaughtUpListener] = []
         self._stalls: StallWatch[StorePartition] = StallWatch(STALL_AFTER, STALL_PATIENCE_MOST)
+        self._expiry = ExpiryTombstones(cluster)
         # Shared with other threads, under _lock:
         self._lock = threading.Lock()
         self._offsets: dict[StorePartition, ReplicaOffsets] = {}
@@ -340,6 +342,7 @@ class Follower:
                     self._stopping.wait(delay)
         finally:
             self._discard(reader)
+            self._expiry.close()
             with self._lifecycle:
                 self._running = False
                 self._lifecycle.notify_all()
@@ -628,7 +631,7 @@ class Follower:
         if followed.record_problem is not None:
             commit = self._decodable(key, followed, followed.record_problem, units, commit)
         try:
-            hosted.apply_changelog(
+            expired = hosted.apply_changelog(
                 commit.entries,
                 commit.batch_id,
                 commit.position,
@@ -646,6 +649,8 @@ class Follower:
             )
             return
         followed.failures = None
+        if expired:
+            self._expiry.send(followed.changelog, expired)
         if commit.refused:
             self._refuse(key, followed, commit.refused)
         with self._lock:
@@ -694,7 +699,8 @@ class Follower:
         commit: StoreCommit,
     ) -> StoreCommit:
         """The commit of a store whose records can fail to decode (a time or flag in the key
-        or value), without the entries that do not decode, each logged and counted."""
+        or value) or carry a key its engine cannot keep, without those entries, each logged
+        and counted: applied, they would fail the commit at every try."""
         bad = [
             (record, why)
             for unit in units
@@ -705,7 +711,7 @@ class Follower:
             return commit
         for record, why in bad:
             logger.error(
-                "changelog record at %s partition %d offset %d does not decode: %s; skipped",
+                "changelog record at %s partition %d offset %d cannot be applied: %s; skipped",
                 followed.changelog.topic,
                 followed.changelog.partition,
                 record.offset,

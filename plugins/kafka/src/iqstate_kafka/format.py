@@ -27,6 +27,13 @@ One key per partition also means compaction keeps only a partition's latest mark
 batches' markers go, their data stays, and the latest marker still carries the position
 the compacted data reflects.
 
+**Expiry tombstone**: key = a window's or session's data key; value = null; one header
+`iqstate.expired` = the format version byte. The active replica of a window or session store
+writes one for each window or session its retention drops (`iqstate_kafka.expiry`): no
+writer knows which windows a store holds, and each window is a key of its own, so without
+it compaction would keep every window ever written. Followers skip these records (every
+replica expires the same windows itself); compaction uses them.
+
 The version byte comes first in every value iqstate writes, so the format can evolve; a
 reader refuses versions it does not know. Nothing is ever deserialized with pickle.
 """
@@ -47,6 +54,9 @@ from iqstate_kafka.errors import ChangelogFormatError
 FORMAT_VERSION = 1
 BATCH_HEADER = "iqstate.batch"
 ALLOW_GAPS_HEADER = "iqstate.allow-gaps"
+EXPIRY_HEADER = "iqstate.expired"
+EXPIRY_HEADERS: list[tuple[str, str | bytes | None]] = [(EXPIRY_HEADER, bytes([FORMAT_VERSION]))]
+"""The headers of an expiry tombstone."""
 MARKER_KEY = b"\xffiqstate.batch-marker\xff"
 _NO_BATCH = -1
 _BATCH = struct.Struct(">Bq")
@@ -70,6 +80,13 @@ class BatchMarker:
     offset: int
     allows_gap: bool = False
     """The writer said the batch id may skip ids after the previous batch (`allow_gaps`)."""
+
+
+class ExpiryTombstone(NamedTuple):
+    """A decoded expiry tombstone: for compaction only, never applied."""
+
+    key: bytes
+    offset: int
 
 
 def is_fenced(batch_id: int | None, fence: int | None) -> bool:
@@ -157,7 +174,7 @@ def decode(
     key: bytes | None,
     value: bytes | None,
     headers: Headers,
-) -> DataRecord | BatchMarker:
+) -> DataRecord | BatchMarker | ExpiryTombstone:
     """The record at `offset`; `ChangelogFormatError` (naming where) if it does not decode."""
     try:
         if key is None:
@@ -170,6 +187,10 @@ def decode(
             return BatchMarker(batch_id, position, offset, _allows_gap(headers))
         if type(headers) is list and len(headers) == 1 and headers[0][0] == BATCH_HEADER:
             found = headers[0][1]  # what every writer of this format writes
+        elif _is_expiry(headers):
+            if value is not None:
+                raise ValueError("an expiry tombstone with a value")
+            return ExpiryTombstone(key, offset)
         else:
             found = _batch_header(headers)
         if not isinstance(found, bytes):
@@ -179,6 +200,16 @@ def decode(
         return DataRecord(key, value, batch_id, offset)
     except (ValueError, CorruptStateError) as exc:
         raise ChangelogFormatError(topic, partition, offset, str(exc)) from exc
+
+
+def _is_expiry(headers: Headers) -> bool:
+    """Whether `headers` are an expiry tombstone's (its one header, of a known version)."""
+    pairs = list(headers.items()) if isinstance(headers, dict) else headers or []
+    if not any(name == EXPIRY_HEADER for name, _ in pairs):
+        return False
+    if len(pairs) != 1 or pairs[0][1] != EXPIRY_HEADERS[0][1]:
+        raise ValueError(f"an {EXPIRY_HEADER} header of another version, or with others")
+    return True
 
 
 def _allows_gap(headers: Headers) -> bool:

@@ -72,6 +72,7 @@ from iqstate_kafka.format import (
     UNKNOWN,
     BatchMarker,
     DataRecord,
+    ExpiryTombstone,
     decode,
     is_fenced,
     known_batch_id,
@@ -474,6 +475,8 @@ class ChangelogConsumer:
                     events.append(state.hand_out(record, offset + 1))
                     state.holes = state.cut = False
                     continue
+                if isinstance(record, ExpiryTombstone):
+                    continue  # for compaction: every replica expires the window itself
                 batch_id = record.batch_id
             assert key is not None  # a data record (decode refuses one without a key)
             state.pairs.append((key, value))

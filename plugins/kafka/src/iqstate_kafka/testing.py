@@ -60,8 +60,11 @@ BROKER_SETTINGS: Mapping[str, str] = {
     "auto.create.topics.enable": "false",
     "num.network.threads": "2",
     "num.io.threads": "4",
+    "log.cleaner.backoff.ms": "1000",
 }
-"""The broker's settings besides listeners and directories (see distributed-mode.md)."""
+"""The broker's settings besides listeners and directories (see distributed-mode.md); its
+log cleaner looks for topics to compact every second (15 s by default), so a test that
+sets a topic's `segment.ms` low sees compaction within seconds."""
 
 
 def kafka_classpath(version: str = KAFKA_VERSION, cache: Path | None = None) -> Path:

@@ -19,6 +19,7 @@ LMDB_ENGINE = Engine(
     persistent=True,
     description="LMDB: one environment per partition, offsets in a named sub-database",
     check_config="iqstate_lmdb.options:check_config",
+    key_sizes=(1, 511),  # LMDB's default MDB_MAXKEYSIZE, which py-lmdb's build keeps
 )
 
 

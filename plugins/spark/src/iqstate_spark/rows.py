@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from iqstate.errors import IqstateError
 
@@ -162,15 +163,27 @@ class RowColumns:
 
     def _check_window_size(self, rows: Rows, starts: list[int], size: int) -> None:
         """Refuse windows of another size than the store's (`F.window("ts", "10 seconds")`
-        into a store of minutes would be read back as minutes of ten-second counts)."""
-        ends = self._epoch_ms(self._field(rows, "window", "end"), "window", "end")
-        for start, end in zip(starts, ends, strict=True):
-            if end - start != size:
-                raise IqstateError(
-                    f"to_store({self.store!r}): a row's window lasts {end - start} ms (column "
-                    f"{self.window!r}, window=), but the store's windows are {size} ms: "
-                    "declare the store with the window size the query groups by"
-                )
+        into a store of minutes would be read back as minutes of ten-second counts).
+        Compared in Arrow, in the columns' own unit: no Python step per row."""
+        start, end = self._field(rows, "window", "start"), self._field(rows, "window", "end")
+        if start.type == end.type:
+            self._check_times(end, "window", "end")
+            multiplier, divisor = _units_to_ms(end.type)
+            lasting = pc.subtract(end.cast(pa.int64()), start.cast(pa.int64()))
+        else:  # a struct made by hand: compared in milliseconds
+            ends = pa.array(self._epoch_ms(end, "window", "end"), pa.int64())
+            lasting = pc.subtract(ends, pa.array(starts, pa.int64()))
+            multiplier, divisor = 1, 1
+        scaled = pc.multiply(lasting, pa.scalar(multiplier, pa.int64()))
+        wrong = pc.not_equal(scaled, pa.scalar(size * divisor, pa.int64()))
+        if not pc.any(wrong).as_py():
+            return
+        first = lasting[pc.index(wrong, True).as_py()].as_py() * multiplier // divisor
+        raise IqstateError(
+            f"to_store({self.store!r}): a row's window lasts {first} ms (column "
+            f"{self.window!r}, window=), but the store's windows are {size} ms: declare "
+            "the store with the window size the query groups by"
+        )
 
     def _field(self, rows: Rows, argument: str, field: str) -> pa.Array[Any]:
         """Field `field` of the struct column named by `argument` (`window` or `session`)."""
@@ -191,6 +204,15 @@ class RowColumns:
     def _epoch_ms(self, times: pa.Array[Any], argument: str, field: str = "") -> list[int]:
         """`times` (timestamps, or integers taken as milliseconds) in epoch milliseconds:
         the column named by `argument`, or its struct's `field`."""
+        self._check_times(times, argument, field)
+        numbers = cast("list[int]", times.cast(pa.int64()).to_pylist())  # no nulls: checked
+        multiplier, divisor = _units_to_ms(times.type)
+        if divisor > 1:
+            return [number // divisor for number in numbers]
+        return [number * multiplier for number in numbers] if multiplier > 1 else numbers
+
+    def _check_times(self, times: pa.Array[Any], argument: str, field: str = "") -> None:
+        """Refuse `times` with a null, or of a type other than timestamps or integers."""
         name = self._arguments()[argument]
         if times.null_count:
             what = f"{argument} {field}" if field else argument
@@ -204,13 +226,11 @@ class RowColumns:
                 f"to_store({self.store!r}): column {name!r} ({argument}=) must hold timestamps "
                 f"or integers of epoch milliseconds, got {kind}"
             )
-        numbers = cast("list[int]", times.cast(pa.int64()).to_pylist())  # no nulls: checked
-        if pa.types.is_integer(kind):
-            return numbers
-        multiplier, divisor = _MS_IN[kind.unit]
-        if divisor > 1:
-            return [number // divisor for number in numbers]
-        return [number * multiplier for number in numbers] if multiplier > 1 else numbers
+
+
+def _units_to_ms(kind: pa.DataType) -> tuple[int, int]:
+    """The `(multiplier, divisor)` taking times of `kind` (checked) to milliseconds."""
+    return _MS_IN[kind.unit] if pa.types.is_timestamp(kind) else (1, 1)
 
 
 def _array(column: pa.Array[Any] | pa.ChunkedArray[Any]) -> pa.Array[Any]:

@@ -1,0 +1,237 @@
+"""Windows and sessions a store expires are deleted from its changelog too: the active
+replica logs a tombstone for each, in the batch that expired it, so a compacted changelog
+holds exactly what the store holds (and a restore reads no expired window)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from iqstate import (
+    Application,
+    InMemoryChangelog,
+    Position,
+    StateQueryRequest,
+    TopicPartition,
+    WindowRangeQuery,
+)
+from iqstate.context import StateStoreContext
+from iqstate.engines.memory import MemoryKeyValueStore, MemoryWindowStore
+from iqstate.keyspace import decode_window_key, encode_window_key
+from iqstate.plugins import default_registry
+from iqstate.runtime import ACTIVE, STANDBY
+from iqstate.runtime.assignment import PartitionRole
+from iqstate.runtime.hosted import HostedPartition
+from iqstate.session_store import LayeredSessionStore, decode_session_key, encode_session_key
+from iqstate.store import SessionStore, WindowStore
+
+ENGINES = ["memory", "rocksdb", "lmdb", "sqlite"]
+RETENTION = 50
+MIN, MAX = -(1 << 63), (1 << 63) - 1
+keys = st.sampled_from(["a", "b", "ab", "z"])
+times = st.integers(0, 200)
+window_puts = st.lists(st.tuples(keys, times, st.none() | st.integers(0, 9)), max_size=12)
+session_puts = st.lists(
+    st.tuples(keys, times, st.integers(0, 30), st.none() | st.integers(0, 9)), max_size=12
+)
+EXAMPLES = settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def declared(directory: Path, engine: str, changelog: InMemoryChangelog) -> Application:
+    app = Application("exp", directory, changelog=changelog)
+    for name, declare in (("w", app.window_store), ("s", app.session_store)):
+        options = {"engine": engine, "logging": True, "key_serde": "string"}
+        if name == "w":
+            declare(name, 2, window_size_ms=10, retention_ms=RETENTION, **options)
+        else:
+            declare(name, 2, RETENTION, **options)
+    return app
+
+
+def compacted(changelog: InMemoryChangelog, store: str) -> dict[bytes, bytes]:
+    """What compaction leaves of a store's changelog: each key's last record, tombstones
+    removed (markers are not the store's)."""
+    last: dict[bytes, bytes | None] = {}
+    for partition in changelog.partitions():
+        if partition.topic == f"exp-{store}-changelog":
+            for record in changelog.records(partition):
+                last[record.key] = record.value
+    return {key: value for key, value in last.items() if value is not None}
+
+
+def held(app: Application, store: str) -> Iterator[tuple[Any, ...]]:
+    """Every window or session the store answers, with its value."""
+    query = (
+        WindowRangeQuery.with_window_start_range(MIN, MAX)
+        if store == "w"
+        else WindowRangeQuery(MIN, MAX)
+    )
+    for result in app.query(
+        StateQueryRequest.in_store(store).with_query(query)
+    ).partition_results.values():
+        assert result.is_success, result
+        with result.result as rows:
+            for windowed, value in rows:
+                yield windowed.key, windowed.start_ms, windowed.end_ms, value
+
+
+def logged_windows(changelog: InMemoryChangelog) -> set[tuple[Any, ...]]:
+    found = set()
+    for key, value in compacted(changelog, "w").items():
+        window_key, start = decode_window_key(key)
+        found.add((window_key.decode(), start, start + 10, int(value)))
+    return found
+
+
+def logged_sessions(changelog: InMemoryChangelog) -> set[tuple[Any, ...]]:
+    found = set()
+    for key, value in compacted(changelog, "s").items():
+        session_key, start, end = decode_session_key(key)
+        found.add((session_key.decode(), start, end, int(value)))
+    return found
+
+
+@EXAMPLES
+@given(batches=st.lists(st.tuples(window_puts, session_puts), min_size=1, max_size=4))
+def test_a_compacted_changelog_holds_exactly_what_the_store_holds(
+    tmp_path: Path, engine: str, batches: list[tuple[list[Any], list[Any]]]
+) -> None:
+    shutil.rmtree(tmp_path / "app", ignore_errors=True)
+    changelog = InMemoryChangelog()
+    with declared(tmp_path / "app", engine, changelog) as app:
+        for number, (windows, sessions) in enumerate(batches, 1):
+            with app.begin_batch(position={"src": {0: number}}, batch_id=number) as batch:
+                for key, start, value in windows:
+                    batch.put("w", key, value, start)
+                for key, start, length, value in sessions:
+                    batch.put("s", key, value, session=(start, start + length))
+            assert logged_windows(changelog) == set(held(app, "w"))
+            assert logged_sessions(changelog) == set(held(app, "s"))
+    with declared(tmp_path / "again", "memory", changelog) as restored:
+        assert set(held(restored, "w")) == logged_windows(changelog)
+        assert set(held(restored, "s")) == logged_sessions(changelog)
+
+
+def test_the_batch_that_expires_a_window_logs_its_tombstone(tmp_path: Path) -> None:
+    changelog = InMemoryChangelog()
+    app = Application("exp", tmp_path, changelog=changelog)
+    app.window_store("w", 1, window_size_ms=10, retention_ms=RETENTION, key_serde="string",
+                     value_serde="string", logging=True)  # fmt: skip
+    with app:
+        with app.begin_batch(position={"src": {0: 1}}, batch_id=1) as batch:
+            batch.put("w", "old", "1", 0)
+            batch.put("w", "kept", "2", 20)
+        with app.begin_batch(position={"src": {0: 2}}, batch_id=2) as batch:
+            batch.put("w", "new", "3", 60)  # stream time 60: starts at or before 10 expire
+    (partition,) = changelog.partitions()
+    records = [(decode_window_key(r.key), r.value) for r in changelog.records(partition)]
+    assert records == [
+        ((b"old", 0), b"1"),
+        ((b"kept", 20), b"2"),
+        ((b"new", 60), b"3"),
+        ((b"old", 0), None),  # after the batch's own records
+    ]
+
+
+def test_the_contracts_default_scans_name_what_the_indexes_name() -> None:
+    # A plugin's window or session store without an index by time inherits the contract's
+    # scan; the core's stores read their index. Both must name the same windows.
+    windows = MemoryWindowStore("w", 10, RETENTION)
+    sessions = LayeredSessionStore(MemoryKeyValueStore("s"), RETENTION)
+    for store in (windows, sessions):
+        store.init(StateStoreContext(application_id="exp", store_name=store.name, partition=0))
+    for key, start in ((b"a", 0), (b"b", 30), (b"a", 45)):
+        windows.put(key, b"v", start)
+        sessions.put(key, b"v", start, start + 5)
+    for at in (40, 60, 95, 140):
+        assert sorted(windows.expired_by(at)) == sorted(WindowStore.expired_by(windows, at))
+        assert sorted(sessions.expired_by(at)) == sorted(SessionStore.expired_by(sessions, at))
+    assert sorted(windows.expired_by(95)) == [(b"a", 0), (b"a", 45), (b"b", 30)]
+    assert sorted(sessions.expired_by(95)) == [(b"a", 0, 5), (b"b", 30, 35)]
+
+
+def followed(tmp_path: Path, store: str, role: PartitionRole) -> HostedPartition:
+    """A followed memory partition of store `w` (windows) or `s` (sessions) in `role`."""
+    app = Application("exp", tmp_path)
+    if store == "w":
+        spec = app.window_store("w", 1, window_size_ms=10, retention_ms=RETENTION)
+    else:
+        spec = app.session_store("s", 1, RETENTION)
+    context = StateStoreContext(
+        application_id="exp",
+        store_name=store,
+        partition=0,
+        changelog_partition=TopicPartition(f"exp-{store}-changelog", 0),
+        query_handlers=default_registry().query_handlers,
+    )
+    hosted = HostedPartition(spec, 0, role, context, followed=True)
+    hosted.open()
+    return hosted
+
+
+def record_key(store: str, key: str, start: int, length: int) -> bytes:
+    if store == "w":
+        return encode_window_key(key.encode(), start)
+    return encode_session_key(key.encode(), start, start + length)
+
+
+def replica_holds(hosted: HostedPartition, store: str) -> dict[bytes, bytes]:
+    engine: Any = hosted.chain.engine
+    if store == "w":
+        with engine.all() as rows:
+            return {encode_window_key(w.key, w.start_ms): value for w, value in rows}
+    with engine.fetch_sessions(None, MIN, MAX) as rows:
+        return {encode_session_key(s.key, s.start_ms, s.end_ms): value for s, value in rows}
+
+
+units = st.lists(
+    st.lists(st.tuples(keys, times, st.integers(0, 30), st.none() | st.integers(0, 9)))
+)
+
+
+@EXAMPLES
+@given(store=st.sampled_from(["w", "s"]), applied=units)
+def test_an_active_replica_names_what_each_unit_expired(
+    tmp_path: Path, store: str, applied: list[list[Any]]
+) -> None:
+    # What the follower does: each unit applied, then a tombstone for each key the replica
+    # named. The changelog then compacts to exactly what the replica holds.
+    shutil.rmtree(tmp_path / "r", ignore_errors=True)
+    hosted = followed(tmp_path / "r", store, ACTIVE)
+    log: list[tuple[bytes, bytes | None]] = []
+    offset = 0
+    for batch_id, unit in enumerate(applied, 1):
+        records = [
+            (record_key(store, key, start, length), None if value is None else bytes([value]))
+            for key, start, length, value in unit
+        ]
+        offset += len(records) + 1
+        position = Position.from_map({"src": {0: batch_id}})
+        expired = hosted.apply_changelog(records, batch_id, position, offset)
+        log += records + [(key, None) for key in expired]
+        compacted = {key: value for key, value in dict(log).items() if value is not None}
+        assert compacted == replica_holds(hosted, store)
+    hosted.close()
+
+
+def test_a_standby_names_nothing(tmp_path: Path) -> None:
+    # Only the active writes tombstones: a standby applies the same units and expires the
+    # same windows, so its tombstones would only repeat the active's.
+    hosted = followed(tmp_path, "w", STANDBY)
+    records = [(encode_window_key(b"a", 0), b"1"), (encode_window_key(b"b", 100), b"2")]
+    assert hosted.apply_changelog(records, 1, Position.from_map({"src": {0: 1}}), 3) == []
+    assert replica_holds(hosted, "w") == {encode_window_key(b"b", 100): b"2"}
+    hosted.close()
