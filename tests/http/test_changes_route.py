@@ -529,7 +529,7 @@ def test_a_partition_served_quietly_for_longer_than_the_timeout_is_followed_agai
         async def upstream(*arguments: Any) -> None:
             nonlocal calls
             calls += 1
-            await script(calls, arguments[-1])
+            await script(calls, arguments[6])  # follow_local's `sink`
 
         monkeypatch.setattr(change_stream_module, "follow_local", upstream)
 
@@ -585,3 +585,38 @@ def test_a_partition_served_quietly_for_longer_than_the_timeout_is_followed_agai
     got = events_of(no_replica_one_hop_away)
     assert got[-1].event == "end"
     assert "found no replica to follow it for 0.5 s" in json.loads(got[-1].data)["message"]
+
+
+def test_a_local_upstream_ends_once_its_replica_may_no_longer_serve(
+    app: Application, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica that keeps following its changelog after a rebalance demoted it still gets
+    every batch, but a stream that asked for running actives (or a bounded lag) must move
+    to the replica that may serve it: the local upstream ends, saying why, for the merge to
+    resume the partition elsewhere from its cursor."""
+    from iqstate_http import change_upstreams
+    from iqstate_http.change_upstreams import Ended, Event, Following, Item, follow_local
+
+    monkeypatch.setattr(change_upstreams, "ELIGIBILITY_CHECK_S", 0.02)
+    serving = {0: True, 1: True}
+    items: list[Item] = []
+    cursor = app.subscribe("counts").cursor
+
+    def sink(item: Item) -> bool:
+        items.append(item)
+        if isinstance(item, Event) and len(items) == 3:
+            serving[1] = False  # after the snapshots: partition 1's replica is demoted
+        return True
+
+    async def run() -> None:
+        async with asyncio.timeout(10):
+            await follow_local(
+                app, "counts", {}, (0, 1), cursor, 16, sink, lambda partition: serving[partition]
+            )
+
+    asyncio.run(run())
+    assert isinstance(items[0], Following)
+    assert [type(item) for item in items[1:3]] == [Event, Event], "both snapshots first"
+    (ended,) = items[3:]
+    assert isinstance(ended, Ended) and ended.partitions == (0, 1) and ended.served
+    assert "[1] may no longer serve this stream here" in ended.reason

@@ -16,9 +16,12 @@ from hypothesis import strategies as st
 from iqstate import (
     Application,
     InMemoryChangelog,
+    MultiVersionedKeyQuery,
     Position,
+    Serdes,
     StateQueryRequest,
     TopicPartition,
+    VersionedRecord,
     WindowRangeQuery,
 )
 from iqstate.context import StateStoreContext
@@ -30,6 +33,7 @@ from iqstate.runtime.assignment import PartitionRole
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.session_store import LayeredSessionStore, decode_session_key, encode_session_key
 from iqstate.store import SessionStore, WindowStore
+from iqstate.versioned_store import decode_version_record, encode_version_record, version_key
 
 ENGINES = ["memory", "rocksdb", "lmdb", "sqlite"]
 RETENTION = 50
@@ -234,4 +238,98 @@ def test_a_standby_names_nothing(tmp_path: Path) -> None:
     records = [(encode_window_key(b"a", 0), b"1"), (encode_window_key(b"b", 100), b"2")]
     assert hosted.apply_changelog(records, 1, Position.from_map({"src": {0: 1}}), 3) == []
     assert replica_holds(hosted, "w") == {encode_window_key(b"b", 100): b"2"}
+    hosted.close()
+
+
+def versions_logged(changelog: InMemoryChangelog) -> set[tuple[str, int, int]]:
+    """The value versions a compacted versioned changelog keeps (tombstone versions and
+    the tombstones of expired versions left out)."""
+    found = set()
+    for key, value in compacted(changelog, "v").items():
+        raw, timestamp, version = decode_version_record(key, value)
+        if version is not None:
+            found.add((raw.decode(), timestamp, Serdes.int64().deserialize(version)))
+    return found
+
+
+def versions_held(app: Application) -> set[tuple[str, int, int]]:
+    found = set()
+    for key in ("a", "b", "ab", "z"):
+        query = MultiVersionedKeyQuery.with_key(key)
+        result = app.query(StateQueryRequest.in_store("v").with_query(query))
+        for partition_result in result.partition_results.values():
+            if partition_result.is_success:
+                with partition_result.result as records:
+                    found.update((key, r.timestamp, r.value) for r in records)
+    return found
+
+
+@EXAMPLES
+@given(puts=st.lists(st.tuples(keys, times, st.none() | st.integers(0, 9)), max_size=25))
+def test_a_compacted_versioned_changelog_holds_the_versions_the_store_holds(
+    tmp_path: Path, puts: list[tuple[str, int, int | None]]
+) -> None:
+    shutil.rmtree(tmp_path / "app", ignore_errors=True)
+    changelog = InMemoryChangelog()
+    app = Application("exp", tmp_path / "app", changelog=changelog)
+    app.versioned_key_value_store("v", 2, RETENTION, key_serde="string", value_serde="int64",
+                                  logging=True)  # fmt: skip
+    with app:
+        for number, (key, timestamp, value) in enumerate(puts, 1):
+            with app.begin_batch(position={"src": {0: number}}, batch_id=number) as batch:
+                batch.put("v", key, value, timestamp=timestamp)
+            assert versions_logged(changelog) == versions_held(app)
+    again = Application("exp", tmp_path / "again", changelog=changelog)
+    again.versioned_key_value_store("v", 2, RETENTION, key_serde="string", value_serde="int64",
+                                    logging=True)  # fmt: skip
+    with again:  # restored through the tombstones of expired versions (null values)
+        assert versions_held(again) == versions_logged(changelog)
+
+
+def test_an_active_versioned_replica_names_the_versions_a_unit_expired(tmp_path: Path) -> None:
+    app = Application("exp", tmp_path)
+    spec = app.versioned_key_value_store("v", 1, RETENTION)
+    context = StateStoreContext(
+        application_id="exp",
+        store_name="v",
+        partition=0,
+        changelog_partition=TopicPartition("exp-v-changelog", 0),
+        query_handlers=default_registry().query_handlers,
+    )
+    hosted = HostedPartition(spec, 0, ACTIVE, context, followed=True)
+    hosted.open()
+    first = [
+        encode_version_record(b"k", 0, b"a"),
+        encode_version_record(b"k", 40, b"b"),
+        encode_version_record(b"gone", 30, None),  # a tombstone version, current
+    ]
+    assert hosted.apply_changelog(first, 1, Position.from_map({"s": {0: 1}}), 4) == []
+    second = [
+        encode_version_record(b"late", 10, b"x"),  # behind the retention once 100 is seen
+        encode_version_record(b"other", 100, b"y"),
+        encode_version_record(b"late", 20, b"x"),
+    ]
+    expired = hosted.apply_changelog(second, 2, Position.from_map({"s": {0: 2}}), 8)
+    assert sorted(expired) == sorted(
+        [version_key(b"k", 0), version_key(b"gone", 30), version_key(b"late", 20)]
+    )
+    # Never a tombstone for a record key the store holds: a late put at the time of a kept
+    # version (a current version is kept however old) shares its key, and so does a
+    # version a unit writes again before a later record of it moves the stream time.
+    third = [
+        encode_version_record(b"old", 60, b"kept"),
+        encode_version_record(b"again", 70, None),  # a tombstone version, current
+        encode_version_record(b"other", 110, b"z"),  # history from 60 on
+    ]
+    assert hosted.apply_changelog(third, 3, Position.from_map({"s": {0: 3}}), 13) == []
+    fourth = [  # before them, `again` is a key deleted at 70: its versions would expire
+        encode_version_record(b"again", 70, b"back"),  # the same version again, a value
+        encode_version_record(b"other", 300, b"w"),  # history from 250 on
+        encode_version_record(b"old", 60, b"late"),  # the current version's time: dropped
+    ]
+    expired = hosted.apply_changelog(fourth, 4, Position.from_map({"s": {0: 4}}), 18)
+    assert expired == [version_key(b"other", 100)], "not again@70 nor old@60, both held"
+    engine: Any = hosted.chain.engine
+    assert engine.get(b"old") == VersionedRecord(b"kept", 60, None)
+    assert engine.get(b"again") == VersionedRecord(b"back", 70, None)
     hosted.close()

@@ -285,6 +285,27 @@ class VersionedKeyValueStore(StateStore, Generic[K, V]):
         for key, timestamp, value in entries:
             self.put(key, value, timestamp)
 
+    def expired_by(self, timestamp: int) -> list[tuple[K, int]]:
+        """`(key, timestamp)` of versions held now that a put at `timestamp` drops (older
+        versions that stopped being valid before the retention it sets, every version of a
+        key whose current one is a tombstone from before it): what an active replica writes
+        tombstones for, so that compaction removes them from the changelog. A store that
+        does not override this names none, and its expired versions stay in the changelog;
+        the conformance suite expects it answered."""
+        return []
+
+    def holds_version(self, key: K, timestamp: int) -> bool:
+        """Whether a version of `key` at exactly `timestamp`, a value or a tombstone, is
+        held: a tombstone is written to the changelog only for a version that is not (its
+        record shares the key `key + timestamp`). This default cannot see tombstones among
+        the older versions and answers True when it cannot tell; the core's store knows."""
+        latest = self.latest_version(key)
+        if latest is None:
+            return False
+        if latest[0] <= timestamp:
+            return latest[0] == timestamp
+        return True  # an older version's, maybe a tombstone's, which `versions` leaves out
+
     @abstractmethod
     def get(self, key: K, as_of: int | None = None) -> VersionedRecord[V] | None:
         """The version valid at `as_of` (the current one for `None`), or `None` when there

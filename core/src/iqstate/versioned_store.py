@@ -78,8 +78,19 @@ _MIN_CHUNK = 100
 
 def encode_version_record(key: bytes, timestamp: int, value: bytes | None) -> tuple[bytes, bytes]:
     """A version as a changelog record: key `key + timestamp`, value `flag + value` (never
-    null: a tombstone version is a record to keep, not a deletion for compaction)."""
-    return key + _ts(timestamp), _TOMBSTONE if value is None else _VALUE + value
+    null: a tombstone version is a record to keep; a null value is the tombstone of an
+    expired version, for compaction)."""
+    return version_key(key, timestamp), _TOMBSTONE if value is None else _VALUE + value
+
+
+def version_key(key: bytes, timestamp: int) -> bytes:
+    """The changelog key of `key`'s version at `timestamp`."""
+    return key + _ts(timestamp)
+
+
+def split_version_key(record_key: bytes) -> tuple[bytes, int]:
+    """The `(key, timestamp)` of a changelog key `version_key` made."""
+    return record_key[:-8], _from_ts(record_key[-8:])
 
 
 def decode_version_record(key: bytes, value: bytes | None) -> tuple[bytes, int, bytes | None]:
@@ -101,6 +112,21 @@ def _oldest_valid_to(history: list[Version], latest: int) -> int | None:
     if not history:
         return None
     return history[1][0] if len(history) > 1 else latest
+
+
+_Expiring = tuple[bytes, bytes, tuple[list[Version], Version] | None]
+"""An expiry index entry, its key, and the key's older versions and current one (None:
+the key holds none)."""
+
+
+def _kept_history(history: list[Version], latest: int, boundary: int) -> list[Version]:
+    """The older versions still valid after `boundary` (each ends where the next starts,
+    the last where the current version, at `latest`, does)."""
+    return [
+        version
+        for index, version in enumerate(history)
+        if (history[index + 1][0] if index + 1 < len(history) else latest) > boundary
+    ]
 
 
 def _record(found: Found | None) -> VersionedRecord[bytes] | None:
@@ -229,32 +255,64 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         boundary = self._boundary()
         if boundary == MIN_TIME:
             return
+        ending, deleted = self._expiring(boundary)
+        writes: list[tuple[bytes, bytes | None]] = []
+        for index_key, key, timeline in ending:
+            if timeline is None:  # nothing left to drop: only the index entry
+                writes.append((index_key, None))
+                continue
+            history, current = timeline
+            kept = _kept_history(history, current[0], boundary)
+            self._reindex(key, (history, current[0]), (kept, current[0]), writes)
+            writes.append((_TIMELINE + key, pack_timeline(current, pack_history(kept))))
+        for index_key, key, _ in deleted:
+            writes.append((index_key, None))
+            writes.append((_TIMELINE + key, None))
+        if writes:
+            self.key_value_store.put_all(writes)
+
+    def expired_by(self, timestamp: int) -> list[tuple[bytes, int]]:
+        """`(key, timestamp)` of each version held now that a put at `timestamp` drops:
+        older versions that stopped being valid before the retention, and every version of
+        a key whose current version is a tombstone from before it."""
+        self._check_open()
+        boundary = max(MIN_TIME, max(self._stream_time, timestamp) - self._retention)
+        if boundary == MIN_TIME:
+            return []
+        ending, deleted = self._expiring(boundary)
+        expired: dict[tuple[bytes, int], None] = {}
+        for _, key, timeline in ending:
+            if timeline is not None:
+                history, current = timeline
+                kept = _kept_history(history, current[0], boundary)
+                expired.update(
+                    dict.fromkeys((key, stamp) for stamp, _ in history[: len(history) - len(kept)])
+                )
+        for _, key, timeline in deleted:
+            if timeline is not None:
+                history, current = timeline
+                expired.update(dict.fromkeys((key, stamp) for stamp, _ in (*history, current)))
+        return list(expired)
+
+    def _expiring(self, boundary: int) -> tuple[list[_Expiring], list[_Expiring]]:
+        """What a stream time whose retention starts at `boundary` expires: the keys whose
+        oldest older version ended at or before it, and the keys whose current version is a
+        tombstone from at or before it; each with its index key and its timeline read (its
+        older versions and current one; None when the key has none)."""
         store = self.key_value_store
         with store.range(_BY_VALID_TO, _BY_VALID_TO + _ts(boundary) + b"\xff") as ended:
             ending = [index_key for index_key, _ in ended if _from_ts(index_key[1:9]) <= boundary]
-        writes: list[tuple[bytes, bytes | None]] = []
-        for index_key in ending:  # keys whose oldest older version ended before the boundary
+        with store.range(_TOMBSTONES, _TOMBSTONES + _ts(boundary) + b"\xff") as tombstoned:
+            deleted = [
+                index_key for index_key, _ in tombstoned if _from_ts(index_key[1:9]) <= boundary
+            ]
+
+        def read(index_key: bytes) -> _Expiring:
             key = index_key[9:]
             stored = store.get(_TIMELINE + key)
-            if stored is None:  # nothing left to drop: only the index entry
-                writes.append((index_key, None))
-                continue
-            history, current = versions_of(stored)
-            latest = current[0]
-            kept = [
-                version
-                for index, version in enumerate(history)
-                if (history[index + 1][0] if index + 1 < len(history) else latest) > boundary
-            ]
-            self._reindex(key, (history, latest), (kept, latest), writes)
-            writes.append((_TIMELINE + key, pack_timeline(current, pack_history(kept))))
-        with store.range(_TOMBSTONES, _TOMBSTONES + _ts(boundary) + b"\xff") as deleted:
-            for index_key, _ in deleted:
-                if _from_ts(index_key[1:9]) <= boundary:
-                    writes.append((index_key, None))
-                    writes.append((_TIMELINE + index_key[9:], None))
-        if writes:
-            store.put_all(writes)
+            return index_key, key, None if stored is None else versions_of(stored)
+
+        return [read(index_key) for index_key in ending], [read(index_key) for index_key in deleted]
 
     # -- reads -------------------------------------------------------------------------
 
@@ -295,6 +353,14 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             if value is not None and timestamp <= end and (valid_to is None or valid_to > after):
                 records.append(VersionedRecord(value, timestamp, valid_to))
         return records if ascending else records[::-1]
+
+    def holds_version(self, key: bytes, timestamp: int) -> bool:
+        self._check_open()
+        stored = self.key_value_store.get(_TIMELINE + key)
+        if stored is None:
+            return False
+        history, current = versions_of(stored)
+        return current[0] == timestamp or any(stamp == timestamp for stamp, _ in history)
 
     def found_in_range(
         self, lower: bytes | None, upper: bytes | None, as_of: int | None, limit: int | None

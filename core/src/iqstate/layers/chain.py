@@ -54,7 +54,12 @@ from iqstate.store import (
     WindowStore,
 )
 from iqstate.version_selection import versioned_record, versioned_rows
-from iqstate.versioned_store import LayeredVersionedStore, decode_version_record
+from iqstate.versioned_store import (
+    LayeredVersionedStore,
+    decode_version_record,
+    split_version_key,
+    version_key,
+)
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -249,8 +254,14 @@ class StoreChain(ABC, Generic[Top]):
     def expired_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[bytes]:
         """The changelog keys of what restoring `records` expires: what the store holds
         that their times expire, and the records it drops (late, or expired by a later
-        one). Empty for stores without a retention by time."""
+        one). Empty for stores without a retention by time. Asked before the restore; pass
+        the answer through `still_expired` after it."""
         return []
+
+    def still_expired(self, keys: list[bytes]) -> list[bytes]:
+        """Those of `keys` (from `expired_records`) the store does not hold now: a
+        tombstone must never remove a record the store still holds."""
+        return keys
 
     @property
     def position(self) -> Position:
@@ -423,8 +434,28 @@ class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
         return kept_versions(engine, [decode_version_record(k, v)[1] for k, v in records])
 
     def restore(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        # A null value is the tombstone of an expired version, for compaction alone: every
+        # replica drops the version itself (a version's own records are never null).
         engine: Any = self.engine
-        engine.put_all([decode_version_record(k, v) for k, v in records])
+        engine.put_all([decode_version_record(k, v) for k, v in records if v is not None])
+
+    def expired_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[bytes]:
+        # What the store held and the records' times expire, and the records it drops as
+        # behind the retention. (A version both written and expired by the same records is
+        # not named: it stays in the changelog, which only costs disk.)
+        engine: Any = self.engine
+        stamps = [decode_version_record(k, v)[1] for k, v in records]
+        held = [version_key(key, stamp) for key, stamp in engine.expired_by(max(stamps))]
+        kept = kept_versions(engine, stamps)
+        if kept is None:
+            return held
+        return held + [key for (key, _), flag in zip(records, kept, strict=True) if not flag]
+
+    def still_expired(self, keys: list[bytes]) -> list[bytes]:
+        # A late put at the time of a version kept (a key's current version is kept however
+        # old) shares that version's record key; so may a version the records wrote again.
+        engine: Any = self.engine
+        return [key for key in keys if not engine.holds_version(*split_version_key(key))]
 
 
 class SessionStoreChain(StoreChain[MeteredSessionStore[Any, Any]]):

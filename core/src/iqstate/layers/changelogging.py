@@ -25,7 +25,7 @@ from iqstate.store import (
     VersionedKeyValueStore,
     WindowStore,
 )
-from iqstate.versioned_store import encode_version_record
+from iqstate.versioned_store import encode_version_record, version_key
 
 
 class _ChangeLogging:
@@ -55,10 +55,11 @@ class _ChangeLogging:
         expired: list[bytes],
         position: Position,
     ) -> None:
-        """Log a window or session store's kept writes, then a tombstone for each record
-        key the batch expired: the store dropped them, and without a tombstone compaction
-        would keep them in the changelog for ever (each window is a key of its own). The
-        tombstones come last, after a write of the same batch to a window it expired."""
+        """Log a window, session or versioned store's kept writes, then a tombstone for each
+        record key the batch expired: the store dropped them, and without a tombstone
+        compaction would keep them in the changelog for ever (each window, session and
+        version is a key of its own). The tombstones come last, after a write of the same
+        batch to a window it expired."""
         send, changelog = self._writer.send, self._changelog
         for key, value in records:
             send(ChangelogRecord(changelog, key, value, position))
@@ -185,15 +186,26 @@ class ChangeLoggingVersionedStore(
         return self.wrapped.keeps(timestamp)
 
     def put(self, key: bytes, value: bytes | None, timestamp: int) -> None:
-        if not self.wrapped.keeps(timestamp):
-            # Dropped by the store: logged, it could replace the kept version of the same
-            # key and time on compaction, and a replica restoring would drop it again.
+        self.put_all([(key, timestamp, value)])
+
+    def put_all(self, entries: Iterable[tuple[bytes, int, bytes | None]]) -> None:
+        batch = list(entries)
+        if not batch:
             return
-        self.wrapped.put(key, value, timestamp)
-        record_key, record_value = encode_version_record(key, timestamp, value)
-        self._writer.send(
-            ChangelogRecord(self._changelog, record_key, record_value, self.wrapped.position)
-        )
+        wrapped = self.wrapped
+        expired = wrapped.expired_by(max(timestamp for _, timestamp, _ in batch))
+        records: list[tuple[bytes, bytes | None]] = []
+        for key, timestamp, value in batch:
+            if not wrapped.keeps(timestamp):
+                # Dropped by the store: logged, it could replace the kept version of the
+                # same key and time on compaction, and a replica restoring would drop it.
+                continue
+            wrapped.put(key, value, timestamp)
+            records.append(encode_version_record(key, timestamp, value))
+        # never one for a version held (the batch may have written it again)
+        held = wrapped.holds_version
+        tombstoned = [version_key(key, stamp) for key, stamp in expired if not held(key, stamp)]
+        self._log_expiring(records, tombstoned, wrapped.position)
 
     def get(self, key: bytes, as_of: int | None = None) -> VersionedRecord[bytes] | None:
         return self.wrapped.get(key, as_of)

@@ -239,7 +239,7 @@ class HostedPartition:
                         else [(len(entries), position, next_offset)]
                     )
                 self._publish_changelog(entries, kept, before, batches)
-            return expired
+            return self.chain.still_expired(expired) if expired else expired
 
     def _publish_changelog(
         self,

@@ -726,6 +726,33 @@ class StoreConformance:
         with answer_versions.result as versions:
             assert list(versions) == [VersionedRecord(b"new", 150, None)]
 
+    def test_versioned_expired_by_names_what_a_put_drops(
+        self, open_versioned: Callable[..., VersionedKeyValueStore[bytes, bytes]]
+    ) -> None:
+        store = open_versioned(retention=100)
+        store.put(b"k", b"a", 0)
+        store.put(b"k", b"b", 50)
+        store.put(b"k", b"c", 120)  # a: valid to 50; b: valid to 120
+        store.put(b"gone", None, 30)  # a key whose current version is a tombstone
+        store.put(b"kept", b"x", 25)  # a current version is kept however old
+        assert store.expired_by(120) == [], "a put that does not move stream time drops none"
+        # stream time 200: the history kept starts at 100; a (to 50) goes, b (to 120) stays
+        assert sorted(store.expired_by(200)) == [(b"gone", 30), (b"k", 0)]
+        store.put(b"other", b"y", 200)
+        assert [record.timestamp for record in store.versions(b"k", None, None, True)] == [
+            50,
+            120,
+        ]
+        assert store.get(b"gone", 150) is None and store.get(b"kept") is not None
+        assert store.expired_by(200) == [], "what was dropped is not named again"
+        assert sorted(store.expired_by(300)) == [(b"k", 50)]
+        assert store.holds_version(b"k", 50) and store.holds_version(b"kept", 25)
+        assert not store.holds_version(b"k", 0) and not store.holds_version(b"gone", 30)
+        store.put(b"t", b"v", 150)
+        store.put(b"t", None, 160)  # a tombstone version is held as well
+        store.put(b"t", b"w", 170)
+        assert store.holds_version(b"t", 160) and not store.holds_version(b"t", 165)
+
     def test_versioned_retention_frees_space(
         self, open_versioned: Callable[..., VersionedKeyValueStore[bytes, bytes]]
     ) -> None:

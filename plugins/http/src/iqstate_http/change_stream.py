@@ -224,6 +224,7 @@ class ChangeStream:
                     cursor,
                     request.max_pending,
                     self._sink,
+                    self._serves_here,
                 )
             )
         for host, numbers in remote.items():
@@ -262,6 +263,12 @@ class ChangeStream:
 
         self._spawn(later())
         return None
+
+    def _serves_here(self, partition: int) -> bool:
+        """Whether this instance's replica of `partition` may still serve the stream (the
+        rule that chose it: `replica_choice`)."""
+        replica = self._replicas.local(self._request.store, partition)
+        return replica is not None and replica.within(self._request.acceptable_lag)
 
     def _outage(self, partition: int) -> Outage:
         outage = self._outages.get(partition)

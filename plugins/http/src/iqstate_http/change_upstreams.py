@@ -9,6 +9,7 @@ says so (the merge's buffer is full).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -19,7 +20,7 @@ import httpx
 from httpx_sse import SSEError, aconnect_sse
 from starlette.concurrency import run_in_threadpool
 
-from iqstate import Application, SubscriptionEndedError, SubscriptionLaggedError
+from iqstate import Application, Subscription, SubscriptionEndedError, SubscriptionLaggedError
 from iqstate.errors import IqstateError
 from iqstate.subscriptions.cursor import Cursor, Progress
 from iqstate_http.change_events import batch_json
@@ -32,6 +33,9 @@ END_EVENT = "end"
 `onmessage` reads them)."""
 LAGGED = "lagged"
 """An end event's `reason` when the subscriber fell behind."""
+
+ELIGIBILITY_CHECK_S = 0.5
+"""How often a local upstream asks whether its replicas may still serve the stream."""
 
 logger = logging.getLogger(__name__)
 
@@ -88,9 +92,13 @@ async def follow_local(
     cursor: str,
     max_pending: int,
     sink: Sink,
+    may_serve: Callable[[int], bool] | None = None,
 ) -> None:
     """Follow `partitions` as this instance hosts them, from `cursor`, replaying up to
-    `max_pending` batches of a partition (`app.subscribe`'s)."""
+    `max_pending` batches of a partition (`app.subscribe`'s). `may_serve(partition)`,
+    asked every `ELIGIBILITY_CHECK_S`: False ends the upstream for the merge to resume
+    elsewhere (a replica still following its changelog after a rebalance demoted it, for
+    a stream that asked for running actives, or one fallen behind its `acceptable_lag`)."""
     try:
         subscription = await run_in_threadpool(  # a snapshot reads the store: off the loop
             lambda: app.subscribe(
@@ -104,6 +112,14 @@ async def follow_local(
     except IqstateError as error:  # not hosted here any more, or the application stopping
         sink(Ended(partitions, str(error)))
         return
+    stopped: list[str] = []
+    watch = (
+        None
+        if may_serve is None
+        else asyncio.get_running_loop().create_task(
+            _while_eligible(partitions, may_serve, subscription, stopped)
+        )
+    )
     try:
         sink(Following(partitions))
         async for batch in subscription:
@@ -113,7 +129,7 @@ async def follow_local(
             )
             if not sink(event):
                 return
-        sink(Ended(partitions, "the subscription closed"))
+        sink(Ended(partitions, stopped[0] if stopped else "the subscription closed"))
     except SubscriptionLaggedError as error:
         sink(Lagged(error.reason))
     except SubscriptionEndedError as error:
@@ -122,7 +138,29 @@ async def follow_local(
         logger.exception("following partitions %s of store %r here failed", partitions, store)
         sink(Ended(partitions, f"following them here failed: {error_text(error)}"))
     finally:
+        if watch is not None:
+            watch.cancel()
         subscription.close()
+
+
+async def _while_eligible(
+    partitions: tuple[int, ...],
+    may_serve: Callable[[int], bool],
+    subscription: Subscription,
+    stopped: list[str],
+) -> None:
+    """Close `subscription` once a partition may no longer be served here, saying why in
+    `stopped`."""
+    while True:
+        await asyncio.sleep(ELIGIBILITY_CHECK_S)
+        gone = [partition for partition in partitions if not may_serve(partition)]
+        if gone:
+            stopped.append(
+                f"partition(s) {gone} may no longer serve this stream here (no longer the "
+                "running active, or behind the acceptable lag)"
+            )
+            subscription.close()
+            return
 
 
 async def follow_remote(

@@ -1,12 +1,12 @@
-"""`ExpiryTombstones`: an active replica's tombstones for the windows and sessions its
-retention dropped, written to their changelog so that compaction removes them.
+"""`ExpiryTombstones`: an active replica's tombstones for the windows, sessions and versions
+its retention dropped, written to their changelog so that compaction removes them.
 
-A window or session is a changelog key of its own (`key + start`, `key + start + end`), and
-the pipeline that writes the changelog does not know which windows a store holds, so it
-never deletes one: without these tombstones compaction keeps every window ever written, and
-the changelog and every restore grow without bound. The active replica knows: the follower
-hands it each unit, and it names the windows and sessions the unit expired
-(`HostedPartition.apply_changelog`).
+A window, session or version is a changelog key of its own (`key + start`, `key + start +
+end`, `key + timestamp`), and the pipeline that writes the changelog does not know which of
+them a store holds, so it never deletes one: without these tombstones compaction keeps
+every one ever written, and the changelog and every restore grow without bound. The active
+replica knows: the follower hands it each unit, and it names what the unit expired and it
+no longer holds (`HostedPartition.apply_changelog`).
 
 Best effort, off the follower's critical path: a lost tombstone costs only disk (compaction
 keeps a window it could have removed, and a replica restoring drops it as it goes), so

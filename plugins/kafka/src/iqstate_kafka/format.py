@@ -27,12 +27,12 @@ One key per partition also means compaction keeps only a partition's latest mark
 batches' markers go, their data stays, and the latest marker still carries the position
 the compacted data reflects.
 
-**Expiry tombstone**: key = a window's or session's data key; value = null; one header
-`iqstate.expired` = the format version byte. The active replica of a window or session store
-writes one for each window or session its retention drops (`iqstate_kafka.expiry`): no
-writer knows which windows a store holds, and each window is a key of its own, so without
-it compaction would keep every window ever written. Followers skip these records (every
-replica expires the same windows itself); compaction uses them.
+**Expiry tombstone**: key = a window's, session's or version's data key; value = null; one
+header `iqstate.expired` = the format version byte. The active replica of a window, session
+or versioned store writes one for each window, session or version its retention drops
+(`iqstate_kafka.expiry`): no writer knows which of them a store holds, and each is a key
+of its own, so without it compaction would keep every one ever written. Followers skip
+these records (every replica expires the same ones itself); compaction uses them.
 
 The version byte comes first in every value iqstate writes, so the format can evolve; a
 reader refuses versions it does not know. Nothing is ever deserialized with pickle.
