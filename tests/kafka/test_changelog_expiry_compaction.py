@@ -131,3 +131,58 @@ def test_tombstones_that_cannot_be_written_are_reported_once_per_topic(
     tombstones.send(TopicPartition(topic, 0), [b"k"])
     tombstones.close()
     assert logged(cluster.bootstrap_servers, topic) == [(b"k", None)]
+
+
+def test_trailing_tombstones_leave_no_standby_lag_behind(
+    kafka_broker: LocalBroker, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    # The tombstones come after the marker of the batch that expired their windows: with
+    # nothing written after them, no unit commits past them, and a standby's lag must not
+    # stay at their count (it would never count as caught up, nor serve `acceptable_lag=0`).
+    cluster = KafkaCluster(kafka_broker.bootstrap_servers, timeout=10.0)
+    application_id = unique_name("app")
+    topic = changelog_topic(application_id, "w")
+    apps = [
+        declared(
+            Application(
+                application_id,
+                tmp_path / name,
+                application_server=f"{name}.test:7000",
+                cluster=cluster,
+                num_standby_replicas=1,
+            )
+        )
+        for name in ("a", "b")
+    ]
+    try:
+        for app in apps:
+            app.start()
+
+        def standby() -> Application | None:
+            for app in apps:
+                role = app.roles().get("w", {}).get(0)
+                if role is not None and role.state == "STANDBY":
+                    return app
+            return None
+
+        follower = eventually(standby, "one instance hosting the standby", within=60)
+        with apps[0].begin_batch(position={"in": {0: 1}}, batch_id=1) as batch:
+            batch.put("w", "old", 1, 0)
+        with apps[0].begin_batch(position={"in": {0: 2}}, batch_id=2) as batch:
+            batch.put("w", "new", 2, 200)  # expires old@0 once the active applies it
+        eventually(
+            lambda: (
+                logged(cluster.bootstrap_servers, topic)[-1] == (encode_window_key(b"old", 0), None)
+            ),
+            "the expiry tombstone ending the log",
+        )
+
+        def lag() -> int | None:
+            return follower.all_local_store_partition_lags()["w"][0].offset_lag
+
+        eventually(lambda: lag() == 0, "no standby lag left behind the trailing tombstone")
+        time.sleep(2.5)  # the follower asks the broker for the end offset every second
+        assert lag() == 0, "the end offset past the tombstone is known by now"
+    finally:
+        for app in apps:
+            app.close()

@@ -33,3 +33,18 @@ def test_an_empty_changelog_is_at_its_end_once_known() -> None:
     assert not offsets.at_end
     offsets.saw(Watermarks(0, 0))
     assert offsets.at_end
+
+
+def test_a_lag_counts_from_where_the_reader_settled_past_trailing_records() -> None:
+    """Records no unit commits past (expiry tombstones after a batch's marker, records that
+    do not decode) end the log of an idle pipeline: the replica is caught up once the
+    reader holds nothing and has read past them, not when a commit reaches them."""
+    offsets = ReplicaOffsets()
+    offsets.saw(Watermarks(0, 1_000))
+    offsets.committed_to(997)  # batch's marker at 996; three expiry tombstones after it
+    offsets.read_to(1_000, settled=None)  # still holding data of a batch in progress
+    assert offsets.lag == 3 and not offsets.caught_up
+    offsets.read_to(1_000, settled=1_000)
+    assert offsets.lag == 0 and offsets.caught_up
+    offsets.rebuilt()
+    assert offsets.settled is None

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from iqstate import (
@@ -168,12 +168,15 @@ def test_the_contracts_default_scans_name_what_the_indexes_name() -> None:
 
 
 def followed(tmp_path: Path, store: str, role: PartitionRole) -> HostedPartition:
-    """A followed memory partition of store `w` (windows) or `s` (sessions) in `role`."""
+    """A followed memory partition of store `w` (windows), `s` (sessions) or `v`
+    (versions) in `role`."""
     app = Application("exp", tmp_path)
     if store == "w":
-        spec = app.window_store("w", 1, window_size_ms=10, retention_ms=RETENTION)
-    else:
+        spec: Any = app.window_store("w", 1, window_size_ms=10, retention_ms=RETENTION)
+    elif store == "s":
         spec = app.session_store("s", 1, RETENTION)
+    else:
+        spec = app.versioned_key_value_store("v", 1, RETENTION)
     context = StateStoreContext(
         application_id="exp",
         store_name=store,
@@ -287,17 +290,7 @@ def test_a_compacted_versioned_changelog_holds_the_versions_the_store_holds(
 
 
 def test_an_active_versioned_replica_names_the_versions_a_unit_expired(tmp_path: Path) -> None:
-    app = Application("exp", tmp_path)
-    spec = app.versioned_key_value_store("v", 1, RETENTION)
-    context = StateStoreContext(
-        application_id="exp",
-        store_name="v",
-        partition=0,
-        changelog_partition=TopicPartition("exp-v-changelog", 0),
-        query_handlers=default_registry().query_handlers,
-    )
-    hosted = HostedPartition(spec, 0, ACTIVE, context, followed=True)
-    hosted.open()
+    hosted = followed(tmp_path, "v", ACTIVE)
     first = [
         encode_version_record(b"k", 0, b"a"),
         encode_version_record(b"k", 40, b"b"),
@@ -332,4 +325,47 @@ def test_an_active_versioned_replica_names_the_versions_a_unit_expired(tmp_path:
     engine: Any = hosted.chain.engine
     assert engine.get(b"old") == VersionedRecord(b"kept", 60, None)
     assert engine.get(b"again") == VersionedRecord(b"back", 70, None)
+    hosted.close()
+
+
+tens = st.integers(0, 20).map(lambda n: n * 10)  # times that meet the boundary exactly
+version_units = st.lists(
+    st.lists(st.tuples(keys, tens, st.none() | st.integers(0, 9)), min_size=1, max_size=4),
+    max_size=6,
+)
+
+
+@EXAMPLES
+@given(applied=version_units)
+@example(applied=[[("a", 110, None)], [("b", 160, None)], [("a", 110, None)]])  # at the boundary
+def test_late_tombstones_never_remove_a_version_the_replica_holds(
+    tmp_path: Path, applied: list[list[Any]]
+) -> None:
+    # The follower's tombstones reach the log after the pipeline's later batches (it
+    # applies a unit, then writes them; the pipeline does not wait). Whatever they land
+    # after, none may be the last record of a version the replica still holds, or
+    # compaction would remove it. (A late put at the time of a kept version replaces its
+    # record on compaction all the same: the pipeline wrote it; docs/cluster.md.)
+    shutil.rmtree(tmp_path / "r", ignore_errors=True)
+    hosted = followed(tmp_path / "r", "v", ACTIVE)
+    engine: Any = hosted.chain.engine
+    log: list[tuple[bytes, bytes | None]] = []
+    late: list[bytes] = []
+    offset = 0
+    for batch_id, unit in enumerate(applied, 1):
+        records = [
+            encode_version_record(key.encode(), at, None if value is None else bytes([value]))
+            for key, at, value in unit
+        ]
+        offset += len(records) + 1
+        position = Position.from_map({"src": {0: batch_id}})
+        log += records + [(key, None) for key in late]  # the last unit's, only now
+        late = hosted.apply_changelog(records, batch_id, position, offset)
+        last = dict(log)
+        for key in ("a", "b", "ab", "z"):
+            raw = key.encode()
+            held = [(v.timestamp, v.value) for v in engine.versions(raw, None, None, True)]
+            latest = engine.latest_version(raw)
+            for timestamp, _ in [*held, *([] if latest is None else [latest])]:
+                assert last.get(version_key(raw, timestamp)) is not None, (key, timestamp)
     hosted.close()

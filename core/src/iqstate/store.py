@@ -288,8 +288,10 @@ class VersionedKeyValueStore(StateStore, Generic[K, V]):
     def expired_by(self, timestamp: int) -> list[tuple[K, int]]:
         """`(key, timestamp)` of versions held now that a put at `timestamp` drops (older
         versions that stopped being valid before the retention it sets, every version of a
-        key whose current one is a tombstone from before it): what an active replica writes
-        tombstones for, so that compaction removes them from the changelog. A store that
+        key whose current one is a tombstone from before it), each older than the oldest
+        time a put is still kept at (so no later put can write that key again): what an
+        active replica writes tombstones for, so that compaction removes them from the
+        changelog, after later records, at the end of the log. A store that
         does not override this names none, and its expired versions stay in the changelog;
         the conformance suite expects it answered."""
         return []

@@ -292,7 +292,9 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             if timeline is not None:
                 history, current = timeline
                 expired.update(dict.fromkeys((key, stamp) for stamp, _ in (*history, current)))
-        return list(expired)
+        # Only versions no later put can write again: a put at the boundary itself is kept
+        # (`keeps`), and its record would share the key of a tombstone written after it.
+        return [(key, stamp) for key, stamp in expired if stamp < boundary]
 
     def _expiring(self, boundary: int) -> tuple[list[_Expiring], list[_Expiring]]:
         """What a stream time whose retention starts at `boundary` expires: the keys whose

@@ -61,6 +61,13 @@ class FollowedPartition(Protocol):
         when it has none, or is closed: check `closed` after calling it)."""
         ...
 
+    def settled_at(self, offset: int) -> None:
+        """The follower read its changelog up to `offset`, applied every unit before it and
+        holds nothing of it: the records after the last commit are none it applies (expiry
+        tombstones, records that do not decode). Its lag counts from here; nothing is
+        committed (a restart reads them again)."""
+        ...
+
     def apply_changelog(
         self,
         entries: list[tuple[bytes, bytes | None]],

@@ -79,6 +79,8 @@ class HostedPartition:
         self.closed = True
         self.rebuilt = False
         """True when the local files could not be trusted and the partition was rebuilt."""
+        self._settled: int | None = None
+        """Where the follower settled past records it does not apply (`settled_at`)."""
         self._offsets: OffsetKeeper | None = None
         self._topic_ids = TopicIds()
         self._committed = committed
@@ -211,11 +213,12 @@ class HostedPartition:
         offset after its marker, so that subscriptions announce each batch on its own (by
         default the entries are one batch when `position` is given, else part of one).
 
-        Returns, on an active replica of a window or session store, the changelog keys of
-        the windows or sessions the records expired (held before, or among the records):
-        the follower writes a tombstone for each, since no writer knows which windows a
-        store holds, and without one compaction keeps every window ever written. Nothing
-        applies those tombstones (every replica expires the same windows itself)."""
+        Returns, on an active replica of a window, session or versioned store, the
+        changelog keys of what the records expired (held before, or among the records) and
+        the store no longer holds: the follower writes a tombstone for each, since no
+        writer knows which windows or versions a store holds, and without one compaction
+        keeps every one ever written. Nothing applies those tombstones (every replica
+        expires the same ones itself)."""
         tp = self.changelog_partition
         assert tp is not None  # a followed partition has a changelog partition
         with self.lock:
@@ -283,6 +286,7 @@ class HostedPartition:
             )
             self.chain.close()
             self._offsets, self.fence = None, None  # nothing committed, until it is again
+            self._settled = None
             directory = self.context.directory
             if directory is None:  # in memory: the changelog holds it all
                 self.rebuilt = True
@@ -419,6 +423,16 @@ class HostedPartition:
         if self.changelog_partition is None or self._offsets is None:
             return None
         return self._offsets.committed_offset(self.changelog_partition)
+
+    def settled_at(self, offset: int) -> None:
+        self._settled = offset
+
+    def applied_offset(self) -> int:
+        """How far it has applied its changelog, for its lag: the committed offset, or where
+        the follower settled past records it does not apply (`settled_at`)."""
+        committed = self.committed_changelog_offset() or 0
+        settled = self._settled
+        return committed if settled is None or settled < committed else settled
 
     def skips(self, batch_id: int | None) -> bool:
         """True iff this partition already committed `batch_id` (or a later batch)."""

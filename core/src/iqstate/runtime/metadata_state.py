@@ -102,7 +102,7 @@ class MetadataState:
         lags: dict[str, dict[int, LagInfo]] = {}
         for name in self._partitions.store_names():
             for partition, hosted in sorted(self._partitions.of_store(name).items()):
-                current = hosted.committed_changelog_offset() or 0
+                current = hosted.applied_offset()
                 end = None if lost else self._assignment.end_offset(name, partition)
                 if end is None and contact is None:
                     end = current  # no cluster, no end offset but its own

@@ -735,10 +735,15 @@ class StoreConformance:
         store.put(b"k", b"c", 120)  # a: valid to 50; b: valid to 120
         store.put(b"gone", None, 30)  # a key whose current version is a tombstone
         store.put(b"kept", b"x", 25)  # a current version is kept however old
+        store.put(b"edge", b"v", 90)
+        store.put(b"edge", None, 100)  # deleted at what becomes the boundary
         assert store.expired_by(120) == [], "a put that does not move stream time drops none"
-        # stream time 200: the history kept starts at 100; a (to 50) goes, b (to 120) stays
-        assert sorted(store.expired_by(200)) == [(b"gone", 30), (b"k", 0)]
+        # stream time 200: the history kept starts at 100; a (to 50) goes, b (to 120) stays;
+        # edge goes whole, but a put at 100 is still kept: its tombstone version is not named
+        assert sorted(store.expired_by(200)) == [(b"edge", 90), (b"gone", 30), (b"k", 0)]
         store.put(b"other", b"y", 200)
+        store.put(b"edge", b"back", 100)
+        assert store.holds_version(b"edge", 100) and store.get(b"edge") is not None
         assert [record.timestamp for record in store.versions(b"k", None, None, True)] == [
             50,
             120,

@@ -12,7 +12,7 @@ Best effort, off the follower's critical path: a lost tombstone costs only disk 
 keeps a window it could have removed, and a replica restoring drops it as it goes), so
 records are queued to librdkafka and never waited for; failed deliveries (for example no
 Write permission on the changelog topic) are logged once per topic and reason. Followers
-skip these records (`iqstate_kafka.format`): every replica expires the same windows itself.
+skip these records (`iqstate_kafka.format`): every replica expires the same ones itself.
 """
 
 from __future__ import annotations
@@ -89,9 +89,9 @@ class ExpiryTombstones:
             return
         self._reported.add((topic, reason))
         logger.warning(
-            "expiry tombstones for %s could not be written: %s. Compaction keeps the windows "
-            "and sessions they were for (the changelog grows; nothing is lost or served "
-            "wrongly)%s",
+            "expiry tombstones for %s could not be written: %s. Compaction keeps the windows, "
+            "sessions or versions they were for (the changelog grows; nothing is lost or "
+            "served wrongly)%s",
             topic,
             reason,
             ": give the serving instances Write on the changelog topics" if permission else "",

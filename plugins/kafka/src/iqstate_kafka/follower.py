@@ -799,9 +799,16 @@ class Follower:
             key: reader.position(followed.changelog) if followed.assigned else None
             for key, followed in self._followed.items()
         }
+        settled = {
+            key: reader.settled(followed.changelog) if followed.assigned else None
+            for key, followed in self._followed.items()
+        }
+        for key, offset in settled.items():
+            if offset is not None:
+                self._followed[key].hosted.settled_at(offset)
         with self._lock:
             for key, position in positions.items():
-                self._offsets[key].read_to(position)
+                self._offsets[key].read_to(position, settled[key])
         return {key: position for key, position in positions.items() if position is not None}
 
     def _stalled(self, positions: Mapping[StorePartition, int]) -> StorePartition | None:

@@ -265,6 +265,8 @@ class ChangelogReading(Protocol):
 
     def position(self, partition: TopicPartition) -> int | None: ...
 
+    def settled(self, partition: TopicPartition) -> int | None: ...
+
     def read(self, timeout: float) -> list[ChangelogUnit | OffsetOutOfRange]: ...
 
     def close(self) -> None: ...
@@ -387,6 +389,15 @@ class ChangelogConsumer:
         every record it has read, including skipped ones and data held for a marker."""
         state = self._partitions.get((partition.topic, partition.partition))
         return state.next_offset if state is not None else None
+
+    def settled(self, partition: TopicPartition) -> int | None:
+        """The next offset of `partition` while it holds nothing (`None` while data waits
+        for its marker, or unassigned): every record before it was handed out in a unit or
+        skipped (an expiry tombstone, a record that does not decode). Once those units are
+        applied, the replica is as far as a commit at this offset would put it: a lag
+        counts from here, not from trailing records that no unit will commit past."""
+        state = self._partitions.get((partition.topic, partition.partition))
+        return state.next_offset if state is not None and not state.pairs else None
 
     def watermarks(self, partition: TopicPartition) -> Watermarks:
         """The partition's earliest and end offsets, asked of the broker now."""

@@ -67,6 +67,7 @@ class _Assigned:
     worker: int
     position: int
     skipped: int = 0
+    settled: int | None = None
 
 
 class ProcessChangelogConsumer:
@@ -163,6 +164,11 @@ class ProcessChangelogConsumer:
         state = self._assigned.get((partition.topic, partition.partition))
         return state.position if state is not None else None
 
+    def settled(self, partition: TopicPartition) -> int | None:
+        """`ChangelogConsumer.settled`, as the workers last said."""
+        state = self._assigned.get((partition.topic, partition.partition))
+        return state.settled if state is not None else None
+
     def read(self, timeout: float) -> list[Event]:
         """Wait up to `timeout` seconds for the workers' units; at most one answer of each
         worker is taken per call (so a commit stays bounded by `max_records` per worker, and
@@ -183,10 +189,10 @@ class ProcessChangelogConsumer:
         if frame[0] == "error":
             raise ClusterError(f"a changelog reader process failed: {frame[1]}")
         _, encoded, progress = frame
-        for topic, number, epoch, position, skipped in progress:
+        for topic, number, epoch, position, skipped, settled in progress:
             state = self._assigned.get((topic, number))
             if state is not None and state.epoch == epoch:
-                state.position, state.skipped = position, skipped
+                state.position, state.skipped, state.settled = position, skipped, settled
         events: list[Event] = []
         for event in encoded:
             state = self._assigned.get((event[1], event[2]))
@@ -302,7 +308,7 @@ def _serve(arguments: dict[str, Any], commands: IO[bytes], answers: IO[bytes]) -
         max_held_records=arguments["max_held_records"],
     )
     epochs: dict[tuple[str, int], int] = {}
-    told: list[tuple[str, int, int, int | None, int]] = []
+    told: list[tuple[str, int, int, int | None, int, int | None]] = []
     selector = selectors.DefaultSelector()
     selector.register(commands, selectors.EVENT_READ)
     try:
@@ -326,7 +332,16 @@ def _serve(arguments: dict[str, Any], commands: IO[bytes], answers: IO[bytes]) -
             progress = []
             for (topic, number), epoch in epochs.items():
                 tp = TopicPartition(topic, number)
-                progress.append((topic, number, epoch, reader.position(tp), reader.skipped(tp)))
+                progress.append(
+                    (
+                        topic,
+                        number,
+                        epoch,
+                        reader.position(tp),
+                        reader.skipped(tp),
+                        reader.settled(tp),
+                    )
+                )
             if encoded or progress != told:
                 _write_frame(answers, ("read", encoded, progress))
                 told = progress

@@ -39,6 +39,9 @@ class ReplicaOffsets:
     """The active replica reached its target (announced once per activation or rebuild)."""
     read: int | None = None
     """The reader's next offset (past records read but not applicable), while assigned."""
+    settled: int | None = None
+    """The reader's next offset while it holds nothing of the partition, its units applied
+    (`ChangelogConsumer.settled`): past trailing records no unit commits past."""
 
     @property
     def next_offset(self) -> int | None:
@@ -52,10 +55,14 @@ class ReplicaOffsets:
 
     @property
     def lag(self) -> int | None:
-        """Offsets between the replica and the end of its changelog partition, if known."""
+        """Offsets between the replica and the end of its changelog partition, if known:
+        from its committed offset, or from where the reader settled past records that no
+        unit commits past (expiry tombstones, records that do not decode)."""
         position = self.next_offset
         if position is None or self.end is None or not self.end_known:
             return None
+        if self.settled is not None and self.settled > position:
+            position = self.settled
         return max(0, self.end - position)
 
     @property
@@ -98,12 +105,15 @@ class ReplicaOffsets:
         """The replica was emptied to be rebuilt: an active waits for a new target."""
         self.committed = None
         self.read = None
+        self.settled = None
         self.target = None
         self.reached = False
 
-    def read_to(self, offset: int | None) -> None:
-        """The reader's position in the partition (`None`: it is not reading it now)."""
+    def read_to(self, offset: int | None, settled: int | None = None) -> None:
+        """The reader's position in the partition (`None`: it is not reading it now), and
+        where it settled (`settled`: None while it holds data for a marker)."""
         self.read = offset
+        self.settled = settled
 
     def reaches_target(self) -> bool:
         """True once per activation (or rebuild): when the active replica reaches its target."""
