@@ -61,11 +61,12 @@ class FollowedPartition(Protocol):
         when it has none, or is closed: check `closed` after calling it)."""
         ...
 
-    def settled_at(self, offset: int) -> None:
+    def settled_at(self, offset: int | None) -> None:
         """The follower read its changelog up to `offset`, applied every unit before it and
         holds nothing of it: the records after the last commit are none it applies (expiry
         tombstones, records that do not decode). Its lag counts from here; nothing is
-        committed (a restart reads them again)."""
+        committed (a restart reads them again). None: it holds data waiting for a marker,
+        or is not reading the partition now (the lag counts from the commit)."""
         ...
 
     def apply_changelog(

@@ -424,7 +424,7 @@ class HostedPartition:
             return None
         return self._offsets.committed_offset(self.changelog_partition)
 
-    def settled_at(self, offset: int) -> None:
+    def settled_at(self, offset: int | None) -> None:
         self._settled = offset
 
     def applied_offset(self) -> int:

@@ -72,6 +72,8 @@ class LagInfo:
     """How far a local store partition is behind the end of its changelog."""
 
     current_offset_position: int
+    """The changelog offset applied up to: the one committed, or past records a follower
+    read and does not apply (expiry tombstones, records that do not decode)."""
     end_offset_position: int | None
     """`None` while unknown: the end offset has not been fetched from the broker yet, or this
     instance has lost contact with its cluster (a lag computed then would be a guess)."""

@@ -804,8 +804,7 @@ class Follower:
             for key, followed in self._followed.items()
         }
         for key, offset in settled.items():
-            if offset is not None:
-                self._followed[key].hosted.settled_at(offset)
+            self._followed[key].hosted.settled_at(offset)
         with self._lock:
             for key, position in positions.items():
                 self._offsets[key].read_to(position, settled[key])
