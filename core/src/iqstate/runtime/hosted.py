@@ -285,8 +285,8 @@ class HostedPartition:
                 "again for a snapshot of the rebuilt store"
             )
             self.chain.close()
+            self._settled = None  # first: a lag read meanwhile never pairs it with nothing
             self._offsets, self.fence = None, None  # nothing committed, until it is again
-            self._settled = None
             directory = self.context.directory
             if directory is None:  # in memory: the changelog holds it all
                 self.rebuilt = True
