@@ -89,26 +89,25 @@ class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
             self.key_value_store.put_all([(data_key, value), (time_key, b"")])
 
     def _drop_expired(self) -> None:
-        for key, start in self._held_until(self._stream_time - self._retention_ms):
+        for time_key in self._indexed_until(self._stream_time - self._retention_ms):
+            start, key = self._start_of(time_key), time_key[9:]
             self.key_value_store.put_all(
-                [
-                    (_BY_TIME + _time.serialize(start) + key, None),
-                    (_DATA + encode_window_key(key, start), None),
-                ]
+                [(time_key, None), (_DATA + encode_window_key(key, start), None)]
             )
 
     def expired_by(self, window_start: int) -> list[tuple[bytes, int]]:
         self._check_open()
-        return self._held_until(window_start - self._retention_ms)
+        return [
+            (time_key[9:], self._start_of(time_key))
+            for time_key in self._indexed_until(window_start - self._retention_ms)
+        ]
 
-    def _held_until(self, limit: int) -> list[tuple[bytes, int]]:
-        """`(key, start)` of the windows held with a start at or before `limit`, read
-        from the index by time."""
+    def _indexed_until(self, limit: int) -> list[bytes]:
+        """The index-by-time keys of the windows held with a start at or before `limit`."""
         if limit < _MIN_TIME:
             return []
         with self.key_value_store.range(_BY_TIME, _index_upper(limit)) as indexed:
-            held = [(time_key[9:], self._start_of(time_key)) for time_key, _ in indexed]
-        return [(key, start) for key, start in held if start <= limit]
+            return [time_key for time_key, _ in indexed if self._start_of(time_key) <= limit]
 
     @staticmethod
     def _start_of(time_key: bytes) -> int:

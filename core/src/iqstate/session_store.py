@@ -109,32 +109,31 @@ class LayeredSessionStore(KeySpaceStore, SessionStore[bytes, bytes]):
 
     def _drop_expired(self) -> None:
         doomed: list[tuple[bytes, bytes | None]] = []
-        for end, prefixed_and_start in self._ended_by(self._limit()):
-            doomed.append((_BY_END + _ts(end) + prefixed_and_start, None))
-            doomed.append((_DATA + prefixed_and_start + _ts(end), None))
+        for index_key in self._ended_by(self._limit()):
+            doomed.append((index_key, None))
+            doomed.append((_DATA + index_key[9:] + index_key[1:9], None))
         if doomed:
             self.key_value_store.put_all(doomed)
 
     def expired_by(self, end_ms: int) -> list[tuple[bytes, int, int]]:
         self._check_open()
         expired = []
-        for end, prefixed_and_start in self._ended_by(end_ms - self._retention):
-            key, start = split_length_prefixed(prefixed_and_start)
-            expired.append((key, _from_ts(start), end))
+        for index_key in self._ended_by(end_ms - self._retention):
+            key, start = split_length_prefixed(index_key[9:])
+            expired.append((key, _from_ts(start), _from_ts(index_key[1:9])))
         return expired
 
-    def _ended_by(self, limit: int) -> list[tuple[int, bytes]]:
-        """`(end, length-prefixed key + start)` of the sessions held that end at or before
-        `limit`, read from the index by end."""
+    def _ended_by(self, limit: int) -> list[bytes]:
+        """The index-by-end keys (`0x01 + end + length + key + start`) of the sessions held
+        that end at or before `limit`."""
         if limit <= MIN_TIME:
             return []
         ended = []
         with self.key_value_store.range(_BY_END, _BY_END + _ts(limit) + b"\xff") as indexed:
             for index_key, _ in indexed:
-                end = _from_ts(index_key[1:9])
-                if end > limit:
+                if _from_ts(index_key[1:9]) > limit:
                     break
-                ended.append((end, index_key[9:]))
+                ended.append(index_key)
         return ended
 
     def fetch_sessions(

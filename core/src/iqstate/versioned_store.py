@@ -114,7 +114,7 @@ def _oldest_valid_to(history: list[Version], latest: int) -> int | None:
     return history[1][0] if len(history) > 1 else latest
 
 
-_Expiring = tuple[bytes, bytes, tuple[list[Version], Version] | None]
+_Ending = tuple[bytes, bytes, tuple[list[Version], Version] | None]
 """An expiry index entry, its key, and the key's older versions and current one (None:
 the key holds none)."""
 
@@ -255,9 +255,8 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         boundary = self._boundary()
         if boundary == MIN_TIME:
             return
-        ending, deleted = self._expiring(boundary)
         writes: list[tuple[bytes, bytes | None]] = []
-        for index_key, key, timeline in ending:
+        for index_key, key, timeline in self._ending(boundary):
             if timeline is None:  # nothing left to drop: only the index entry
                 writes.append((index_key, None))
                 continue
@@ -265,9 +264,9 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             kept = _kept_history(history, current[0], boundary)
             self._reindex(key, (history, current[0]), (kept, current[0]), writes)
             writes.append((_TIMELINE + key, pack_timeline(current, pack_history(kept))))
-        for index_key, key, _ in deleted:
+        for index_key in self._deleted(boundary):
             writes.append((index_key, None))
-            writes.append((_TIMELINE + key, None))
+            writes.append((_TIMELINE + index_key[9:], None))
         if writes:
             self.key_value_store.put_all(writes)
 
@@ -279,42 +278,48 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         boundary = max(MIN_TIME, max(self._stream_time, timestamp) - self._retention)
         if boundary == MIN_TIME:
             return []
-        ending, deleted = self._expiring(boundary)
         expired: dict[tuple[bytes, int], None] = {}
-        for _, key, timeline in ending:
+        for _, key, timeline in self._ending(boundary):
             if timeline is not None:
                 history, current = timeline
                 kept = _kept_history(history, current[0], boundary)
                 expired.update(
                     dict.fromkeys((key, stamp) for stamp, _ in history[: len(history) - len(kept)])
                 )
-        for _, key, timeline in deleted:
-            if timeline is not None:
-                history, current = timeline
+        store = self.key_value_store
+        for index_key in self._deleted(boundary):
+            key = index_key[9:]
+            stored = store.get(_TIMELINE + key)
+            if stored is not None:
+                history, current = versions_of(stored)
                 expired.update(dict.fromkeys((key, stamp) for stamp, _ in (*history, current)))
         # Only versions no later put can write again: a put at the boundary itself is kept
         # (`keeps`), and its record would share the key of a tombstone written after it.
         return [(key, stamp) for key, stamp in expired if stamp < boundary]
 
-    def _expiring(self, boundary: int) -> tuple[list[_Expiring], list[_Expiring]]:
-        """What a stream time whose retention starts at `boundary` expires: the keys whose
-        oldest older version ended at or before it, and the keys whose current version is a
-        tombstone from at or before it; each with its index key and its timeline read (its
-        older versions and current one; None when the key has none)."""
+    def _ending(self, boundary: int) -> list[_Ending]:
+        """The keys whose oldest older version ended at or before `boundary`: each with its
+        index entry and its timeline read (its older versions and current one; None when
+        the key holds none)."""
         store = self.key_value_store
         with store.range(_BY_VALID_TO, _BY_VALID_TO + _ts(boundary) + b"\xff") as ended:
             ending = [index_key for index_key, _ in ended if _from_ts(index_key[1:9]) <= boundary]
-        with store.range(_TOMBSTONES, _TOMBSTONES + _ts(boundary) + b"\xff") as tombstoned:
-            deleted = [
-                index_key for index_key, _ in tombstoned if _from_ts(index_key[1:9]) <= boundary
-            ]
-
-        def read(index_key: bytes) -> _Expiring:
+        found: list[_Ending] = []
+        for index_key in ending:
             key = index_key[9:]
             stored = store.get(_TIMELINE + key)
-            return index_key, key, None if stored is None else versions_of(stored)
+            found.append((index_key, key, None if stored is None else versions_of(stored)))
+        return found
 
-        return [read(index_key) for index_key in ending], [read(index_key) for index_key in deleted]
+    def _deleted(self, boundary: int) -> list[bytes]:
+        """The index entries (`0x04 + timestamp + key`) of the keys whose current version is
+        a tombstone from at or before `boundary`."""
+        with self.key_value_store.range(
+            _TOMBSTONES, _TOMBSTONES + _ts(boundary) + b"\xff"
+        ) as tombstoned:
+            return [
+                index_key for index_key, _ in tombstoned if _from_ts(index_key[1:9]) <= boundary
+            ]
 
     # -- reads -------------------------------------------------------------------------
 
@@ -361,8 +366,10 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         stored = self.key_value_store.get(_TIMELINE + key)
         if stored is None:
             return False
-        history, current = versions_of(stored)
-        return current[0] == timestamp or any(stamp == timestamp for stamp, _ in history)
+        at = history_at(stored)
+        if current_of(stored)[0] == timestamp:
+            return True
+        return at < len(stored) and timestamp in History(stored, at).stamps
 
     def found_in_range(
         self, lower: bytes | None, upper: bytes | None, as_of: int | None, limit: int | None
