@@ -14,6 +14,7 @@ store, as Kafka Streams' window stores do.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import ClassVar
 
 from iqstate.engine_store import check_window_sizes
@@ -75,18 +76,37 @@ class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
 
     def put(self, key: bytes, value: bytes | None, window_start: int) -> None:
         self._check_open()
-        if window_start > self._stream_time:
-            self._stream_time = window_start
-            self.key_value_store.put(_STREAM_TIME, _time.serialize(window_start))
+        if self._insert(key, value, window_start):
             self._drop_expired()
+
+    def put_all(self, entries: Iterable[tuple[bytes, int, bytes | None]]) -> None:
+        """The puts in order, then one drop of the windows they expired: a drop scans the
+        index by time, and a drop per put made a batch cost a scan per advance of the
+        stream time. Windows expire the same; they only leave the store at the end."""
+        self._check_open()
+        insert = self._insert
+        advanced = False
+        for key, window_start, value in entries:
+            advanced = insert(key, value, window_start) or advanced
+        if advanced:
+            self._drop_expired()
+
+    def _insert(self, key: bytes, value: bytes | None, window_start: int) -> bool:
+        """Write one window unless it is expired; True when the stream time advanced."""
+        store = self.key_value_store
+        advanced = window_start > self._stream_time
+        if advanced:
+            self._stream_time = window_start
+            store.put(_STREAM_TIME, _time.serialize(window_start))
         if not self.keeps(window_start):
-            return
+            return advanced
         data_key = _DATA + encode_window_key(key, window_start)
         time_key = _BY_TIME + _time.serialize(window_start) + key
         if value is None:
-            self.key_value_store.put_all([(data_key, None), (time_key, None)])
+            store.put_all([(data_key, None), (time_key, None)])
         else:
-            self.key_value_store.put_all([(data_key, value), (time_key, b"")])
+            store.put_all([(data_key, value), (time_key, b"")])
+        return advanced
 
     def _drop_expired(self) -> None:
         for time_key in self._indexed_until(self._stream_time - self._retention_ms):

@@ -14,7 +14,7 @@ arrives and from the store (Kafka's session stores expire by session end too).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -91,14 +91,31 @@ class LayeredSessionStore(KeySpaceStore, SessionStore[bytes, bytes]):
 
     def put(self, key: bytes, value: bytes | None, start_ms: int, end_ms: int) -> None:
         self._check_open()
+        if self._insert(key, value, start_ms, end_ms):
+            self._drop_expired()
+
+    def put_all(self, entries: Iterable[tuple[bytes, int, int, bytes | None]]) -> None:
+        """The puts in order, then one drop of the sessions they expired: a drop scans the
+        index by end, and a drop per put made a batch cost a scan per advance of the
+        stream time. Sessions expire the same; they only leave the store at the end."""
+        self._check_open()
+        insert = self._insert
+        advanced = False
+        for key, start_ms, end_ms, value in entries:
+            advanced = insert(key, value, start_ms, end_ms) or advanced
+        if advanced:
+            self._drop_expired()
+
+    def _insert(self, key: bytes, value: bytes | None, start_ms: int, end_ms: int) -> bool:
+        """Write one session unless it is expired; True when the stream time advanced."""
         check_session(self.name, start_ms, end_ms)
         store = self.key_value_store
-        if end_ms > self._stream_time:
+        advanced = end_ms > self._stream_time
+        if advanced:
             self._stream_time = end_ms
             store.put(_STREAM_TIME, _ts(end_ms))
-            self._drop_expired()
         if not self.keeps(end_ms):
-            return
+            return advanced
         prefixed = length_prefixed(key)
         data_key = _DATA + prefixed + _ts(start_ms) + _ts(end_ms)
         index_key = _BY_END + _ts(end_ms) + prefixed + _ts(start_ms)
@@ -106,6 +123,7 @@ class LayeredSessionStore(KeySpaceStore, SessionStore[bytes, bytes]):
             store.put_all([(data_key, None), (index_key, None)])
         else:
             store.put_all([(data_key, value), (index_key, b"")])
+        return advanced
 
     def _drop_expired(self) -> None:
         doomed: list[tuple[bytes, bytes | None]] = []

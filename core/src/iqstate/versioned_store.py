@@ -20,7 +20,7 @@ multi-version query leaves out versions that ended before the retention, determi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -197,9 +197,28 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
 
     def put(self, key: bytes, value: bytes | None, timestamp: int) -> None:
         self._check_open()
+        if self._insert(key, value, timestamp):
+            self._drop_expired()
+
+    def put_all(self, entries: Iterable[tuple[bytes, int, bytes | None]]) -> None:
+        """The puts in order, then one drop of what they expired: a drop scans the expiry
+        indexes, and a drop per put made a batch's puts cost a scan each while the stream
+        time advanced. Versions expire the same; they only leave the store at the end."""
+        self._check_open()
+        insert = self._insert
+        expiring = False
+        for key, timestamp, value in entries:
+            expiring = insert(key, value, timestamp) or expiring
+        if expiring:
+            self._drop_expired()
+
+    def _insert(self, key: bytes, value: bytes | None, timestamp: int) -> bool:
+        """Put one version, unless it is older than the history kept (Kafka drops it too);
+        True when what the store holds may have expired (the stream time advanced, or a
+        version at the boundary cut the one before it short to the boundary)."""
         store = self.key_value_store
         if timestamp < self._boundary():
-            return  # older than the history kept: Kafka drops it too
+            return False
         advanced = timestamp > self._stream_time
         if advanced:
             self._stream_time = timestamp
@@ -233,8 +252,7 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             writes.append((_TOMBSTONES + _ts(timestamp) + key, b""))
         writes.append((_TIMELINE + key, timeline))
         store.put_all(writes)
-        if advanced:
-            self._drop_expired()
+        return advanced or timestamp == self._boundary()
 
     @staticmethod
     def _reindex(

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from iqstate.context import StateStoreContext
 from iqstate.engine_store import EngineStore
+from iqstate.expiring_versions import expired_now, versions_at_risk
 from iqstate.iterators import KeyValueIterator
 from iqstate.kept_puts import expired_among, kept_sessions, kept_versions, kept_windows
 from iqstate.keyspace import decode_window_key, encode_window_key
@@ -440,22 +441,31 @@ class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
         engine.put_all([decode_version_record(k, v) for k, v in records if v is not None])
 
     def expired_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[bytes]:
-        # What the store held and the records' times expire, and the records it drops as
-        # behind the retention. (A version both written and expired by the same records is
-        # not named: it stays in the changelog, which only costs disk.)
+        # What the store held and the records' times expire, the records it drops as
+        # behind the retention, and the versions the records may write or cut short and
+        # expire with them (`versions_at_risk`; `still_expired` keeps those expired).
         engine: Any = self.engine
-        stamps = [decode_version_record(k, v)[1] for k, v in records]
+        written = [(k, v) for k, v in records if v is not None]  # as `restore` skips them
+        if not written:
+            return []
+        puts = [decode_version_record(k, v) for k, v in written]
+        stamps = [stamp for _, stamp, _ in puts]
         held = [version_key(key, stamp) for key, stamp in engine.expired_by(max(stamps))]
         kept = kept_versions(engine, stamps)
-        if kept is None:
-            return held
-        return held + [key for (key, _), flag in zip(records, kept, strict=True) if not flag]
+        dropped = (
+            []
+            if kept is None
+            else [key for (key, _), flag in zip(written, kept, strict=True) if not flag]
+        )
+        at_risk = [version_key(key, stamp) for key, stamp in versions_at_risk(engine, puts)]
+        return list(dict.fromkeys(held + dropped + at_risk))
 
     def still_expired(self, keys: list[bytes]) -> list[bytes]:
         # A late put at the time of a version kept (a key's current version is kept however
         # old) shares that version's record key; so may a version the records wrote again.
         engine: Any = self.engine
-        return [key for key in keys if not engine.holds_version(*split_version_key(key))]
+        versions = [split_version_key(key) for key in keys]
+        return [version_key(key, stamp) for key, stamp in expired_now(engine, versions)]
 
 
 class SessionStoreChain(StoreChain[MeteredSessionStore[Any, Any]]):

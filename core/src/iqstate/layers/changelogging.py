@@ -6,13 +6,14 @@ the changelog ends at the same position as the store that wrote it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from iqstate.changelog import ChangelogRecord, ChangelogWriter, changelog_topic
 from iqstate.context import StateStoreContext
 from iqstate.errors import IqstateError
+from iqstate.expiring_versions import expired_now, versions_at_risk
 from iqstate.iterators import KeyValueIterator
-from iqstate.kept_puts import kept_sessions, kept_windows, only_kept
+from iqstate.kept_puts import kept_sessions, kept_versions, kept_windows, only_kept
 from iqstate.keyspace import encode_window_key
 from iqstate.layers.wrapped import WrappedStore
 from iqstate.position import Position, TopicPartition
@@ -51,7 +52,7 @@ class _ChangeLogging:
 
     def _log_expiring(
         self,
-        records: list[tuple[bytes, bytes | None]],
+        records: Sequence[tuple[bytes, bytes | None]],
         expired: list[bytes],
         position: Position,
     ) -> None:
@@ -193,18 +194,16 @@ class ChangeLoggingVersionedStore(
         if not batch:
             return
         wrapped = self.wrapped
-        expired = wrapped.expired_by(max(timestamp for _, timestamp, _ in batch))
-        records: list[tuple[bytes, bytes | None]] = []
-        for key, timestamp, value in batch:
-            if not wrapped.keeps(timestamp):
-                # Dropped by the store: logged, it could replace the kept version of the
-                # same key and time on compaction, and a replica restoring would drop it.
-                continue
-            wrapped.put(key, value, timestamp)
-            records.append(encode_version_record(key, timestamp, value))
+        stamps = [timestamp for _, timestamp, _ in batch]
+        # Dropped puts are not logged: one could replace the kept version of the same key
+        # and time on compaction, and a replica restoring would drop it.
+        kept = kept_versions(wrapped, stamps)
+        expired = wrapped.expired_by(max(stamps))
+        expired += versions_at_risk(wrapped, batch)
+        wrapped.put_all(batch)
+        records = [encode_version_record(k, t, v) for k, t, v in only_kept(batch, kept)]
         # never one for a version held (the batch may have written it again)
-        held = wrapped.holds_version
-        tombstoned = [version_key(key, stamp) for key, stamp in expired if not held(key, stamp)]
+        tombstoned = [version_key(key, stamp) for key, stamp in expired_now(wrapped, expired)]
         self._log_expiring(records, tombstoned, wrapped.position)
 
     def get(self, key: bytes, as_of: int | None = None) -> VersionedRecord[bytes] | None:
