@@ -7,10 +7,11 @@ import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from iqstate_http import RemoteQueryClient, start_background
+from iqstate_http import RemoteQueryClient, serve, start_background
 from support.network import free_port
 
 from iqstate import (
@@ -150,3 +151,12 @@ def test_an_address_advertised_before_start_is_the_one_metadata_names(tmp_path: 
     with app:
         [metadata] = app.all_metadata()
         assert metadata.host_info == HostInfo("serving.example", 8080)
+
+
+@pytest.mark.parametrize("port", [65536, 70000, -1, True, "8080"])
+def test_a_port_no_socket_can_bind_is_refused_naming_it(app: Application, port: Any) -> None:
+    # The OS would take 70000 modulo 65536 and serve on 4464, not the port asked for.
+    with pytest.raises(ValueError, match=f"port must be a number from 1 to 65535.*{port!r}"):
+        start_background(app, port=port)
+    with pytest.raises(ValueError, match=f"port must be a number from 1 to 65535.*{port!r}"):
+        serve(app, port=port)

@@ -37,6 +37,7 @@ from iqstate import (
     StaticAssignment,
     TimestampedKeyQuery,
     TimestampedRangeQuery,
+    UnknownStateStoreError,
     ValueAndTimestamp,
     VersionedKeyQuery,
     VersionedRangeQuery,
@@ -239,7 +240,7 @@ def test_versioned_queries_answer_versions(served: Served) -> None:
     ]
 
 
-def test_session_queries_by_key_and_by_start(served: Served) -> None:
+def test_session_and_window_queries_by_key_and_by_start(served: Served) -> None:
     alice = served.values("visits", {"type": "window_range", "key": "alice"})
     assert alice == {
         str(partition_of("alice")): [
@@ -251,6 +252,13 @@ def test_session_queries_by_key_and_by_start(served: Served) -> None:
     assert list(served.values("visits", later).values()) == [
         [{"key": "alice", "start": 30, "end": 45, "value": 2}]
     ]
+    # A window store's keyed `window_range` too: the key's windows, from its partition.
+    spark = served.values("per-minute", {"type": "window_range", "key": "spark"})
+    assert spark == {
+        str(partition_of("spark", 2)): [
+            {"key": "spark", "start": 60_000, "end": 120_000, "value": 2}
+        ]
+    }
     starting = {"type": "window_range", "time_from": 12, "time_to": 30}
     sessions = [s for ss in served.values("visits", starting).values() for s in ss]
     assert sorted(sessions, key=lambda s: s["start"]) == [
@@ -322,8 +330,6 @@ def test_key_route_refuses_session_stores_as_it_refuses_window_stores(served: Se
         ("visits", {"type": "window_range", "key": "alice", "time_to": "soon"}, "'time_to'"),
         ("visits", {"type": "window_key", "key": "alice", "time_from": 0, "time_to": 1},
          "session store"),
-        ("per-minute", {"type": "window_range", "key": "spark", "time_from": 0, "time_to": 1},
-         "'window_key'"),
     ],
 )  # fmt: skip
 def test_a_malformed_query_is_a_400_naming_what_is_wrong(
@@ -442,6 +448,8 @@ CLIENT_QUERIES: list[tuple[str, Query[Any]]] = [
     ("profiles", KeyQuery.with_key("user-12")),
     ("visits", WindowRangeQuery.with_key("alice")),
     ("visits", WindowRangeQuery.with_window_start_range(0, 20)),
+    ("per-minute", WindowRangeQuery.with_key("spark")),
+    ("per-minute", WindowRangeQuery.with_key("kafka")),
     ("settings", KeyQuery.with_key("mode")),
 ]  # fmt: skip
 
@@ -710,3 +718,20 @@ def test_state_browser_lists_the_new_types_and_shows_timestamps(served: Served) 
         first = page.locator("#rows tbody tr").first.inner_text()
         assert first.split("\t") == ['"item-00"', "0", "1000"]
         browser.close()
+
+
+def test_the_routing_client_raises_what_app_query_raises_for_a_request_it_got_wrong(
+    served: Served,
+) -> None:
+    unknown = StateQueryRequest.in_store("nope").with_query(KeyQuery.with_key("k"))
+    with pytest.raises(UnknownStateStoreError):
+        served.app.query(unknown)
+    with RemoteQueryClient(served.url) as client:
+        with pytest.raises(UnknownStateStoreError, match="'nope'"):
+            client.query(unknown)
+        with pytest.raises(UnknownStateStoreError, match="'nope'"):
+            list(client.range("nope"))
+        # Not a ConnectionError, which callers retry: asking again cannot help.
+        with pytest.raises(ValueError, match="'per-minute'") as refused:
+            list(client.range("per-minute"))
+        assert not isinstance(refused.value, ConnectionError)

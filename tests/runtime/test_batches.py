@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -300,10 +301,8 @@ def test_batch_arguments_are_validated(make_app: MakeApp) -> None:
     with pytest.raises(TypeError, match="offset"):
         app.begin_batch(position={"src": {0: "1"}})  # type: ignore[dict-item]
     # Kafka's partitions and offsets start at 0 (the HTTP API refuses a position that does not)
-    with pytest.raises(ValueError, match="got 'src' partition 0 offset -5"):
+    with pytest.raises(ValueError, match="offset for topic 'src' must be >= 0, got -5"):
         app.begin_batch(position={"src": {0: -5}})
-    with pytest.raises(ValueError, match="got 'src' partition -1 offset 3"):
-        app.begin_batch(position=Position.from_map({"src": {-1: 3}}))
 
 
 def test_batches_limited_to_the_stores_of_one_pipeline(make_app: MakeApp) -> None:
@@ -367,3 +366,19 @@ def test_put_all_writes_and_refuses_exactly_as_put_does(
             error = str(exc)
         outcomes.append((error, batch.pending()))
     assert outcomes[0] == outcomes[1]
+
+
+def test_put_all_takes_a_mapping_and_names_an_entry_that_is_not_a_pair(tmp_path: Path) -> None:
+    app = Application("bulk", tmp_path)
+    app.key_value_store("s", 2, value_serde="json")
+    with app:
+        with app.begin_batch(position={"src": {0: 1}}, batch_id=1) as batch:
+            batch.put_all("s", {"ab": 1, "cd": [2]})  # its items, not its keys unpacked
+        result = app.query(StateQueryRequest.in_store("s").with_query(RangeQuery.with_no_bounds()))
+        rows = sorted(row for r in result.partition_results.values() for row in r.result)
+        assert rows == [("ab", 1), ("cd", [2])]
+        with pytest.raises(TypeError, match=r"store 's'.*\(key, value\) pairs.*an entry 5"):
+            with app.begin_batch(position={"src": {0: 2}}, batch_id=2) as batch:
+                batch.put_all("s", [("ef", 3), 5])
+        ef = app.query(StateQueryRequest.in_store("s").with_query(KeyQuery.with_key("ef")))
+        assert ef.only_partition_result() is None  # the batch was not committed

@@ -17,7 +17,7 @@ from iqstate_kafka.topics import changelog_topic
 from iqstate_spark import ClusterStores, to_store
 
 from iqstate import Application, Position, Serdes
-from iqstate.errors import IncompatibleStateError, IqstateError
+from iqstate.errors import IncompatibleStateError, IqstateError, UnknownStateStoreError
 from iqstate.keyspace import encode_window_key
 
 
@@ -124,7 +124,7 @@ def test_bad_declarations_and_rows_are_refused_clearly(
     stores.key_value_store("counts", 2, partitioner=lambda key, partitions: 5)
     with pytest.raises(ValueError, match="declared twice"):
         stores.key_value_store("counts", 2)
-    with pytest.raises(IqstateError, match="declares no store 'nope'"):
+    with pytest.raises(UnknownStateStoreError, match="declares no store 'nope'"):
         to_store(stores, "nope", key="k")
     with pytest.raises(ValueError, match="output_mode must be append or update"):
         to_store(stores, "counts", key="k", output_mode="complete")

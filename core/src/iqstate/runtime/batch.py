@@ -144,8 +144,9 @@ class Batch:
             entries = writer.entries[partition] = []
         entries.append(entry)
 
-    def put_all(self, store: str, entries: Iterable[tuple[Any, Any]]) -> None:
-        """`put` for many `(key, value)` pairs of a key-value store (`None` deletes).
+    def put_all(self, store: str, entries: Iterable[tuple[Any, Any]] | Mapping[Any, Any]) -> None:
+        """`put` for many `(key, value)` pairs of a key-value store (`None` deletes), or
+        the items of a mapping.
 
         The bulk path the pipeline sinks use: one look-up of the store, keys and values
         encoded in one call each (`Serde.serialize_many`), then a tight loop. If any of them
@@ -159,11 +160,20 @@ class Batch:
                 f"store {store!r} is a {spec.store_type} store: put_all takes the pairs of a "
                 "key-value store; use put with what its type needs"
             )
-        pairs = entries if isinstance(entries, list) else list(entries)
+        if isinstance(entries, Mapping):
+            pairs = list(entries.items())
+        else:
+            pairs = entries if isinstance(entries, list) else list(entries)
         if not pairs:
             return
-        keys = [key for key, _ in pairs]
-        values = [value for _, value in pairs]
+        try:
+            keys = [key for key, _ in pairs]
+            values = [value for _, value in pairs]
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"store {store!r}: put_all takes (key, value) pairs or a mapping, got an entry "
+                f"{_not_a_pair(pairs)!r}"
+            ) from None
         try:
             raw_keys = spec.key_serde.serialize_many(keys)
             raw_values = _encoded_values(spec.value_serde, values)
@@ -265,3 +275,13 @@ def _encoded_values(serde: Serde[Any], values: list[Any]) -> Sequence[bytes | No
         return serde.serialize_many(values)
     encoded = iter(serde.serialize_many([value for value in values if value is not None]))
     return [None if value is None else next(encoded) for value in values]
+
+
+def _not_a_pair(entries: list[Any]) -> Any:
+    """The first of `entries` that does not unpack as `(key, value)`."""
+    for entry in entries:
+        try:
+            _, _ = entry
+        except (TypeError, ValueError):
+            return entry
+    return None

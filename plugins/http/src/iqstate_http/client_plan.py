@@ -50,7 +50,7 @@ from iqstate import (
     WindowKeyQuery,
     WindowRangeQuery,
 )
-from iqstate.errors import IqstateError
+from iqstate.errors import IqstateError, UnknownStateStoreError
 from iqstate.plugins import default_registry
 from iqstate.runtime.partitioner import PartitionFunction, partition_function
 from iqstate.runtime.querying import keyed
@@ -286,6 +286,17 @@ def _error_message(reply: Reply) -> str:
         return f"HTTP {reply.status}"
 
 
+def _refusal(url: str, reply: Reply) -> Exception:
+    """What a request an instance refused (a 4xx) raises, typed as `app.query` would raise
+    it: an unknown store is an `UnknownStateStoreError`, anything else the request got
+    wrong a `ValueError`. Neither is a `ConnectionError`: asking again cannot help."""
+    message = f"{url} refused the request: {_error_message(reply)}"
+    error = reply.body.get("error") if isinstance(reply.body, dict) else None
+    if isinstance(error, dict) and error.get("code") == "unknown_store":
+        return UnknownStateStoreError(message)
+    return ValueError(message)
+
+
 def _retry_after(reply: Reply) -> float:
     """The wait a 503 asked for (`Retry-After`, as its JSON says nothing of it), or 0.5 s."""
     return reply.retry_after if reply.retry_after is not None else 0.5
@@ -515,7 +526,7 @@ class ClientLogic:
             if reply.status == 500:
                 raise RemoteServiceError(target, _error_message(reply))
             if reply.status != 503:
-                raise ValueError(f"{target} refused the request: {_error_message(reply)}")
+                raise _refusal(target, reply)
             code = str((reply.body or {}).get("error", {}).get("code", ""))
             reason = failure_reason_of(code)
             self.moved()
@@ -613,7 +624,7 @@ class ClientLogic:
                     p: QueryResult.for_failure(FailureReason.NOT_PRESENT, message)
                     for p in partitions or ()
                 }
-            raise ValueError(f"{url} refused the request: {message}")
+            raise _refusal(url, reply)
         results: dict[int, QueryResult[Any]] = {}
         for key, entry in reply.body["partitions"].items():
             if entry["ok"]:
@@ -677,6 +688,8 @@ class ClientLogic:
                 break
             self.moved()  # busy, or a partition between replicas: ask again after a wait
             yield [Wait(_retry_after(reply))]
+        if reply.status in REFUSALS:
+            raise _refusal(target, reply)
         if reply.status != 200:
             raise PageError(target, reply.status, _error_message(reply))
         answer = reply.body
@@ -728,7 +741,8 @@ class RemoteServiceError(RuntimeError):
 
 class PageError(ConnectionError):
     """A merged page no instance could answer (a `503` naming the partitions that could not
-    answer, or an error the request caused)."""
+    answer, or another failure of the service's; a request it refused raises as
+    `_refusal` says)."""
 
     def __init__(self, url: str, status: int, message: str) -> None:
         super().__init__(f"{url} could not answer the page (HTTP {status}): {message}")

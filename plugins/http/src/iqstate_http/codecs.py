@@ -283,8 +283,8 @@ def _decode_window_key(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
 
 
 def _decode_window_range(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any]:
-    """Every key's windows starting in `[time_from, time_to]`; with a `key` (session
-    stores), that key's only, over all of time unless the fields say otherwise."""
+    """Every key's windows starting in `[time_from, time_to]`; with a `key`, that key's
+    windows or sessions only, over all of time unless the fields say otherwise."""
     if body.get("key") is None:
         return WindowRangeQuery(_int(body, "time_from"), _int(body, "time_to"))
     return WindowRangeQuery(
@@ -480,12 +480,6 @@ class Codecs:
             raise BadRequest(
                 f"store {spec.name!r} is a {spec.store_type} store: {body['type']!r} queries "
                 f"are for {named} stores; its query types are {sorted(serves)}"
-            )
-        keyed_windows = codec.name == "window_range" and body.get("key") is not None
-        if keyed_windows and spec.store_type == "window":
-            raise BadRequest(
-                f"store {spec.name!r} is a window store: its 'window_range' queries name no "
-                "'key' (a session store's do); ask a key's windows with 'window_key'"
             )
         try:
             query: Query[Any] = codec.decode(body, lambda value: key_from_json(spec, value))

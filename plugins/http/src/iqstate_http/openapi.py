@@ -43,13 +43,28 @@ _BODY_KEY_SCHEMAS: dict[str, dict[str, Any]] = {
         "description": f"any JSON value but null, nested at most {MAX_DEPTH} levels",
     },
 }
+
+
+def _up_to(maximum: int) -> str:
+    """A pattern of the decimal numbers from 0 to `maximum`, leading zeros allowed (what
+    the service takes as a partition)."""
+    digits = str(maximum)
+    shorter = [f"[0-9]{{1,{len(digits) - 1}}}"] if len(digits) > 1 else []
+    lower = [
+        f"{digits[:i]}[0-{int(digit) - 1}][0-9]{{{len(digits) - i - 1}}}"
+        for i, digit in enumerate(digits)
+        if digit != "0"
+    ]
+    return f"^0*({'|'.join([*shorter, *lower, digits])})$"
+
+
 _POSITION = {
     "type": "object",
     "description": "{topic: {partition: offset}}",
     "propertyNames": {"minLength": 1},
     "additionalProperties": {
         "type": "object",
-        "propertyNames": {"pattern": "^[0-9]+$", "maxLength": len(str(INT32_MAX))},
+        "propertyNames": {"pattern": _up_to(INT32_MAX)},
         "additionalProperties": {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
     },
 }
@@ -382,32 +397,23 @@ def _queries(spec: StoreSpec) -> list[dict[str, Any]]:
             "properties": {"type": {"const": name}, **fields},
         }
 
-    if spec.store_type != "session":
-        window_range = query(
-            "window_range",
-            ["time_from", "time_to"],
-            "every key's windows starting in [time_from, time_to] (ms)",
-            time_from=_INT64,
-            time_to=_INT64,
-            key={"type": "null"},
-        )
-    else:
-        window_range = query(
-            "window_range",
-            [],
-            "sessions starting in [time_from, time_to] (ms): every key's, "
-            "or with key that key's only (the times then default to all of time)",
-            key=bound,
-            time_from=time,
-            time_to=time,
-        )
-        window_range["anyOf"] = [
-            {"required": ["key"], "properties": {"key": key}},
-            {
-                "required": ["time_from", "time_to"],
-                "properties": {"time_from": _INT64, "time_to": _INT64},
-            },
-        ]
+    entries = "sessions" if spec.store_type == "session" else "windows"
+    window_range = query(
+        "window_range",
+        [],
+        f"{entries} starting in [time_from, time_to] (ms): every key's, or with key that "
+        "key's only (the times then default to all of time)",
+        key=bound,
+        time_from=time,
+        time_to=time,
+    )
+    window_range["anyOf"] = [
+        {"required": ["key"], "properties": {"key": key}},
+        {
+            "required": ["time_from", "time_to"],
+            "properties": {"time_from": _INT64, "time_to": _INT64},
+        },
+    ]
     bodies = {
         "key": query("key", ["key"], "the value of one key (a versioned store's current "
                      "value)", key=key, skip_cache={"type": "boolean"}),

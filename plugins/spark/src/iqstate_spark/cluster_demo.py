@@ -25,23 +25,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from iqstate_spark.demo_parts import VOCABULARY
+from iqstate_kafka.settings import CLIENT_LOGGER as _CLIENTS  # the demo's own clients too
+
+from iqstate_spark.demo_parts import VOCABULARY, supervised
 from iqstate_spark.running import StopSignals
 
-WORKER_VARIABLE = "IQSTATE_DEMO_CLUSTER_WORKER"
-"""Set in the worker's environment: it runs the demo rather than supervising it."""
 QUERIED_WORDS = ("spark", "kafka", "stream")
 """The words whose counts are read over HTTP after each batch."""
 
@@ -114,7 +111,9 @@ class Producer(threading.Thread):
         from confluent_kafka import Consumer
         from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "iqstate-demo"})
+        consumer = Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": "iqstate-demo", "logger": _CLIENTS}
+        )
         try:
             partitions = consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions
             return {
@@ -131,7 +130,9 @@ class Producer(threading.Thread):
         from confluent_kafka import Producer as KafkaProducer
 
         if self._producer is None:
-            self._producer = KafkaProducer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
+            self._producer = KafkaProducer(
+                {"bootstrap.servers": self.bootstrap, "linger.ms": 5, "logger": _CLIENTS}
+            )
         for _ in range(self.chunk):
             self._producer.produce(self.topic, self.words.choice(VOCABULARY).encode())
         self._producer.flush(30)
@@ -154,7 +155,8 @@ def _create_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _CLIENTS}
+    admin = AdminClient(settings)
     try:
         admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
     except KafkaException as exc:
@@ -223,40 +225,12 @@ def run(args: argparse.Namespace) -> int:
     """Supervise the worker (see the module docstring), or be it."""
     if args.rate is not None and args.rate < 1:
         raise SystemExit("iqstate demo --cluster: --rate must be at least 1 word a second")
-    if args.batches is not None and args.batches < 1:
-        raise SystemExit("iqstate demo --cluster: --batches must be at least 1")
     if args.http_port and not _free(args.http_port):
         raise SystemExit(
             f"iqstate demo --cluster: port {args.http_port} is in use (is another demo still "
             "running?); pass --http-port 0 for free ports"
         )
-    if os.environ.get(WORKER_VARIABLE) == "1":
-        return _work(args)
-    return _supervise()
-
-
-def _supervise() -> int:
-    """Run the worker in a session of its own; turn the first SIGINT/SIGTERM into a request
-    to stop (SIGTERM to the worker), any later one into an immediate stop (SIGINT)."""
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "iqstate.cli", *sys.argv[1:]],
-        env={**os.environ, WORKER_VARIABLE: "1"},
-        start_new_session=True,
-    )
-    asked = 0
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        nonlocal asked
-        asked += 1
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM if asked == 1 else signal.SIGINT)
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return worker.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return supervised(lambda: _work(args))
 
 
 class _Batches:

@@ -14,7 +14,8 @@ top words, and the busiest words of the latest minute. The two queries commit on
 own, so each progress line says which batch the per-minute store has reached (often the
 one before); a last line, once both have processed every file, shows the two stores
 complete. `--batches N` runs N word-count batches (N new input files) and exits;
-`--duration` and `--files` also make it exit by itself; Ctrl-C stops it cleanly.
+`--duration` and `--files` also make it exit by itself; Ctrl-C or SIGTERM stops it
+cleanly, sent to the command or to its whole process group (`demo_parts.supervised`).
 Restarting it with the same `--dir` resumes from Spark's checkpoint and iqstate's stores,
 exactly once.
 """
@@ -38,7 +39,7 @@ from iqstate import (
     StateQueryRequest,
     WindowRangeQuery,
 )
-from iqstate_spark.demo_parts import VOCABULARY
+from iqstate_spark.demo_parts import VOCABULARY, supervised
 from iqstate_spark.offsets import committed_batches
 from iqstate_spark.running import StopSignals
 from iqstate_spark.sink import to_store
@@ -258,6 +259,11 @@ def start_queries(
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the demo in a worker process of its own session (`supervised`)."""
+    return supervised(lambda: _work(args))
+
+
+def _work(args: argparse.Namespace) -> int:
     directory = Path(args.dir).resolve()
     inbox, staging = directory / "inbox", directory / "staging"
     for folder in (inbox, staging):

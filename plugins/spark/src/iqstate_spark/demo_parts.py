@@ -1,8 +1,18 @@
-"""What the embedded demo and the distributed demo share: their options and their words."""
+"""What the embedded demo and the distributed demo share: their options, their words, and
+how they stop."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from types import FrameType
+
+WORKER_VARIABLE = "IQSTATE_DEMO_WORKER"
+"""Set in the worker's environment: it runs the demo rather than supervising it."""
 
 VOCABULARY = [
     "spark",
@@ -57,6 +67,33 @@ VOCABULARY = [
 ]
 
 
+def _at_least_one(text: str) -> int:
+    """A count that must be at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    """A duration in seconds that must be above 0."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text!r}")
+    return seconds
+
+
+def _http_port(text: str) -> int:
+    """A port to serve on, or 0 for any free one."""
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"must be a port number from 1 to 65535, or 0 for any, got {text!r}"
+        )
+    return int(text)
+
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `iqstate demo` that both demos take."""
     parser.add_argument(
@@ -64,24 +101,59 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--batches",
-        type=int,
+        type=_at_least_one,
         default=None,
         help="run this many word-count batches (one new input file each), then exit",
     )
-    parser.add_argument("--duration", type=float, default=None, help="exit after this many seconds")
+    parser.add_argument(
+        "--duration", type=_seconds, default=None, help="exit after this many seconds"
+    )
     parser.add_argument(
         "--files",
-        type=int,
+        type=_at_least_one,
         default=None,
         help="write this many input files in all, then stop writing",
     )
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between input files")
-    parser.add_argument("--lines", type=int, default=200, help="lines per input file")
+    parser.add_argument(
+        "--interval", type=_seconds, default=1.0, help="seconds between input files"
+    )
+    parser.add_argument("--lines", type=_at_least_one, default=200, help="lines per input file")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--http-port",
-        type=int,
+        type=_http_port,
         default=7070,
         help="port of the HTTP API (with iqstate-http); 0: any",
     )
     parser.add_argument("--quiet", action="store_true", help="print only the progress line")
+
+
+def supervised(work: Callable[[], int]) -> int:
+    """Run `work` when this process is the demo's worker. Else run the worker (this command
+    again) in a session of its own and supervise it: SIGINT or SIGTERM, to the command or
+    to its whole process group (Ctrl-C, `timeout`, systemd), reaches only this process,
+    which turns the first into a request to stop (SIGTERM to the worker, which stops
+    cleanly) and any later one into an immediate stop (SIGINT). Spark's JVM, in the
+    worker's session, never gets the group's signal, which kills it mid-batch with Java
+    traces. Returns the worker's exit code."""
+    if os.environ.get(WORKER_VARIABLE) == "1":
+        return work()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "iqstate.cli", *sys.argv[1:]],
+        env={**os.environ, WORKER_VARIABLE: "1"},
+        start_new_session=True,
+    )
+    asked = 0
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        nonlocal asked
+        asked += 1
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM if asked == 1 else signal.SIGINT)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return worker.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from iqstate.errors import IqstateError
+from iqstate.errors import IqstateError, UnknownStateStoreError
 from iqstate_spark.offsets import local_checkpoint
 from iqstate_spark.rows import RowColumns
 
@@ -80,13 +80,13 @@ def check_sink_arguments(
 ) -> SinkArguments:
     """Check `to_store`'s arguments against the store's declaration (`store_type` None: not
     declared by `declared_by`, which declares `declared`; `modes`: the output modes allowed,
-    `modes_where` and `modes_why`: what the error says of them); `IqstateError` or
-    `ValueError` naming the store and what is wrong. A store's type decides which column of
-    times it reads: `window` (window stores; defaults to `window`), `timestamp`
-    (timestamped and versioned stores; required) or `session` (session stores; defaults to
-    `session_window`), and refuses the others."""
+    `modes_where` and `modes_why`: what the error says of them); `UnknownStateStoreError`,
+    `IqstateError` or `ValueError` naming the store and what is wrong. A store's type
+    decides which column of times it reads: `window` (window stores; defaults to
+    `window`), `timestamp` (timestamped and versioned stores; required) or `session`
+    (session stores; defaults to `session_window`), and refuses the others."""
     if store_type is None:
-        raise IqstateError(
+        raise UnknownStateStoreError(
             f"to_store: {declared_by} declares no store {store!r}{declared_where}; declared: "
             f"{', '.join(sorted(declared)) or 'none'}"
         )
