@@ -144,9 +144,12 @@ def test_cursors_are_checked(tmp_path: Path) -> None:
         assert unmerged_cursor.status_code == 400
         not_a_range = post(a.url, {"query": {"type": "key", "key": "x"}, "merge": True})
         assert not_a_range.status_code == 400 and "range" in not_a_range.json()["error"]["message"]
-        for limit in (0, 100_001, "10", True):
+        for limit in (0, 100_001, "10", True, 2.5):
             bad = post(a.url, {"query": {"type": "range"}, "merge": True, "limit": limit})
             assert bad.status_code == 400, limit
+        # an integer as JSON Schema (and the OpenAPI document) sees one
+        whole = post(a.url, {"query": {"type": "range"}, "merge": True, "limit": 5.0}).json()
+        assert len(whole["rows"]) == 5
 
 
 def test_an_unmerged_answer_over_max_rows_is_a_422_that_says_to_page(tmp_path: Path) -> None:

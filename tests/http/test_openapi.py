@@ -6,6 +6,7 @@ it reads)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 from iqstate_http import start_background
+from iqstate_http.client_numbers import whole_number
+from iqstate_http.openapi import number_pattern
 from openapi_spec_validator import validate
 
 from iqstate import Application
@@ -121,3 +124,15 @@ def test_schemathesis_finds_nothing(app: Application, tmp_path: Path, token: str
         server.stop()
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-2000:]
     assert " passed" in run.stdout
+
+
+@pytest.mark.parametrize("maximum", [0, 7, 10, 100, 1009, 2147483647])
+def test_the_partition_pattern_takes_exactly_what_the_service_takes(maximum: int) -> None:
+    pattern = re.compile(number_pattern(maximum))
+    digits = len(str(maximum))
+    samples = {str(n) for n in range(min(maximum + 50, 3000))}
+    samples |= {str(maximum + d) for d in range(-20, 21) if maximum + d >= 0}
+    samples |= {"0" + str(maximum), "00" + str(maximum + 1), "9" * (digits + 1), "", "1x"}
+    for text in samples:
+        taken = whole_number(text, maximum) is not None
+        assert (pattern.match(text) is not None) == taken, text

@@ -301,8 +301,10 @@ def test_batch_arguments_are_validated(make_app: MakeApp) -> None:
     with pytest.raises(TypeError, match="offset"):
         app.begin_batch(position={"src": {0: "1"}})  # type: ignore[dict-item]
     # Kafka's partitions and offsets start at 0 (the HTTP API refuses a position that does not)
-    with pytest.raises(ValueError, match="offset for topic 'src' must be >= 0, got -5"):
+    with pytest.raises(ValueError, match="got 'src' partition 0 offset -5"):
         app.begin_batch(position={"src": {0: -5}})
+    with pytest.raises(ValueError, match="got 'src' partition -1 offset 3"):
+        app.begin_batch(position=Position.from_map({"src": {-1: 3}}))
 
 
 def test_batches_limited_to_the_stores_of_one_pipeline(make_app: MakeApp) -> None:

@@ -328,6 +328,20 @@ def test_an_active_versioned_replica_names_the_versions_a_unit_expired(tmp_path:
     hosted.close()
 
 
+def a_fresh_versioned_active(tmp_path: Path) -> HostedPartition:
+    """An active followed memory partition of versioned store `v`, new each example."""
+    shutil.rmtree(tmp_path / "r", ignore_errors=True)
+    return followed(tmp_path / "r", "v", ACTIVE)
+
+
+def version_records(unit: list[tuple[str, int, int | None]]) -> list[tuple[bytes, bytes]]:
+    """The changelog records of `(key, timestamp, value or None)` puts."""
+    return [
+        encode_version_record(key.encode(), at, None if value is None else bytes([value]))
+        for key, at, value in unit
+    ]
+
+
 tens = st.integers(0, 20).map(lambda n: n * 10)  # times that meet the boundary exactly
 version_units = st.lists(
     st.lists(st.tuples(keys, tens, st.none() | st.integers(0, 9)), min_size=1, max_size=4),
@@ -346,17 +360,13 @@ def test_late_tombstones_never_remove_a_version_the_replica_holds(
     # after, none may be the last record of a version the replica still holds, or
     # compaction would remove it. (A late put at the time of a kept version replaces its
     # record on compaction all the same: the pipeline wrote it; docs/cluster.md.)
-    shutil.rmtree(tmp_path / "r", ignore_errors=True)
-    hosted = followed(tmp_path / "r", "v", ACTIVE)
+    hosted = a_fresh_versioned_active(tmp_path)
     engine: Any = hosted.chain.engine
     log: list[tuple[bytes, bytes | None]] = []
     late: list[bytes] = []
     offset = 0
     for batch_id, unit in enumerate(applied, 1):
-        records = [
-            encode_version_record(key.encode(), at, None if value is None else bytes([value]))
-            for key, at, value in unit
-        ]
+        records = version_records(unit)
         offset += len(records) + 1
         position = Position.from_map({"src": {0: batch_id}})
         log += records + [(key, None) for key in late]  # the last unit's, only now
@@ -405,6 +415,8 @@ distinct_units = st.lists(
 @given(applied=distinct_units)
 @example(applied=[[("a", 0, 1), ("a", 10, 2), ("b", 70, 3)]])  # a@0 written and expired
 @example(applied=[[("a", 0, 1), ("a", 100, 2)], [("a", 10, 3), ("b", 200, 4)]])  # cut short
+@example(applied=[[("a", 0, 1), ("a", 10, None), ("a", 110, 2)], [("a", 90, 3), ("b", 120, 4)]])
+@example(applied=[[("a", 150, None), ("b", 100, None)], [("a", 200, None)]])  # deleted at 100
 def test_versions_a_unit_writes_or_cuts_short_and_expires_leave_the_changelog(
     tmp_path: Path, applied: list[list[Any]]
 ) -> None:
@@ -412,21 +424,21 @@ def test_versions_a_unit_writes_or_cuts_short_and_expires_leave_the_changelog(
     # batches at once) can write a version, or cut a held one short with an out-of-order
     # one, and expire it in the same go: the store never held it expired beforehand, yet
     # its record must leave the changelog as well.
-    shutil.rmtree(tmp_path / "r", ignore_errors=True)
-    hosted = followed(tmp_path / "r", "v", ACTIVE)
+    hosted = a_fresh_versioned_active(tmp_path)
     engine: Any = hosted.chain.engine
     log: list[tuple[bytes, bytes | None]] = []
     offset = 0
     for batch_id, unit in enumerate(applied, 1):
-        records = [
-            encode_version_record(key.encode(), at, None if value is None else bytes([value]))
-            for key, at, value in unit
-        ]
+        records = version_records(unit)
         offset += len(records) + 1
         position = Position.from_map({"src": {0: batch_id}})
         expired = hosted.apply_changelog(records, batch_id, position, offset)
         log += records + [(key, None) for key in expired]
         assert value_versions(log) == value_versions_held(engine)
+        # every record, tombstone versions too: exactly the versions the store holds
+        held = {version_key(k, at) for k in (b"a", b"b", b"ab", b"z") for at in
+                engine.held_timestamps(k)}  # fmt: skip
+        assert {key for key, value in dict(log).items() if value is not None} == held
     hosted.close()
 
 
@@ -449,3 +461,15 @@ def test_a_batch_logs_tombstones_for_the_versions_it_writes_or_cuts_short_and_ex
                 for key, timestamp, value in unit:
                     batch.put("v", key, value, timestamp=timestamp)
             assert versions_logged(changelog) == versions_held(app)
+
+
+def test_a_put_all_that_fails_partway_still_drops_what_its_puts_expired() -> None:
+    # The stores drop expired entries once per put_all; a put that raises partway must not
+    # leave what the earlier puts expired in place (it would show in fetches).
+    sessions = LayeredSessionStore(MemoryKeyValueStore("s"), RETENTION)
+    sessions.init(StateStoreContext(application_id="exp", store_name="s", partition=0))
+    sessions.put(b"a", b"v", 0, 5)
+    with pytest.raises(ValueError):
+        sessions.put_all([(b"b", 100, 105, b"v"), (b"c", 10, 5, b"v")])  # ends before start
+    with sessions.fetch_sessions(None, MIN, MAX) as held:
+        assert [(w.key, w.start_ms, w.end_ms) for w, _ in held] == [(b"b", 100, 105)]

@@ -87,3 +87,24 @@ def test_demo_runs_the_batches_asked_for_and_stops_quietly_on_a_group_sigterm(
         assert sum(v for r in counts.partition_results.values() for _, v in r.result) == words
         last_file = Position.from_map({"demo-files": {0: len(files) - 1}})
         assert {r.position for r in counts.partition_results.values()} == {last_file}
+
+
+BLOCK_KAFKA = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] == "iqstate_kafka":
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, Block())
+from iqstate.cli import main
+sys.exit(main(["demo", "--help"]))
+"""
+
+
+def test_the_embedded_demo_needs_no_iqstate_kafka() -> None:
+    # iqstate-spark does not depend on iqstate-kafka: only --cluster imports it.
+    shown = subprocess.run(
+        [sys.executable, "-c", BLOCK_KAFKA], capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "--batches" in shown.stdout and "unavailable" not in shown.stderr + shown.stdout

@@ -231,6 +231,8 @@ def _main(argv: Sequence[str] | None) -> int:
     registry = default_registry()
     parser = build_parser(registry)
     args, unknown = parser.parse_known_args(argv)
+    # the command line as given, for a plugin command that runs itself again in a worker
+    args.iqstate_argv = list(sys.argv[1:] if argv is None else argv)
     if unknown:  # reported by the subcommand's parser: its usage, and the flag meant
         command_parser: argparse.ArgumentParser = getattr(args, "iqstate_parser", parser)
         command_parser.error(unrecognized(unknown, command_parser))

@@ -26,9 +26,8 @@ def versions_at_risk(
     may write or cut short and expire with them. Empty unless some put is at or before the
     boundary the puts leave (the retention behind the newest of them, or the store's now;
     the usual case, told apart in one pass); else, for each key put there, the versions its
-    puts write and those they may cut short (its current one, or, put out of order, any it
-    holds), but its newest: that one stays current, kept however old, unless it is a
-    tombstone. Pass the answer through `expired_now`
+    puts write and those it holds (`held_timestamps`), but its newest unless that may be a
+    tombstone: a current version is kept however old. Pass the answer through `expired_now`
     after the puts."""
     if not puts:
         return []
@@ -46,12 +45,11 @@ def versions_at_risk(
             of_key[stamp] = of_key.get(stamp, False) or value is None
     at_risk: list[Version] = []
     for key, of_key in versions.items():
-        latest = store.latest_version(key)
-        if latest is not None:
-            if min(of_key) < latest[0]:  # out of order: it may cut an older version short
-                for record in store.versions(key, None, None, True):
-                    of_key.setdefault(record.timestamp, False)
-            of_key[latest[0]] = of_key.get(latest[0], False) or latest[1] is None
+        held = store.held_timestamps(key)
+        for stamp in held:
+            of_key.setdefault(stamp, False)
+        if held:  # the current version may be a tombstone: not left out below
+            of_key[held[-1]] = True
         newest = max(of_key)
         at_risk += [(key, stamp) for stamp in of_key if stamp != newest or of_key[stamp]]
     return at_risk

@@ -11,7 +11,8 @@ at exactly one key's entries.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from iqstate.context import StateStoreContext
 from iqstate.engine_store import EngineStore
@@ -19,6 +20,24 @@ from iqstate.position import Position, TopicPartition
 from iqstate.store import KeyValueStore
 
 _LENGTH = struct.Struct(">I")
+
+
+def insert_all(
+    entries: Iterable[tuple[Any, ...]],
+    insert: Callable[..., bool],
+    drop_expired: Callable[[], None],
+) -> None:
+    """`insert(*entry)` for each of `entries` in order (True: what the store holds may have
+    expired), then `drop_expired()` once if any said so, even when one raised: a store with
+    a retention applies a `put_all` this way. A drop scans an index, and a drop per put
+    made a batch of puts at rising times cost a scan per put."""
+    expiring = False
+    try:
+        for entry in entries:
+            expiring = insert(*entry) or expiring
+    finally:
+        if expiring:
+            drop_expired()
 
 
 def length_prefixed(key: bytes) -> bytes:

@@ -20,7 +20,7 @@ from typing import ClassVar
 from iqstate.engine_store import check_window_sizes
 from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import decode_window_key, encode_window_key
-from iqstate.layered_store import KeySpaceStore
+from iqstate.layered_store import KeySpaceStore, insert_all
 from iqstate.persistent import PersistentKeyValueStore
 from iqstate.queries import Windowed, window_end
 from iqstate.serdes import Serdes
@@ -76,22 +76,16 @@ class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
 
     def put(self, key: bytes, value: bytes | None, window_start: int) -> None:
         self._check_open()
-        if self._insert(key, value, window_start):
+        if self._insert(key, window_start, value):
             self._drop_expired()
 
     def put_all(self, entries: Iterable[tuple[bytes, int, bytes | None]]) -> None:
-        """The puts in order, then one drop of the windows they expired: a drop scans the
-        index by time, and a drop per put made a batch cost a scan per advance of the
-        stream time. Windows expire the same; they only leave the store at the end."""
+        """The puts in order, then one drop of the windows they expired (`insert_all`);
+        windows expire the same, they only leave the store at the end."""
         self._check_open()
-        insert = self._insert
-        advanced = False
-        for key, window_start, value in entries:
-            advanced = insert(key, value, window_start) or advanced
-        if advanced:
-            self._drop_expired()
+        insert_all(entries, self._insert, self._drop_expired)
 
-    def _insert(self, key: bytes, value: bytes | None, window_start: int) -> bool:
+    def _insert(self, key: bytes, window_start: int, value: bytes | None) -> bool:
         """Write one window unless it is expired; True when the stream time advanced."""
         store = self.key_value_store
         advanced = window_start > self._stream_time

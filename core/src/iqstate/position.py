@@ -45,8 +45,6 @@ def _check_component(topic: object, partition: object, offset: object) -> None:
             raise TypeError(
                 f"Position {label} for topic {topic!r} must be an int, got {type(value).__name__}"
             )
-        if value < 0:  # Kafka's partitions and offsets start at 0
-            raise ValueError(f"Position {label} for topic {topic!r} must be >= 0, got {value}")
 
 
 class Position:

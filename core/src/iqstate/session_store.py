@@ -21,7 +21,12 @@ from typing import ClassVar
 from iqstate.engine import Engine, SessionStoreFactory
 from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import prefix_upper_bound
-from iqstate.layered_store import KeySpaceStore, length_prefixed, split_length_prefixed
+from iqstate.layered_store import (
+    KeySpaceStore,
+    insert_all,
+    length_prefixed,
+    split_length_prefixed,
+)
 from iqstate.queries import Windowed
 from iqstate.serdes import Serdes
 from iqstate.store import KeyValueStore, SessionStore
@@ -91,22 +96,16 @@ class LayeredSessionStore(KeySpaceStore, SessionStore[bytes, bytes]):
 
     def put(self, key: bytes, value: bytes | None, start_ms: int, end_ms: int) -> None:
         self._check_open()
-        if self._insert(key, value, start_ms, end_ms):
+        if self._insert(key, start_ms, end_ms, value):
             self._drop_expired()
 
     def put_all(self, entries: Iterable[tuple[bytes, int, int, bytes | None]]) -> None:
-        """The puts in order, then one drop of the sessions they expired: a drop scans the
-        index by end, and a drop per put made a batch cost a scan per advance of the
-        stream time. Sessions expire the same; they only leave the store at the end."""
+        """The puts in order, then one drop of the sessions they expired (`insert_all`);
+        sessions expire the same, they only leave the store at the end."""
         self._check_open()
-        insert = self._insert
-        advanced = False
-        for key, start_ms, end_ms, value in entries:
-            advanced = insert(key, value, start_ms, end_ms) or advanced
-        if advanced:
-            self._drop_expired()
+        insert_all(entries, self._insert, self._drop_expired)
 
-    def _insert(self, key: bytes, value: bytes | None, start_ms: int, end_ms: int) -> bool:
+    def _insert(self, key: bytes, start_ms: int, end_ms: int, value: bytes | None) -> bool:
         """Write one session unless it is expired; True when the stream time advanced."""
         check_session(self.name, start_ms, end_ms)
         store = self.key_value_store

@@ -28,7 +28,7 @@ from iqstate.engine import Engine, VersionedStoreFactory
 from iqstate.errors import CorruptStateError
 from iqstate.iterators import KeyValueIterator
 from iqstate.keyspace import prefix_upper_bound
-from iqstate.layered_store import KeySpaceStore
+from iqstate.layered_store import KeySpaceStore, insert_all
 from iqstate.queries import (
     KeyQuery,
     LimitedVersionedRangeQuery,
@@ -197,25 +197,18 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
 
     def put(self, key: bytes, value: bytes | None, timestamp: int) -> None:
         self._check_open()
-        if self._insert(key, value, timestamp):
+        if self._insert(key, timestamp, value):
             self._drop_expired()
 
     def put_all(self, entries: Iterable[tuple[bytes, int, bytes | None]]) -> None:
-        """The puts in order, then one drop of what they expired: a drop scans the expiry
-        indexes, and a drop per put made a batch's puts cost a scan each while the stream
-        time advanced. Versions expire the same; they only leave the store at the end."""
+        """The puts in order, then one drop of what they expired (`insert_all`); versions
+        expire the same, they only leave the store at the end."""
         self._check_open()
-        insert = self._insert
-        expiring = False
-        for key, timestamp, value in entries:
-            expiring = insert(key, value, timestamp) or expiring
-        if expiring:
-            self._drop_expired()
+        insert_all(entries, self._insert, self._drop_expired)
 
-    def _insert(self, key: bytes, value: bytes | None, timestamp: int) -> bool:
+    def _insert(self, key: bytes, timestamp: int, value: bytes | None) -> bool:
         """Put one version, unless it is older than the history kept (Kafka drops it too);
-        True when what the store holds may have expired (the stream time advanced, or a
-        version at the boundary cut the one before it short to the boundary)."""
+        True when the stream time advanced, so what the store holds may have expired."""
         store = self.key_value_store
         if timestamp < self._boundary():
             return False
@@ -252,7 +245,11 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             writes.append((_TOMBSTONES + _ts(timestamp) + key, b""))
         writes.append((_TIMELINE + key, timeline))
         store.put_all(writes)
-        return advanced or timestamp == self._boundary()
+        if not advanced and timestamp == self._boundary():
+            # It may have cut the version before it short to end at the boundary, which no
+            # query can see: dropped now (rare), so that it is named expired with the put.
+            self._drop_expired(deleted_keys=False)
+        return advanced
 
     @staticmethod
     def _reindex(
@@ -269,7 +266,10 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         if old != new and new is not None:
             writes.append((_BY_VALID_TO + _ts(new) + key, b""))
 
-    def _drop_expired(self) -> None:
+    def _drop_expired(self, deleted_keys: bool = True) -> None:
+        """Drop the older versions that ended at or before the boundary and, with
+        `deleted_keys`, the keys whose current version is a tombstone from at or before
+        it."""
         boundary = self._boundary()
         if boundary == MIN_TIME:
             return
@@ -282,7 +282,7 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             kept = _kept_history(history, current[0], boundary)
             self._reindex(key, (history, current[0]), (kept, current[0]), writes)
             writes.append((_TIMELINE + key, pack_timeline(current, pack_history(kept))))
-        for index_key in self._deleted(boundary):
+        for index_key in self._deleted(boundary) if deleted_keys else ():
             writes.append((index_key, None))
             writes.append((_TIMELINE + index_key[9:], None))
         if writes:
@@ -331,13 +331,14 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
 
     def _deleted(self, boundary: int) -> list[bytes]:
         """The index entries (`0x04 + timestamp + key`) of the keys whose current version is
-        a tombstone from at or before `boundary`."""
+        a tombstone from before `boundary`. One exactly at it stays until the boundary
+        passes it: a put at the boundary is still kept, so the tombstone's changelog record
+        cannot be named expired yet (`expired_by`), and dropping it unnamed would leave
+        that record for ever. It answers as a dropped key would (no value)."""
         with self.key_value_store.range(
             _TOMBSTONES, _TOMBSTONES + _ts(boundary) + b"\xff"
         ) as tombstoned:
-            return [
-                index_key for index_key, _ in tombstoned if _from_ts(index_key[1:9]) <= boundary
-            ]
+            return [index_key for index_key, _ in tombstoned if _from_ts(index_key[1:9]) < boundary]
 
     # -- reads -------------------------------------------------------------------------
 
@@ -378,6 +379,15 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             if value is not None and timestamp <= end and (valid_to is None or valid_to > after):
                 records.append(VersionedRecord(value, timestamp, valid_to))
         return records if ascending else records[::-1]
+
+    def held_timestamps(self, key: bytes) -> list[int]:
+        self._check_open()
+        stored = self.key_value_store.get(_TIMELINE + key)
+        if stored is None:
+            return []
+        at = history_at(stored)
+        older = list(History(stored, at).stamps) if at < len(stored) else []
+        return [*older, current_of(stored)[0]]
 
     def holds_version(self, key: bytes, timestamp: int) -> bool:
         self._check_open()

@@ -103,6 +103,18 @@ _TRANSITIONS: dict[AppState, frozenset[AppState]] = {
 _GUARANTEES = ("exactly_once", "at_least_once")
 
 
+def _check_source_offsets(position: Position) -> None:
+    """Refuse a batch's position naming a negative partition or offset: Kafka's start at 0,
+    and the HTTP API refuses a position that does not."""
+    for topic, offsets in position.to_map().items():
+        for partition, offset in offsets.items():
+            if partition < 0 or offset < 0:
+                raise ValueError(
+                    f"a batch's position holds source partitions and offsets from 0 up, got "
+                    f"{topic!r} partition {partition} offset {offset}"
+                )
+
+
 class Application:
     """Hosts the partitions of declared stores and makes them queryable (SPEC section 6).
 
@@ -542,6 +554,8 @@ class Application:
         """
         if position is not None and not isinstance(position, Position):
             position = Position.from_map(position)
+        if position is not None:
+            _check_source_offsets(position)
         if batch_id is not None and (
             isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0
         ):

@@ -688,7 +688,7 @@ class ClientLogic:
                 break
             self.moved()  # busy, or a partition between replicas: ask again after a wait
             yield [Wait(_retry_after(reply))]
-        if reply.status in REFUSALS:
+        if 400 <= reply.status < 500:
             raise _refusal(target, reply)
         if reply.status != 200:
             raise PageError(target, reply.status, _error_message(reply))

@@ -45,13 +45,19 @@ _BODY_KEY_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
-def _up_to(maximum: int) -> str:
+def number_pattern(maximum: int) -> str:
     """A pattern of the decimal numbers from 0 to `maximum`, leading zeros allowed (what
     the service takes as a partition)."""
     digits = str(maximum)
+
+    def any_digits(count: int) -> str:
+        return "" if count == 0 else "[0-9]" if count == 1 else f"[0-9]{{{count}}}"
+
     shorter = [f"[0-9]{{1,{len(digits) - 1}}}"] if len(digits) > 1 else []
-    lower = [
-        f"{digits[:i]}[0-{int(digit) - 1}][0-9]{{{len(digits) - i - 1}}}"
+    lower = [  # the first i digits of `maximum`, a smaller digit, then any
+        digits[:i]
+        + ("0" if digit == "1" else f"[0-{int(digit) - 1}]")
+        + any_digits(len(digits) - i - 1)
         for i, digit in enumerate(digits)
         if digit != "0"
     ]
@@ -64,7 +70,7 @@ _POSITION = {
     "propertyNames": {"minLength": 1},
     "additionalProperties": {
         "type": "object",
-        "propertyNames": {"pattern": _up_to(INT32_MAX)},
+        "propertyNames": {"pattern": number_pattern(INT32_MAX)},
         "additionalProperties": {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
     },
 }

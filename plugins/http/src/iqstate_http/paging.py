@@ -44,6 +44,7 @@ from iqstate.queries import (
     LimitedVersionedRangeQuery,
 )
 from iqstate.store_exceptions import log_store_exception
+from iqstate_http import jsonin
 from iqstate_http.codecs import (
     BadRequest,
     position_from_json,
@@ -115,11 +116,12 @@ def decode_cursor(text: Any, query_fingerprint: str) -> Cursor:
 
 
 def page_limit(value: Any) -> int:
+    """A page's `limit`: an integer as JSON Schema sees one (`2.0` too), 1 to MAX_LIMIT."""
     if value is None:
         return DEFAULT_LIMIT
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIMIT:
+    if (number := jsonin.integer(value)) is None or not 1 <= number <= MAX_LIMIT:
         raise BadRequest(f"'limit' must be an integer from 1 to {MAX_LIMIT}")
-    return value
+    return number
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from iqstate_kafka.settings import CLIENT_LOGGER as _CLIENTS  # the demo's own clients too
-
 from iqstate_spark.demo_parts import VOCABULARY, supervised
 from iqstate_spark.running import StopSignals
 
@@ -112,7 +110,11 @@ class Producer(threading.Thread):
         from confluent_kafka import TopicPartition as KafkaTopicPartition
 
         consumer = Consumer(
-            {"bootstrap.servers": self.bootstrap, "group.id": "iqstate-demo", "logger": _CLIENTS}
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": "iqstate-demo",
+                "logger": _client_logger(),
+            }
         )
         try:
             partitions = consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions
@@ -131,7 +133,7 @@ class Producer(threading.Thread):
 
         if self._producer is None:
             self._producer = KafkaProducer(
-                {"bootstrap.servers": self.bootstrap, "linger.ms": 5, "logger": _CLIENTS}
+                {"bootstrap.servers": self.bootstrap, "linger.ms": 5, "logger": _client_logger()}
             )
         for _ in range(self.chunk):
             self._producer.produce(self.topic, self.words.choice(VOCABULARY).encode())
@@ -151,11 +153,19 @@ class Producer(threading.Thread):
         self._producer = None
 
 
+def _client_logger() -> Any:
+    """Where the demo's own Kafka clients log: where iqstate's do (`iqstate_kafka` is
+    imported only when the cluster demo runs; the embedded one works without it)."""
+    from iqstate_kafka.settings import CLIENT_LOGGER
+
+    return CLIENT_LOGGER
+
+
 def _create_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _CLIENTS}
+    settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _client_logger()}
     admin = AdminClient(settings)
     try:
         admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
@@ -230,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
             f"iqstate demo --cluster: port {args.http_port} is in use (is another demo still "
             "running?); pass --http-port 0 for free ports"
         )
-    return supervised(lambda: _work(args))
+    return supervised(lambda: _work(args), args.iqstate_argv)
 
 
 class _Batches:

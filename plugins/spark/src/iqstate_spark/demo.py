@@ -260,7 +260,7 @@ def start_queries(
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo in a worker process of its own session (`supervised`)."""
-    return supervised(lambda: _work(args))
+    return supervised(lambda: _work(args), args.iqstate_argv)
 
 
 def _work(args: argparse.Namespace) -> int:

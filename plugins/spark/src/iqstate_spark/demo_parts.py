@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 WORKER_VARIABLE = "IQSTATE_DEMO_WORKER"
@@ -69,7 +69,7 @@ VOCABULARY = [
 
 def _at_least_one(text: str) -> int:
     """A count that must be at least 1."""
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
     return int(text)
 
@@ -87,7 +87,7 @@ def _seconds(text: str) -> float:
 
 def _http_port(text: str) -> int:
     """A port to serve on, or 0 for any free one."""
-    if not text.isdigit() or not 0 <= int(text) <= 65535:
+    if not (text.isascii() and text.isdigit()) or not 0 <= int(text) <= 65535:
         raise argparse.ArgumentTypeError(
             f"must be a port number from 1 to 65535, or 0 for any, got {text!r}"
         )
@@ -128,32 +128,37 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="print only the progress line")
 
 
-def supervised(work: Callable[[], int]) -> int:
-    """Run `work` when this process is the demo's worker. Else run the worker (this command
-    again) in a session of its own and supervise it: SIGINT or SIGTERM, to the command or
-    to its whole process group (Ctrl-C, `timeout`, systemd), reaches only this process,
-    which turns the first into a request to stop (SIGTERM to the worker, which stops
-    cleanly) and any later one into an immediate stop (SIGINT). Spark's JVM, in the
-    worker's session, never gets the group's signal, which kills it mid-batch with Java
-    traces. Returns the worker's exit code."""
+def supervised(work: Callable[[], int], argv: Sequence[str]) -> int:
+    """Run `work` when this process is the demo's worker. Else run the worker (`iqstate`
+    with `argv`, this command's arguments) in a session of its own and supervise it:
+    SIGINT or SIGTERM, to the command or to its whole process group (Ctrl-C, `timeout`,
+    systemd), reaches only this process, which turns the first into a request to stop
+    (SIGTERM to the worker, which stops cleanly) and any later one into an immediate stop
+    (SIGINT). Spark's JVM, in the worker's session, never gets the group's signal, which
+    kills it mid-batch with Java traces. Returns the worker's exit code (128 + the signal
+    that ended it, as a shell says)."""
     if os.environ.get(WORKER_VARIABLE) == "1":
         return work()
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "iqstate.cli", *sys.argv[1:]],
-        env={**os.environ, WORKER_VARIABLE: "1"},
-        start_new_session=True,
-    )
+    worker: subprocess.Popen[bytes] | None = None
     asked = 0
 
     def forward(signum: int, frame: FrameType | None) -> None:
         nonlocal asked
         asked += 1
-        if worker.poll() is None:
+        if worker is not None and worker.poll() is None:
             worker.send_signal(signal.SIGTERM if asked == 1 else signal.SIGINT)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return worker.wait()
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "iqstate.cli", *argv],
+            env={**os.environ, WORKER_VARIABLE: "1"},
+            start_new_session=True,
+        )
+        if asked:  # a signal came while it started
+            worker.send_signal(signal.SIGTERM)
+        code = worker.wait()
+        return 128 - code if code < 0 else code
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
