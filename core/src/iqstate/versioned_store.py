@@ -268,8 +268,7 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
 
     def _drop_expired(self, deleted_keys: bool = True) -> None:
         """Drop the older versions that ended at or before the boundary and, with
-        `deleted_keys`, the keys whose current version is a tombstone from at or before
-        it."""
+        `deleted_keys`, the keys whose current version is a tombstone from before it."""
         boundary = self._boundary()
         if boundary == MIN_TIME:
             return
