@@ -4,6 +4,7 @@ how they stop."""
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import subprocess
@@ -11,6 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from types import FrameType
 
+_PR_SET_PDEATHSIG = 1
+"""Linux's prctl option: the signal a process gets when its parent dies."""
 WORKER_VARIABLE = "IQSTATE_DEMO_WORKER"
 """Set in the worker's environment: it runs the demo rather than supervising it."""
 
@@ -128,6 +131,22 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="print only the progress line")
 
 
+def _dies_with(supervisor: int) -> Callable[[], None]:
+    """What the worker runs before it starts, on Linux: it is killed when the supervisor
+    dies, so that a SIGKILL of the command (or of its process group) ends the demo as a
+    crash would, its JVM with it (PySpark's JVM exits when its Python process goes), and
+    no worker is left running unsupervised."""
+
+    def arrange() -> None:
+        if sys.platform.startswith("linux"):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != supervisor:  # it died before the line above took effect
+                os._exit(1)
+
+    return arrange
+
+
 def supervised(work: Callable[[], int], argv: Sequence[str]) -> int:
     """Run `work` when this process is the demo's worker. Else run the worker (`iqstate`
     with `argv`, this command's arguments) in a session of its own and supervise it:
@@ -135,8 +154,9 @@ def supervised(work: Callable[[], int], argv: Sequence[str]) -> int:
     systemd), reaches only this process, which turns the first into a request to stop
     (SIGTERM to the worker, which stops cleanly) and any later one into an immediate stop
     (SIGINT). Spark's JVM, in the worker's session, never gets the group's signal, which
-    kills it mid-batch with Java traces. Returns the worker's exit code (128 + the signal
-    that ended it, as a shell says)."""
+    kills it mid-batch with Java traces. A SIGKILL of this process kills the worker too
+    (`_dies_with`). Returns the worker's exit code (128 + the signal that ended it, as a
+    shell says)."""
     if os.environ.get(WORKER_VARIABLE) == "1":
         return work()
     worker: subprocess.Popen[bytes] | None = None
@@ -154,6 +174,7 @@ def supervised(work: Callable[[], int], argv: Sequence[str]) -> int:
             [sys.executable, "-m", "iqstate.cli", *argv],
             env={**os.environ, WORKER_VARIABLE: "1"},
             start_new_session=True,
+            preexec_fn=_dies_with(os.getpid()),
         )
         if asked:  # a signal came while it started
             worker.send_signal(signal.SIGTERM)
