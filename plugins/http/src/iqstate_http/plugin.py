@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from iqstate import Application, IqstateError
+from iqstate import Application, IqstateError, arguments
 from iqstate.hookspecs import hookimpl
 from iqstate_http.kafka_settings import kafka_settings
 from iqstate_http.limits import DEFAULT_MAX_BODY, ConnectionLimits
@@ -40,8 +40,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--host", default=None, help="default: 127.0.0.1, or the host of "
                         "--application-server with --cluster")  # fmt: skip
-    parser.add_argument("--port", type=_port, default=None, help="default: 7070, or the port "
-                        "of --application-server with --cluster")  # fmt: skip
+    parser.add_argument("--port", type=arguments.port, default=None, help="default: 7070, or "
+                        "the port of --application-server with --cluster")  # fmt: skip
     cluster = parser.add_argument_group(
         "distributed mode", "serve an instance of a cluster instead of a module's Application"
     )
@@ -51,13 +51,13 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="where other instances and clients reach this one")  # fmt: skip
     cluster.add_argument("--state-dir", help="local replicas live here (default: "
                          f"{CLUSTER_DEFAULTS['state_dir']})")  # fmt: skip
-    cluster.add_argument("--standbys", type=int, help="standby replicas per partition "
-                         f"(default: {CLUSTER_DEFAULTS['standbys']})")  # fmt: skip
-    cluster.add_argument("--reader-processes", type=int, metavar="N",
+    cluster.add_argument("--standbys", type=arguments.at_least_zero, help="standby replicas "
+                         f"per partition (default: {CLUSTER_DEFAULTS['standbys']})")  # fmt: skip
+    cluster.add_argument("--reader-processes", type=arguments.at_least_zero, metavar="N",
                          help="read the changelogs in N worker processes: a restore reads "
                          "on another core while this one applies (0: in this one; default: "
                          f"{CLUSTER_DEFAULTS['reader_processes']})")  # fmt: skip
-    cluster.add_argument("--max-held-records", type=int, metavar="N",
+    cluster.add_argument("--max-held-records", type=arguments.at_least_zero, metavar="N",
                          help="changelog records held in memory waiting for their batch "
                          "markers, so that each batch is applied whole (0: no bound; "
                          "default: KafkaCluster's max_held_records)")  # fmt: skip
@@ -78,7 +78,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="environment variable holding the bearer token (it must be set and non-empty)",
     )
-    parser.add_argument("--max-body", type=_positive, default=DEFAULT_MAX_BODY, help="bytes")
+    parser.add_argument(
+        "--max-body", type=arguments.at_least_one, default=DEFAULT_MAX_BODY, help="bytes"
+    )
     parser.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate")
     parser.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     parser.add_argument("--tls-ca", metavar="PEM", help="CA bundle to verify the other "
@@ -87,32 +89,13 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="log lines on stderr as text, or one JSON object a line")  # fmt: skip
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="warning")
     for name in _LIMITS:
-        number = float if name.endswith("timeout") else int
+        timeout = name.endswith("timeout")
         parser.add_argument(
             "--" + name.replace("_", "-"),
-            type=number,
+            type=arguments.seconds if timeout else arguments.at_least_one,
             default=None,
-            help=("seconds" if number is float else "count")
-            + " (default: ConnectionLimits' default)",
+            help=("seconds" if timeout else "count") + " (default: ConnectionLimits' default)",
         )
-
-
-def _port(text: str) -> int:
-    """A `--port`: a TCP port number a server can listen on."""
-    import argparse
-
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, got {text!r}")
-    return int(text)
-
-
-def _positive(text: str) -> int:
-    """A size that must be at least 1."""
-    import argparse
-
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return int(text)
 
 
 def _check_tls_files(args: argparse.Namespace) -> None:
@@ -358,7 +341,9 @@ def _add_status_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tls-ca", metavar="PEM", help="CA bundle to verify an https URL with")
     parser.add_argument("--watch", action="store_true", help="redraw until Ctrl-C")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between redraws")
+    parser.add_argument(
+        "--interval", type=arguments.seconds, default=2.0, help="seconds between redraws"
+    )
 
 
 def _status(args: argparse.Namespace) -> int:

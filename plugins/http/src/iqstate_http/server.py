@@ -18,6 +18,7 @@ from types import FrameType
 import uvicorn
 
 from iqstate import Application
+from iqstate.arguments import check_port
 from iqstate.repeated_lines import RepeatedLines
 from iqstate_http.admission import RangeLimits
 from iqstate_http.change_stream import StreamSettings
@@ -71,13 +72,6 @@ class Tls:
 
 
 _EVERY_INTERFACE = frozenset({"", "0.0.0.0", "::"})
-
-
-def _check_port(port: int) -> None:
-    """Refuse a port no socket can bind: the OS takes a larger one modulo 65536 and
-    serves on another port than the one asked for."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"port must be a number from 1 to 65535, or 0 for any, got {port!r}")
 
 
 def _warn_of_another_port(app: Application, port: int) -> None:
@@ -236,7 +230,7 @@ def serve(
     bundle; default: the system's). `change_streams`: the change streams' keep-alive pings
     and how long they wait for a partition's new host."""
     tls = Tls.of(ssl_certfile, ssl_keyfile, ssl_ca_certs)
-    _check_port(port)
+    check_port(port)
     _warn_of_another_port(app, port)
     service = QueryService(
         app, token, max_body, max_rows, range_limits, forward_timeout,
@@ -326,7 +320,7 @@ def start_background(
     port, and a single instance (`Application.single_instance`) is then advertised there:
     its answers and metadata name the address served."""
     tls = Tls.of(ssl_certfile, ssl_keyfile, ssl_ca_certs)
-    _check_port(port)
+    check_port(port)
     _warn_of_another_port(app, port)
     service = QueryService(
         app, token, max_body, max_rows, range_limits, forward_timeout,

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from iqstate import arguments
 from iqstate.hookspecs import hookimpl
 
 
@@ -17,14 +18,14 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dir", default="iqstate-kafka", help="the broker's directory (settings, data, log)"
     )
-    parser.add_argument("--port", type=int, default=9092, help="client port; 0: any free port")
+    parser.add_argument(
+        "--port", type=arguments.port_or_any, default=9092, help="client port; 0: any free port"
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
     from iqstate_kafka.testing import LocalBroker, LocalBrokerError
 
-    if not 0 <= args.port < 65536:
-        raise SystemExit(f"iqstate broker: --port must be 0..65535, got {args.port}")
     stop = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from iqstate import arguments
 from iqstate_spark.demo_parts import VOCABULARY, supervised
 from iqstate_spark.running import StopSignals
 
@@ -54,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--rate",
-        type=int,
+        type=arguments.at_least_one,
         default=None,
         help="words produced per second (default: --lines words every --interval seconds)",
     )
@@ -233,8 +234,6 @@ class _Instance:
 
 def run(args: argparse.Namespace) -> int:
     """Supervise the worker (see the module docstring), or be it."""
-    if args.rate is not None and args.rate < 1:
-        raise SystemExit("iqstate demo --cluster: --rate must be at least 1 word a second")
     if args.http_port and not _free(args.http_port):
         raise SystemExit(
             f"iqstate demo --cluster: port {args.http_port} is in use (is another demo still "

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from types import FrameType
 
+from iqstate import arguments
+
 _PR_SET_PDEATHSIG = 1
 """Linux's prctl option: the signal a process gets when its parent dies."""
 WORKER_VARIABLE = "IQSTATE_DEMO_WORKER"
@@ -70,33 +72,6 @@ VOCABULARY = [
 ]
 
 
-def _at_least_one(text: str) -> int:
-    """A count that must be at least 1."""
-    if not (text.isascii() and text.isdigit()) or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
-    return int(text)
-
-
-def _seconds(text: str) -> float:
-    """A duration in seconds that must be above 0."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = float("nan")
-    if not seconds > 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text!r}")
-    return seconds
-
-
-def _http_port(text: str) -> int:
-    """A port to serve on, or 0 for any free one."""
-    if not (text.isascii() and text.isdigit()) or not 0 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(
-            f"must be a port number from 1 to 65535, or 0 for any, got {text!r}"
-        )
-    return int(text)
-
-
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `iqstate demo` that both demos take."""
     parser.add_argument(
@@ -104,27 +79,29 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--batches",
-        type=_at_least_one,
+        type=arguments.at_least_one,
         default=None,
         help="run this many word-count batches (one new input file each), then exit",
     )
     parser.add_argument(
-        "--duration", type=_seconds, default=None, help="exit after this many seconds"
+        "--duration", type=arguments.seconds, default=None, help="exit after this many seconds"
     )
     parser.add_argument(
         "--files",
-        type=_at_least_one,
+        type=arguments.at_least_one,
         default=None,
         help="write this many input files in all, then stop writing",
     )
     parser.add_argument(
-        "--interval", type=_seconds, default=1.0, help="seconds between input files"
+        "--interval", type=arguments.seconds, default=1.0, help="seconds between input files"
     )
-    parser.add_argument("--lines", type=_at_least_one, default=200, help="lines per input file")
+    parser.add_argument(
+        "--lines", type=arguments.at_least_one, default=200, help="lines per input file"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--http-port",
-        type=_http_port,
+        type=arguments.port_or_any,
         default=7070,
         help="port of the HTTP API (with iqstate-http); 0: any",
     )
