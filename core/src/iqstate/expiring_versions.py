@@ -19,6 +19,17 @@ Version = tuple[Any, int]
 """A version by its key and timestamp."""
 
 
+def versions_expiring(
+    store: VersionedKeyValueStore[Any, Any], puts: Sequence[tuple[Any, int, Any]]
+) -> list[Version]:
+    """Before `puts` (`(key, timestamp, value)`, at least one) are applied to `store`: what
+    it holds that their newest time expires (`expired_by`), then the versions they may
+    write or cut short and expire with them (`versions_at_risk`). Pass the answer through
+    `expired_now` after the puts."""
+    held = store.expired_by(max(stamp for _, stamp, _ in puts))
+    return held + versions_at_risk(store, puts)
+
+
 def versions_at_risk(
     store: VersionedKeyValueStore[Any, Any], puts: Sequence[tuple[Any, int, Any]]
 ) -> list[Version]:

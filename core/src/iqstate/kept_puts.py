@@ -83,6 +83,22 @@ def only_kept(
     return list(compress(entries[start:end], kept[start:end]))
 
 
+def expired_by_records(
+    store: WindowStore[Any, Any] | SessionStore[Any, Any],
+    records: Sequence[tuple[bytes, bytes | None]],
+    times: Sequence[int],
+    encode: Callable[..., bytes],
+) -> list[bytes]:
+    """Before window or session `records` (at `times`) are applied to `store`: the
+    changelog keys of what applying them expires. Those of what the store holds that their
+    newest time expires (`expired_by`, each encoded by `encode`), then those of `records`
+    it will not hold once it applied them all (`expired_among`)."""
+    if not records:
+        return []
+    held = [encode(*entry) for entry in store.expired_by(max(times))]
+    return held + expired_among(records, times, store.keeps, store.retention_ms)
+
+
 def expired_among(
     records: Sequence[tuple[bytes, bytes | None]],
     times: Sequence[int],

@@ -16,9 +16,9 @@ from typing import Any, Generic, TypeVar
 
 from iqstate.context import StateStoreContext
 from iqstate.engine_store import EngineStore
-from iqstate.expiring_versions import expired_now, versions_at_risk
+from iqstate.expiring_versions import expired_now, versions_expiring
 from iqstate.iterators import KeyValueIterator
-from iqstate.kept_puts import expired_among, kept_sessions, kept_versions, kept_windows
+from iqstate.kept_puts import expired_by_records, kept_sessions, kept_versions, kept_windows
 from iqstate.keyspace import decode_window_key, encode_window_key
 from iqstate.layers.caching import DEFAULT_CACHE_ENTRIES, CachingKeyValueStore
 from iqstate.layers.changelogging import (
@@ -329,8 +329,7 @@ class WindowStoreChain(StoreChain[MeteredWindowStore[Any, Any]]):
     def expired_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[bytes]:
         engine: Any = self.engine
         starts = [decode_window_key(key)[1] for key, _ in records]
-        held = [encode_window_key(key, start) for key, start in engine.expired_by(max(starts))]
-        return held + expired_among(records, starts, engine.keeps, engine.retention_ms)
+        return expired_by_records(engine, records, starts, encode_window_key)
 
 
 class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
@@ -443,22 +442,20 @@ class VersionedStoreChain(StoreChain[MeteredVersionedStore[Any, Any]]):
     def expired_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[bytes]:
         # What the store held and the records' times expire, the records it drops as
         # behind the retention, and the versions the records may write or cut short and
-        # expire with them (`versions_at_risk`; `still_expired` keeps those expired).
+        # expire with them (`versions_expiring`; `still_expired` keeps those expired).
         engine: Any = self.engine
         written = [(k, v) for k, v in records if v is not None]  # as `restore` skips them
         if not written:
             return []
         puts = [decode_version_record(k, v) for k, v in written]
-        stamps = [stamp for _, stamp, _ in puts]
-        held = [version_key(key, stamp) for key, stamp in engine.expired_by(max(stamps))]
-        kept = kept_versions(engine, stamps)
+        expiring = [version_key(key, stamp) for key, stamp in versions_expiring(engine, puts)]
+        kept = kept_versions(engine, [stamp for _, stamp, _ in puts])
         dropped = (
             []
             if kept is None
             else [key for (key, _), flag in zip(written, kept, strict=True) if not flag]
         )
-        at_risk = [version_key(key, stamp) for key, stamp in versions_at_risk(engine, puts)]
-        return list(dict.fromkeys(held + dropped + at_risk))
+        return list(dict.fromkeys(expiring + dropped))
 
     def still_expired(self, keys: list[bytes]) -> list[bytes]:
         # A late put at the time of a version kept (a key's current version is kept however
@@ -489,8 +486,7 @@ class SessionStoreChain(StoreChain[MeteredSessionStore[Any, Any]]):
     def expired_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[bytes]:
         engine: Any = self.engine
         ends = [decode_session_key(key)[2] for key, _ in records]
-        held = [encode_session_key(*session) for session in engine.expired_by(max(ends))]
-        return held + expired_among(records, ends, engine.keeps, engine.retention_ms)
+        return expired_by_records(engine, records, ends, encode_session_key)
 
 
 def _session_of(key: bytes, value: bytes | None) -> tuple[bytes, int, int, bytes | None]:

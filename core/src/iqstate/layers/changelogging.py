@@ -11,9 +11,15 @@ from collections.abc import Iterable, Sequence
 from iqstate.changelog import ChangelogRecord, ChangelogWriter, changelog_topic
 from iqstate.context import StateStoreContext
 from iqstate.errors import IqstateError
-from iqstate.expiring_versions import expired_now, versions_at_risk
+from iqstate.expiring_versions import expired_now, versions_expiring
 from iqstate.iterators import KeyValueIterator
-from iqstate.kept_puts import kept_sessions, kept_versions, kept_windows, only_kept
+from iqstate.kept_puts import (
+    expired_by_records,
+    kept_sessions,
+    kept_versions,
+    kept_windows,
+    only_kept,
+)
 from iqstate.keyspace import encode_window_key
 from iqstate.layers.wrapped import WrappedStore
 from iqstate.position import Position, TopicPartition
@@ -146,16 +152,13 @@ class ChangeLoggingWindowStore(
         wrapped = self.wrapped
         starts = [start for _, start, _ in batch]
         # one keeps() in the usual case, where the store keeps every window
-        kept = kept_windows(wrapped, starts)
-        top = max(starts)
-        expired = wrapped.expired_by(top)
-        wrapped.put_all(batch)
-        logged = only_kept(batch, kept)
+        logged = only_kept(batch, kept_windows(wrapped, starts))
         records = [(encode_window_key(k, s), v) for k, s, v in logged]
-        limit = top - wrapped.retention_ms  # written earlier in the batch, expired by a later put
-        ended = [(k, s) for k, s, _ in logged if s <= limit] if min(starts) <= limit else []
-        tombstoned = [encode_window_key(k, s) for k, s in (*expired, *ended)]
-        self._log_expiring(records, tombstoned, wrapped.position)
+        # what the store holds that the batch expires, and what it writes and expires
+        logged_starts = starts if len(logged) == len(batch) else [s for _, s, _ in logged]
+        expired = expired_by_records(wrapped, records, logged_starts, encode_window_key)
+        wrapped.put_all(batch)
+        self._log_expiring(records, expired, wrapped.position)
 
     def fetch(self, key: bytes, time_from: int, time_to: int) -> KeyValueIterator[int, bytes]:
         return self.wrapped.fetch(key, time_from, time_to)
@@ -198,8 +201,7 @@ class ChangeLoggingVersionedStore(
         # Dropped puts are not logged: one could replace the kept version of the same key
         # and time on compaction, and a replica restoring would drop it.
         kept = kept_versions(wrapped, stamps)
-        expired = wrapped.expired_by(max(stamps))
-        expired += versions_at_risk(wrapped, batch)
+        expired = versions_expiring(wrapped, batch)
         wrapped.put_all(batch)
         records = [encode_version_record(k, t, v) for k, t, v in only_kept(batch, kept)]
         # never one for a version held (the batch may have written it again)
@@ -252,16 +254,13 @@ class ChangeLoggingSessionStore(
         wrapped = self.wrapped
         ends = [end for _, _, end, _ in batch]
         # one keeps() in the usual case, where the store keeps every session
-        kept = kept_sessions(wrapped, ends)
-        top = max(ends)
-        expired = wrapped.expired_by(top)
-        wrapped.put_all(batch)
-        logged = only_kept(batch, kept)
+        logged = only_kept(batch, kept_sessions(wrapped, ends))
         records = [(encode_session_key(k, s, e), v) for k, s, e, v in logged]
-        limit = top - wrapped.retention_ms  # written earlier in the batch, expired by a later put
-        ended = [(k, s, e) for k, s, e, _ in logged if e <= limit] if min(ends) <= limit else []
-        tombstoned = [encode_session_key(k, s, e) for k, s, e in (*expired, *ended)]
-        self._log_expiring(records, tombstoned, wrapped.position)
+        # what the store holds that the batch expires, and what it writes and expires
+        logged_ends = ends if len(logged) == len(batch) else [e for _, _, e, _ in logged]
+        expired = expired_by_records(wrapped, records, logged_ends, encode_session_key)
+        wrapped.put_all(batch)
+        self._log_expiring(records, expired, wrapped.position)
 
     def fetch_sessions(
         self, key: bytes | None, time_from: int, time_to: int
