@@ -23,10 +23,12 @@ from iqstate import (
     InvalidStateStorePartitionError,
     Position,
     SerializationError,
+    StateQueryRequest,
     StaticAssignment,
     SubscriptionEndedError,
     SubscriptionLaggedError,
     UnknownStateStoreError,
+    VersionedKeyQuery,
 )
 from iqstate.context import StateStoreContext
 from iqstate.keyspace import encode_window_key
@@ -723,3 +725,43 @@ def test_a_gap_met_after_the_replica_was_rebuilt_ends_the_subscription(tmp_path:
     finally:
         ahead.close()
         behind.close()
+
+
+@pytest.mark.parametrize("engine", ["memory", "rocksdb", "lmdb"])
+@pytest.mark.parametrize("logging", [False, True])
+def test_a_versioned_snapshot_holds_a_deleted_keys_tombstone(
+    make_app: MakeApp, engine: str, logging: bool
+) -> None:
+    """A key's current value is its newest change: a snapshot without the tombstone of a
+    deleted key would make a later put older than it read as the current value."""
+    extra: dict[str, object] = {"changelog": InMemoryChangelog()} if logging else {}
+    app = make_app(**extra)
+    app.versioned_key_value_store("v", 1, 1000, engine=engine, value_serde="int64",
+                                  logging=logging)  # fmt: skip
+    app.start()
+    with app.begin_batch({"src": {0: 1}}, batch_id=1) as batch:
+        batch.put("v", "k", 1, timestamp=10)
+        batch.put("v", "j", 2, timestamp=11)
+    with app.begin_batch({"src": {0: 2}}, batch_id=2) as batch:
+        batch.delete("v", "k", timestamp=87)
+    for keys in ({"key": "k"}, {"prefix": "k"}, {"lower": "k", "upper": "z"}):
+        filtered = app.subscribe("v", **keys).poll()
+        assert filtered is not None and filtered.snapshot
+        assert filtered.changes == [Change("k", None, timestamp=87)], keys
+    subscription = app.subscribe("v")
+    snapshot = subscription.poll()
+    assert snapshot is not None and snapshot.snapshot
+    assert snapshot.changes == [Change("j", 2, timestamp=11), Change("k", None, timestamp=87)]
+    with app.begin_batch({"src": {0: 3}}, batch_id=3) as batch:
+        batch.put("v", "k", 5, timestamp=53)  # older than the tombstone: k stays deleted
+    later = subscription.poll()
+    assert later is not None and later.changes == [Change("k", 5, timestamp=53)]
+    newest: dict[str, Change] = {}  # the subscriber's rule: the newest change is current
+    for change in [*snapshot.changes, *later.changes]:
+        held = newest.get(change.key)
+        if held is None or held.timestamp < change.timestamp:  # type: ignore[operator]
+            newest[change.key] = change
+    request = StateQueryRequest.in_store("v").with_query(VersionedKeyQuery.with_key("k"))
+    answer = app.query(request).partition_results[0]
+    assert answer.is_success and answer.result is None  # the store says k is deleted too
+    assert newest["k"].value is None and newest["j"].value == 2

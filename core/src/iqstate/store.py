@@ -318,6 +318,15 @@ class VersionedKeyValueStore(StateStore, Generic[K, V]):
             return latest[0] == timestamp
         return True  # an older version's, maybe a tombstone's, which `versions` leaves out
 
+    def current_in_range(self, lower: K | None, upper: K | None) -> list[tuple[K, int, V | None]]:
+        """`(key, timestamp, value)` of the current version of each key in `[lower, upper]`
+        (`None` = open), by key, a tombstone's value `None`: what a subscription's snapshot
+        holds, so that a later put older than a key's tombstone is not taken for its
+        current value. This default cannot see deleted keys (`range_as_of` leaves them
+        out); the core's store can."""
+        with self.range_as_of(lower, upper, None) as current:
+            return [(key, record.timestamp, record.value) for key, record in current]
+
     @abstractmethod
     def get(self, key: K, as_of: int | None = None) -> VersionedRecord[V] | None:
         """The version valid at `as_of` (the current one for `None`), or `None` when there

@@ -398,6 +398,19 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
             return True
         return at < len(stored) and timestamp in History(stored, at).stamps
 
+    def current_in_range(
+        self, lower: bytes | None, upper: bytes | None
+    ) -> list[tuple[bytes, int, bytes | None]]:
+        self._check_open()
+        low = _TIMELINE + (lower or b"")
+        high = _TIMELINE + upper if upper is not None else prefix_upper_bound(_TIMELINE)
+        with self.key_value_store.range(low, high) as timelines:
+            return [
+                (key[1:], *current_of(stored))
+                for key, stored in timelines
+                if key[:1] == _TIMELINE  # an open upper bound is the next key space's first
+            ]
+
     def found_in_range(
         self, lower: bytes | None, upper: bytes | None, as_of: int | None, limit: int | None
     ) -> tuple[list[bytes], list[bytes], list[int], list[int | None]]:

@@ -224,6 +224,11 @@ class ChangeLoggingVersionedStore(
     ) -> KeyValueIterator[bytes, VersionedRecord[bytes]]:
         return self.wrapped.range_as_of(lower, upper, as_of, limit)
 
+    def current_in_range(
+        self, lower: bytes | None, upper: bytes | None
+    ) -> list[tuple[bytes, int, bytes | None]]:
+        return self.wrapped.current_in_range(lower, upper)
+
 
 class ChangeLoggingSessionStore(
     WrappedStore[SessionStore[bytes, bytes]], _ChangeLogging, SessionStore[bytes, bytes]

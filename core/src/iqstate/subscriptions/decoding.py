@@ -101,8 +101,9 @@ def read_snapshot(spec: StoreSpec, chain: StoreChain[Any], keys: KeyFilter) -> l
         return [row for row in rows if keys.matches(decode_session_key(row[0])[0])]
     elif kind == "versioned_key_value":
         lower, upper = _bounds(keys)
-        with store.range_as_of(lower, upper, None) as current:
-            rows = [encode_version_record(key, r.timestamp, r.value) for key, r in current]
+        # a deleted key's tombstone too: a later put older than it is not the current value
+        current = store.current_in_range(lower, upper)
+        rows = [encode_version_record(key, stamp, value) for key, stamp, value in current]
         return [row for row in rows if keys.matches(decode_version_record(row[0], row[1])[0])]
     elif keys.key is not None:
         value = store.get(keys.key)

@@ -762,6 +762,26 @@ class StoreConformance:
         assert store.held_timestamps(b"t") in ([150, 160, 170], [150, 170])
         assert store.held_timestamps(b"absent") == []
 
+    def test_versioned_current_in_range(
+        self, open_versioned: Callable[..., VersionedKeyValueStore[bytes, bytes]]
+    ) -> None:
+        """Each key's current version by key, a deleted key's tombstone as `None` (a store
+        may leave deleted keys out: the contract's default cannot see them)."""
+        store = open_versioned()
+        for key, value, timestamp in (
+            (b"a", b"a1", 10), (b"a", b"a2", 20), (b"b", b"b1", 15), (b"b", None, 25),
+            (b"c", b"c1", 30), (b"c", b"c0", 5),  # out of order: not the current version
+        ):  # fmt: skip
+            store.put(key, value, timestamp)
+        everything = store.current_in_range(None, None)
+        assert everything in (
+            [(b"a", 20, b"a2"), (b"b", 25, None), (b"c", 30, b"c1")],
+            [(b"a", 20, b"a2"), (b"c", 30, b"c1")],
+        )
+        assert [key for key, _, _ in store.current_in_range(b"b", b"c")] in ([b"b", b"c"], [b"c"])
+        assert store.current_in_range(b"a", b"a") == [(b"a", 20, b"a2")]
+        assert store.current_in_range(b"d", None) == []
+
     def test_versioned_retention_frees_space(
         self, open_versioned: Callable[..., VersionedKeyValueStore[bytes, bytes]]
     ) -> None:
