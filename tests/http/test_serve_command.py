@@ -105,6 +105,24 @@ def test_serve_refuses_tls_files_it_cannot_load_naming_them(tmp_path: Path) -> N
         assert "Traceback" not in finished.stderr, finished.stderr
 
 
+def test_serve_refuses_a_scheme_its_tls_options_contradict(tmp_path: Path) -> None:
+    """Peers and clients would speak one protocol to a port serving the other: every
+    request routed to the instance would fail while it held partitions."""
+    common = ["--cluster", "127.0.0.1:9", "--app-id", "a", "--store", "s:key_value:2",
+              "--state-dir", str(tmp_path / "state")]  # fmt: skip
+    plain = run_serve(*common, "--application-server", "https://127.0.0.1:7173")
+    assert plain.returncode == 1 and "says HTTPS, but without --tls-cert" in plain.stderr
+    authority = trustme.CA()
+    served = authority.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    served.cert_chain_pems[0].write_to_path(str(cert))
+    served.private_key_pem.write_to_path(str(key))
+    tls = run_serve(*common, "--application-server", "http://127.0.0.1:7173",
+                    "--tls-cert", str(cert), "--tls-key", str(key))  # fmt: skip
+    assert tls.returncode == 1 and "says plain HTTP, but --tls-cert serves HTTPS" in tls.stderr
+    assert not (tmp_path / "state").exists(), "refused before anything started"
+
+
 def test_serve_with_a_cluster_names_missing_flags_and_bad_stores() -> None:
     missing = run_serve("--cluster", "127.0.0.1:9")
     assert "--app-id" in missing.stderr and "--application-server" in missing.stderr

@@ -178,6 +178,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise SystemExit("iqstate serve: --tls-cert and --tls-key go together (and --tls-ca "
                          "with them)")  # fmt: skip
     _check_tls_files(args)
+    _check_scheme(args.application_server, args.tls_cert is not None)
     chosen = {name: getattr(args, name) for name in _LIMITS if getattr(args, name) is not None}
     try:
         limits = ConnectionLimits(**chosen)
@@ -246,6 +247,26 @@ def _refuse_a_taken_port(host: str, port: int) -> None:
                     "another instance or program serving there? Choose another --port, or "
                     "--application-server with --cluster"
                 ) from None
+
+
+def _check_scheme(application_server: str | None, tls: bool) -> None:
+    """Refuse an `--application-server` whose scheme says otherwise than the TLS options:
+    the other instances and the routing client would speak one protocol to a port serving
+    the other, and every request sent there would fail."""
+    scheme, written, _ = (application_server or "").partition("://")
+    if not written:
+        return
+    if scheme == "https" and not tls:
+        raise SystemExit(
+            f"iqstate serve: --application-server {application_server} says HTTPS, but "
+            "without --tls-cert and --tls-key this instance serves plain HTTP; give them, "
+            "or write the address without https://"
+        )
+    if scheme == "http" and tls:
+        raise SystemExit(
+            f"iqstate serve: --application-server {application_server} says plain HTTP, "
+            "but --tls-cert serves HTTPS; write https://host:port, or leave the scheme out"
+        )
 
 
 def _refuse_cluster_options(args: argparse.Namespace) -> None:
