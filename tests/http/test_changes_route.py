@@ -201,7 +201,7 @@ def test_the_token_is_required(app: Application) -> None:
             assert len(take(ev, 3)) == 3
         with RemoteQueryClient(url, token="s3cret") as client:
             assert next(client.subscribe("counts", key="spark")).changes[0].value == 3
-        with RemoteQueryClient(url) as client, pytest.raises(ConnectionError, match="401"):
+        with RemoteQueryClient(url) as client, pytest.raises(ValueError, match="401"):
             next(client.subscribe("counts"))
 
 

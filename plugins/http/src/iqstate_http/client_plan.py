@@ -402,8 +402,9 @@ class ClientLogic:
         return self._serdes[name]
 
     def refresh(self) -> Plan:
-        """Read the view from the first seed that answers; `ConnectionError` when none does
-        (`NoInstanceReached` when none could be reached or served now)."""
+        """Read the view from the first seed that answers. When none does: `ValueError` if
+        one refused the request (a wrong token or URL: asking again cannot help, as for any
+        refused request), else `NoInstanceReached` (none could be reached or served now)."""
         errors = []
         refused = False
         for seed in list(self.seeds):
@@ -419,7 +420,7 @@ class ClientLogic:
             errors.append(f"{seed}: {failed.error or f'HTTP {failed.status}{why}'}")
             refused = refused or failed.status in REFUSALS
         message = f"no iqstate instance answered discovery ({'; '.join(errors)})"
-        raise ConnectionError(message) if refused else NoInstanceReached(message)
+        raise ValueError(message) if refused else NoInstanceReached(message)
 
     def _install(self, instances: list[dict[str, Any]], stores: dict[str, Any]) -> None:
         infos = {}
