@@ -24,6 +24,7 @@ from iqstate_kafka import LocalBroker
 from iqstate_kafka.errors import BrokerUnavailableError
 from iqstate_kafka.settings import ClusterSettings
 from iqstate_kafka.topics import EndOffsets
+from prometheus_client.parser import text_string_to_metric_families
 from serving_support import running_everywhere, serving_pair, settled, wait_for
 
 from iqstate import Application
@@ -73,6 +74,18 @@ def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
+def _member(url: str) -> float | None:
+    """`iqstate_cluster_member` as the instance's `/metrics` gives it (None: no answer)."""
+    scraped = _get(url, "/metrics")
+    if scraped is None:
+        return None
+    for family in text_string_to_metric_families(scraped.text):
+        for sample in family.samples:
+            if sample.name == "iqstate_cluster_member":
+                return sample.value
+    raise AssertionError(f"{url}/metrics has no iqstate_cluster_member")
+
+
 def _not_yet_cut_off(url: str) -> list[str]:
     """What still says the instance is in contact (empty: everything says it is cut off)."""
     health, ready = _get(url, "/v1/health"), _get(url, "/v1/ready")
@@ -80,6 +93,8 @@ def _not_yet_cut_off(url: str) -> list[str]:
     if health is None or ready is None or lags is None or query is None:
         return [f"{url} did not answer"]
     wrong = []
+    if _member(url) != 0:  # what the IqstateInstanceOutsideTheCluster alert watches
+        wrong.append("iqstate_cluster_member is not 0")
     if health.json()["status"] != "degraded" or health.json()["broker_silence_s"] <= 3.0:
         wrong.append(f"health {health.json()}")
     if ready.status_code != 503:
@@ -119,7 +134,12 @@ def _in_contact(url: str, hosted: int) -> bool:
     if health is None or ready is None or lags is None:
         return False
     known = [lag for lag in lags.json().get("counts", {}).values() if lag["lag"] is not None]
-    return health.json()["status"] == "ok" and ready.status_code == 200 and len(known) == hosted
+    return (
+        health.json()["status"] == "ok"
+        and ready.status_code == 200
+        and len(known) == hosted
+        and _member(url) == 1
+    )
 
 
 def test_a_paused_broker_cuts_instances_off_and_they_recover(

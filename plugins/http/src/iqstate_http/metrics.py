@@ -343,14 +343,18 @@ def _replica_families(app: Application) -> Iterator[Metric]:
     cluster = app.cluster_status()
     live = sum(1 for status in cluster if status.live)
     yield GaugeMetricFamily("iqstate_cluster_live_instances", "live instances", value=live)
-    member = any(status.live and status.host_info == app.host_info for status in cluster)
+    contact = app.cluster_contact()
+    # Cut off from Kafka past the liveness timeout, the view it last read still names it
+    # live, but the others have dropped it: it is no member then.
+    member = (contact is None or not contact.lost) and any(
+        status.live and status.host_info == app.host_info for status in cluster
+    )
     yield GaugeMetricFamily(
         "iqstate_cluster_member",
         "1 when this instance counts itself a live member of its cluster (its heartbeats "
         "come back), else 0",
         value=int(member),
     )
-    contact = app.cluster_contact()
     if contact is not None:
         yield GaugeMetricFamily(
             "iqstate_broker_silence_seconds",
