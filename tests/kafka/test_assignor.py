@@ -262,6 +262,44 @@ def test_a_cold_newcomer_warms_up_before_it_takes_over(
     assert max(counts) - min(counts) <= 1
 
 
+def standby_counts(result: Mapping[HostInfo, Assignment]) -> list[int]:
+    return [
+        sum(role == STANDBY for _, _, role in assignment.items()) for assignment in result.values()
+    ]
+
+
+@pytest.mark.parametrize("partitions", [4, 6, 7, 12])
+def test_instances_joining_one_by_one_end_up_with_even_standbys(partitions: int) -> None:
+    """A member that joins hosts no replica of the others' standbys: they warm up on it and
+    then move, as its actives do (three instances with one standby each ended at 2/2/0)."""
+    stores = {"s": partitions}
+    members: list[Member] = []
+    for index in range(3):
+        members = [*members, Member(f"m-{index}", host(index))]
+        result = settle(members, stores)
+    assert max(active_counts(result)) - min(active_counts(result)) <= 1
+    assert max(standby_counts(result)) - min(standby_counts(result)) <= 1
+    assert all(len(hosts) == 1 for hosts in standbys_of(result).values())
+
+
+@given(clusters())
+def test_a_cluster_that_catches_up_settles_with_even_actives_and_standbys(
+    cluster: tuple[list[Member], dict[str, int], int],
+) -> None:
+    members, stores, standbys = cluster
+    result = assign(members, stores, standbys, ACCEPTABLE)
+    for _ in range(8):
+        members = next_round(members, result)
+        following = assign(members, stores, standbys, ACCEPTABLE)
+        if following == result:
+            break
+        result = following
+    else:
+        pytest.fail("no fixed point after 8 rounds")
+    assert max(active_counts(result)) - min(active_counts(result)) <= 1
+    assert max(standby_counts(result)) - min(standby_counts(result)) <= 1
+
+
 def settled_cluster(count: int, stores: Mapping[str, int]) -> list[Member]:
     """`count` members serving a settled assignment, caught up on all they host."""
     members = [Member(f"m-{index:04d}", host(index)) for index in range(count)]

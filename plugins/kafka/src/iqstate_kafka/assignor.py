@@ -32,7 +32,10 @@ by member id and partition. The rules (SPEC 9), in the spirit of Kafka Streams'
    then ones hosting a replica, then the least loaded, then by member id. Then standbys move
    from the most to the least loaded members, where the move costs no warmth, until the
    counts differ by at most one or no such move is left (with everyone caught up, they differ
-   by at most one). A warm-up replica is added on top when it is not one of the standbys.
+   by at most one). Where counts still differ by two or more (a member that joined hosts no
+   replica of the others' standbys), the lightest members get warm-up replicas of the
+   heaviest ones' standbys; once those catch up, the standbys move to them. An active's
+   warm-up replica (rule 4) is added on top when it is not one of the standbys.
 
 Members sharing a host (a misconfiguration, or a restarted process whose previous incarnation
 has not yet been dropped) cannot both serve one endpoint: the one with the smallest member id
@@ -339,6 +342,7 @@ class _Plan:
                 lightest.loaded(pick)
             standbys.append(chosen)
         self._even_out(standbys, actives, load)
+        self._warm_up_to_even_out(standbys, actives, load, warmups)
         for k, warm in warmups.items():
             if warm not in standbys[k]:
                 standbys[k].append(warm)
@@ -373,6 +377,48 @@ class _Plan:
                 bisect.insort(placed[sink], k)
             load[chain[0][1]] -= 1
             load[chain[-1][2]] += 1
+
+    def _warm_up_to_even_out(
+        self,
+        standbys: list[list[int]],
+        actives: list[int],
+        load: list[int],
+        warmups: Mapping[int, int],
+    ) -> None:
+        """Where standby counts still differ by two or more, since evening out would cost
+        warmth (the lightest members host no replica of the heaviest ones' standbys, as
+        after an instance joined), give the lightest members warm-up replicas of the
+        heaviest ones' standbys until the counts would differ by at most one. Once they have
+        caught up, evening out moves those standbys to them (as an active's target warms
+        up before it takes over; Kafka Streams' warm-up replicas). A partition warming up
+        its next active gets no second warm-up."""
+        planned = list(load)
+        placed: list[list[int]] = [[] for _ in range(self._count)]
+        for k, chosen in enumerate(standbys):
+            for i in chosen:
+                placed[i].append(k)
+        by_load = [(n, i) for i, n in enumerate(planned)]
+        heapq.heapify(by_load)
+        while by_load:
+            n, lightest = heapq.heappop(by_load)
+            heaviest = max(range(self._count), key=lambda i: (planned[i], -i))
+            if n != planned[lightest]:
+                continue  # a stale entry
+            if n > planned[heaviest] - 2:
+                return
+            movable = [
+                k
+                for k in placed[heaviest]
+                if lightest != actives[k] and lightest not in standbys[k] and k not in warmups
+            ]
+            if not movable:
+                continue  # nothing of the heaviest's it can take: it stays light
+            k = movable[0]
+            standbys[k].append(lightest)
+            placed[heaviest].remove(k)
+            planned[heaviest] -= 1
+            planned[lightest] += 1
+            heapq.heappush(by_load, (planned[lightest], lightest))
 
     def _chain(
         self,
