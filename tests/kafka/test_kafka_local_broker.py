@@ -78,3 +78,18 @@ def test_a_broker_that_cannot_start_says_why(tmp_path: Path) -> None:
     assert message.startswith("the Kafka broker exited with code 1 while starting")
     assert "heap" in message
     assert broker.pid is None
+
+
+def test_a_broker_that_fails_says_why_in_kafkas_words(tmp_path: Path) -> None:
+    """Kafka's own error reaches its output (its jars alone bind SLF4J to nothing)."""
+    data = tmp_path / "broker" / "data"
+    data.mkdir(parents=True)
+    (data / "meta.properties").write_text(
+        "version=1\nnode.id=2\ncluster.id=25rW71SbQ02pouPjwMWG3A\n", encoding="utf-8"
+    )
+    with pytest.raises(LocalBrokerError) as caught, LocalBroker(tmp_path / "broker"):
+        pass
+    message = str(caught.value)
+    assert "ERROR Exiting Kafka due to fatal exception" in message
+    assert "Stored node id 2 doesn't match previous node id 1" in message
+    assert "StaticLoggerBinder" not in message

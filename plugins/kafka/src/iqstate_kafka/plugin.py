@@ -24,6 +24,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    """Run a broker until Ctrl-C or SIGTERM. A broker that cannot start (its directory in
+    use, a port taken) or that stops raises `LocalBrokerError`: `iqstate` prints it and exits
+    with status 1."""
     from iqstate_kafka.testing import LocalBroker, LocalBrokerError
 
     stop = threading.Event()
@@ -35,10 +38,7 @@ def _run(args: argparse.Namespace) -> int:
     broker = LocalBroker(Path(args.dir).resolve(), port=args.port or None)
     try:
         print("starting Kafka (the first run fetches it from Maven Central)...", flush=True)
-        try:
-            broker.start()
-        except LocalBrokerError as exc:
-            raise SystemExit(f"iqstate broker: {exc}") from exc
+        broker.start()
         print(
             f"Kafka is running at {broker.bootstrap_servers} (KRaft, one broker; data in "
             f"{broker.directory}). Ctrl-C stops it.",
@@ -46,7 +46,8 @@ def _run(args: argparse.Namespace) -> int:
         )
         while not stop.wait(0.5):
             if not broker.running:
-                raise SystemExit(f"iqstate broker: Kafka stopped:\n{broker.output_tail()}")
+                tail = broker.output_tail()
+                raise LocalBrokerError(f"Kafka stopped; its output ends with:\n{tail}")
         print("stopping Kafka...", flush=True)
     finally:
         broker.stop()
