@@ -695,10 +695,13 @@ def test_a_cursor_resumed_on_a_replica_that_is_behind_goes_on_without_going_back
         behind.close()
 
 
-def test_a_gap_met_after_the_replica_was_rebuilt_ends_the_subscription(tmp_path: Path) -> None:
-    """A subscriber resumed on a replica meets a gap (its mark is not a batch end there)
-    after that replica was rebuilt: it is told so, and never given the new, empty store
-    as a snapshot of the partition."""
+def test_a_cursor_inside_a_batch_resumes_with_the_whole_batch_until_a_rebuild(
+    tmp_path: Path,
+) -> None:
+    """A cursor taken inside a batch (a unit cut short: its snapshot held part of it) resumed
+    on a replica that is behind takes that whole batch when it comes (changes set values,
+    so those it had already are set again), not a snapshot. Once that replica is rebuilt the
+    subscriber is told so, and never given the new, empty store as a snapshot."""
     app = Application("app", tmp_path)
     spec = app.key_value_store("s", 1, value_serde="int64")
     everything = KeyFilter.build(spec, None, None, None, None)
@@ -711,12 +714,16 @@ def test_a_gap_met_after_the_replica_was_rebuilt_ends_the_subscription(tmp_path:
     try:
         ahead.apply_changelog([record("a", 1)], 1, Position.from_map({"t": {0: 1}}), 2)
         ahead.apply_changelog([record("b", 2)], None, None, 3)  # a unit cut short
-        cursor = next(Subscription("app", spec, {0: ahead}, keys=everything)).cursor  # at 3
+        snapshot = next(Subscription("app", spec, {0: ahead}, keys=everything))  # at 3
+        assert snapshot.changes == [Change("a", 1), Change("b", 2)]
         behind.apply_changelog([record("a", 1)], 1, Position.from_map({"t": {0: 1}}), 2)
-        moved = Subscription("app", spec, {0: behind}, keys=everything, from_cursor=cursor)
+        moved = Subscription("app", spec, {0: behind}, keys=everything, from_cursor=snapshot.cursor)
         assert moved.poll() is None  # behind the cursor: it waits
         whole = [record("b", 2), record("c", 3)]
-        behind.apply_changelog(whole, 2, Position.from_map({"t": {0: 2}}), 4)  # 2 -> 4: a gap
+        behind.apply_changelog(whole, 2, Position.from_map({"t": {0: 2}}), 4)
+        batch = moved.poll()
+        assert batch is not None and not batch.snapshot
+        assert batch.changes == [Change("b", 2), Change("c", 3)]
         behind.rebuild(TopicIds(None))
         with pytest.raises(SubscriptionEndedError, match="rebuilt"):
             moved.poll()
@@ -765,3 +772,42 @@ def test_a_versioned_snapshot_holds_a_deleted_keys_tombstone(
     answer = app.query(request).partition_results[0]
     assert answer.is_success and answer.result is None  # the store says k is deleted too
     assert newest["k"].value is None and newest["j"].value == 2
+
+
+def test_a_cursor_at_a_batch_that_changed_nothing_resumes_on_another_replica(
+    tmp_path: Path,
+) -> None:
+    """Replica X's feed went live after a batch that changed no key of the partition (a
+    marker only: the batch wrote other partitions); replica Y's went live before it and
+    published nothing for it. X's cursor resumes on Y without a snapshot."""
+    app = Application("app", tmp_path)
+    spec = app.key_value_store("s", 1, value_serde="int64")
+    x, y = followed_replica(spec, tmp_path / "x"), followed_replica(spec, tmp_path / "y")
+    everything = KeyFilter.build(spec, None, None, None, None)
+
+    def record(key: str, value: int) -> tuple[bytes, bytes | None]:
+        return spec.key_serde.serialize(key), spec.value_serde.serialize(value)
+
+    try:
+        for replica in (x, y):
+            replica.apply_changelog([record("a", 1)], 1, Position.from_map({"t": {0: 1}}), 2)
+        on_y = Subscription("app", spec, {0: y}, keys=everything)
+        assert next(on_y).snapshot  # Y's feed goes live at offset 2
+        for replica in (x, y):  # batch 2 changed no key here
+            replica.apply_changelog([], 2, Position.from_map({"t": {0: 2}}), 4)
+        on_x = Subscription("app", spec, {0: x}, keys=everything)
+        snapshot = next(on_x)  # X's feed goes live at offset 4
+        assert snapshot.snapshot and snapshot.changes == [Change("a", 1)]
+        for replica in (x, y):
+            replica.apply_changelog([record("b", 2)], 3, Position.from_map({"t": {0: 3}}), 6)
+        for resumed in (
+            Subscription("app", spec, {0: y}, keys=everything, from_cursor=snapshot.cursor),
+            on_x,
+            on_y,
+        ):
+            batch = next(resumed)
+            assert not batch.snapshot and batch.changes == [Change("b", 2)]
+            assert batch.position == Position.from_map({"t": {0: 3}})
+    finally:
+        x.close()
+        y.close()

@@ -99,8 +99,9 @@ class PublishedBatch:
         self.index = index
         self.order = next(_ORDER)
         self.previous = previous
-        """The mark of the batch before it in this feed: a reader that got there may
-        take this one next; one that got elsewhere has a gap."""
+        """The mark of the batch before it in this feed: a reader that got there, or to a
+        mark between the two (batches that changed no key publish nothing), may take this
+        one next; one that got to an earlier mark has a gap."""
         self.mark = mark
         self.position = position
         self.entries = entries
@@ -241,13 +242,16 @@ class ChangeFeed:
         A replica following a changelog that is behind a mark another replica of the
         partition reached (marks there are changelog offsets, the same on every replica)
         goes on from its head: the reader passes over what it has seen already rather than
-        start again from a snapshot older than what it holds."""
+        start again from a snapshot older than what it holds. A mark between a batch's
+        `previous` and its own (batches that changed no key, which publish nothing here but
+        may have been a mark elsewhere: where another replica's feed went live) goes on
+        from that batch."""
         if mark == self.last_mark or (_marks_are_offsets(self.lineage) and mark > self.last_mark):
             return self.head
         with self._lock:
             for item in self._items:
-                if item.mark > mark:
-                    return item.index if item.previous == mark else None
+                if item.mark > mark:  # none of the batches from its previous on changed a key
+                    return item.index if item.previous <= mark else None
         return None
 
     def wait(self, index: int, waker: Waker) -> bool:

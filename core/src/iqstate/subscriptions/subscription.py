@@ -294,7 +294,7 @@ class Subscription:
     def _batch(self, part: _Partition, item: PublishedBatch) -> ChangeBatch | None:
         if item.mark <= part.after:
             return None  # already accounted for (a replica replaying its changelog)
-        if item.previous != part.after:  # a gap: only a snapshot can bring the caller on
+        if item.previous > part.after:  # a gap: only a snapshot can bring the caller on
             try:
                 same_feed = part.hosted.follow_changes(
                     self._settings, lambda feed, chain: self._resnapshot(part, feed, chain)
