@@ -146,3 +146,33 @@ def test_keys_a_url_would_change_are_looked_up_as_themselves(tmp_path: Path) -> 
             for key, value in rows.items():
                 found = client.query(lookup(key)).only_partition_result()
                 assert found is not None and found.result == value, key
+
+
+def test_an_instance_that_cannot_answer_fails_the_keys_partition_not_answers_absent(
+    tmp_path: Path,
+) -> None:
+    """A keyed query the client posts (here `require_active`) to an instance that answers
+    503 (its application stopped under a running server) fails the key's partition; it used
+    to come back as an empty success, which reads as an absent key."""
+    from iqstate_http import start_background
+
+    from iqstate import Application, FailureReason
+
+    app = Application("stopped", tmp_path)
+    app.key_value_store("counts", 3, value_serde="int64")
+    app.start()
+    with app.begin_batch(position={"src": {0: 1}}, batch_id=1) as batch:
+        batch.put("counts", "kafka", 5)
+    server = start_background(app)
+    try:
+        with RemoteQueryClient(server.url) as client:
+            request = lookup("kafka").require_active()
+            assert client.query(request).only_partition_result().result == 5  # type: ignore[union-attr]
+            app.close()
+            answer = client.query(request).partition_results
+            assert list(answer) == [app.stores["counts"].partition_of("kafka", b"kafka")]
+            (failed,) = answer.values()
+            assert failed.is_failure and failed.failure_reason is FailureReason.NOT_PRESENT
+            assert "has been stopped" in failed.failure_message
+    finally:
+        server.stop()

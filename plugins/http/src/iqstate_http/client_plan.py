@@ -302,6 +302,14 @@ def _retry_after(reply: Reply) -> float:
     return reply.retry_after if reply.retry_after is not None else 0.5
 
 
+def _partitions_of(key_partition: int | None, store: StoreInfo | None) -> list[int]:
+    """The partitions an all-partition request's failure falls on: the key's where it is
+    known, else every partition of the store where that is known."""
+    if key_partition is not None:
+        return [key_partition]
+    return [] if store is None else list(range(store.partitions))
+
+
 def _unreachable(url: str, reply: Reply) -> QueryResult[Any]:
     return QueryResult.for_failure(
         FailureReason.NOT_PRESENT, f"instance {url} could not be reached: {reply.error}"
@@ -577,18 +585,19 @@ class ClientLogic:
             replies = yield calls
             retry = []
             for (url, partitions), reply in zip(pending, replies, strict=True):
+                # the partitions a failure is reported on: those asked, or the key's
+                named = partitions or _partitions_of(key_partition, store)
                 if not reply.answered:
                     self.moved()
                     if attempt == 0:
                         retry.append((url, partitions))
                         continue
-                    named = partitions or ([] if key_partition is None else [key_partition])
                     if not named:
                         raise ConnectionError(f"no iqstate instance answered: {reply.error}")
                     for partition in named:
                         results[partition] = _unreachable(url, reply)
                     continue
-                results.update(self._answers(url, request, partitions, reply))
+                results.update(self._answers(url, request, named, reply))
             if not retry:
                 break
             yield from self.current_view()
@@ -611,19 +620,23 @@ class ClientLogic:
         self,
         url: str,
         request: StateQueryRequest[Any],
-        partitions: list[int] | None,
+        partitions: list[int],
         reply: Reply,
     ) -> dict[int, QueryResult[Any]]:
-        """An instance's answer as per-partition results; a refused request raises."""
+        """An instance's answer as per-partition results; a refused request raises. An
+        instance that cannot answer now (a 503) fails each of `partitions` (those asked,
+        or the key's), never an empty success; `ConnectionError` when none is known."""
         if reply.status != 200:
             message = _error_message(reply)
             if reply.status == 500:
                 raise RemoteServiceError(url, message)
             if reply.status > 500:
                 self.moved()
+                if not partitions:
+                    raise ConnectionError(f"{url} could not answer: {message}")
                 return {
                     p: QueryResult.for_failure(FailureReason.NOT_PRESENT, message)
-                    for p in partitions or ()
+                    for p in partitions
                 }
             raise _refusal(url, reply)
         results: dict[int, QueryResult[Any]] = {}
