@@ -128,6 +128,17 @@ def test_merged_pages_of_a_prefix_scan(tmp_path: Path) -> None:
         assert second["next"] is None
 
 
+def test_an_empty_partition_list_asks_no_partition_merged_or_not(tmp_path: Path) -> None:
+    """As `with_partitions(set())`: merging used to read it as every partition."""
+    with two_instances(tmp_path) as (a, _):
+        query = {"type": "range"}
+        assert post(a.url, {"query": query, "partitions": []}).json()["partitions"] == {}
+        merged = post(a.url, {"query": query, "partitions": [], "merge": True}).json()
+        assert merged["rows"] == [] and merged["next"] is None
+        one = post(a.url, {"query": query, "partitions": [1], "merge": True}).json()
+        assert one["rows"] and all(partition_of(k) == 1 for k, _ in one["rows"])
+
+
 def test_cursors_are_checked(tmp_path: Path) -> None:
     with two_instances(tmp_path) as (a, _):
         page = post(a.url, {"query": {"type": "range"}, "merge": True, "limit": 5}).json()

@@ -127,6 +127,12 @@ def test_iqv2_query_per_partition(client: httpx.Client) -> None:
             400,
             "a partition is a whole number up to 2147483647",
         ),
+        (  # "0" and "00" are one partition: a reader could take either offset
+            b'{"store": "counts", "query": {"type": "key", "key": "a"}, '
+            b'"bound": {"t": {"0": 101, "00": 5}}}',
+            400,
+            "partition 0 of 't' is given twice",
+        ),
         (
             b'{"store": "counts", "query": {"type": "key", "key": "a"}, "acceptable_lag": -1}',
             400,

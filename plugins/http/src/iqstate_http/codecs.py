@@ -218,7 +218,12 @@ def position_from_json(body: Any) -> Position:
                     f"malformed position: offset {json.dumps(offset)[:40]} of {topic!r} "
                     f"partition {number} (an offset is a whole number from 0 to {INT64_MAX})"
                 )
-            offsets.setdefault(topic, {})[number] = offset_number
+            of_topic = offsets.setdefault(topic, {})
+            if number in of_topic:  # "0" and "00": a reader could take either offset
+                raise BadRequest(
+                    f"malformed position: partition {number} of {topic!r} is given twice"
+                )
+            of_topic[number] = offset_number
     try:
         return Position.from_map(offsets)
     except (TypeError, ValueError) as exc:

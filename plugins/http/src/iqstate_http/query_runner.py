@@ -281,10 +281,11 @@ class QueryRunner:
         serialize = spec.key_serde.serialize
         start = None if cursor is None else spec.key_serde.deserialize(cursor.after)
         query, within = pager.resumed(options.query, start, serialize)
-        wanted = options.partitions or list(range(spec.partitions))
+        # the partitions asked (none for `[]`, as unmerged), else all of them
+        wanted = list(range(spec.partitions)) if options.partitions is None else options.partitions
         # A range is read a chunk at a time: about each partition's share of the page.
         ranged = chunked(query)
-        chunk = chunk_size(options.limit + 1, 1, len(wanted))
+        chunk = chunk_size(options.limit + 1, 1, max(1, len(wanted)))
         first_read = query if ranged is None else limited(ranged, chunk)
         placement = Placement(
             self.choice, spec.name, wanted, options.acceptable_lag, options.local_only
