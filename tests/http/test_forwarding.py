@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from iqstate_http.admission import RangeLimits
-from two_instances import PARTITIONS, POSITION, ROWS, two_instances
+from two_instances import PARTITIONS, POSITION, ROWS, layout, two_instances
 
 from iqstate.runtime import partition_for_bytes
 from iqstate.serdes import Serde
@@ -250,3 +250,30 @@ def test_position_of_answers(tmp_path: Path) -> None:
         assert all(e["ok"] for e in answer["partitions"].values())
         beyond = post(a.url, {"query": {"type": "range"}, "bound": {"src": {"0": 101}}}).json()
         assert all(e["failure"] == "NOT_UP_TO_BOUND" for e in beyond["partitions"].values())
+
+
+def test_a_replica_a_rebalance_just_made_a_lagging_standby_is_not_read_as_running(
+    tmp_path: Path,
+) -> None:
+    """The instances' view of the cluster is cached for half a second: right after a
+    rebalance it still called A's replica of partition 0 the running active, and A answered
+    from it, labelled `RUNNING` with lag 0, though it had just become a standby 1,000
+    offsets behind, past `acceptable_lag`. Whether a replica may answer is decided on its
+    state now."""
+    with two_instances(tmp_path) as (a, b):
+        body = {"query": {"type": "range"}, "partitions": [0], "acceptable_lag": 5}
+        warm = post(a.url, body).json()["partitions"]["0"]
+        assert warm["ok"] and warm["host"] == str(a.host) and warm["role"] == "RUNNING"
+        swapped = layout(b.host, a.host)  # B now the active of partition 0, A its standby
+        for instance in (a, b):
+            for partition in range(PARTITIONS):
+                instance.assignment.set_end_offset("counts", partition, 1000)
+            instance.assignment.rebalance(swapped)
+        answer = post(a.url, body).json()["partitions"]["0"]
+        if answer["ok"]:  # B answered (the cached view was read again)
+            assert answer["host"] == str(b.host) and answer["role"] == "RUNNING"
+        else:
+            assert (
+                answer["failure"] == "NOT_ACTIVE" and "over acceptable_lag 5" in answer["message"]
+            )
+            assert answer["role"] == "STANDBY" and answer["lag"] == 1000

@@ -171,11 +171,14 @@ class QueryRunner:
         """This instance's answers, each from a replica that may give it: one whose lag is
         over `acceptable_lag` answers `NOT_ACTIVE` instead."""
         results = dict(self.query(self._request(options, query, partitions)).partition_results)
-        replicas = {p: self.choice.local(options.store, p) for p in results}
         lag = options.acceptable_lag
-        if lag is not None:
+        if lag is None:  # nothing to decide: the table's state and lag label the answers
+            replicas = {p: self.choice.local(options.store, p) for p in results}
+        else:  # whether the replica may answer is decided on its state now
+            replicas = self.choice.here_now(options.store, results)
             for partition, replica in replicas.items():
                 if replica is not None and not replica.within(lag):
+                    self.choice.invalidate()  # the table may still call it caught up
                     answered = results[partition]
                     if answered.is_success and hasattr(answered.result, "close"):
                         answered.result.close()

@@ -16,6 +16,7 @@ before a remote active: an answer that needs no hop.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from iqstate import Application, FailureReason
@@ -91,6 +92,23 @@ class ReplicaChoice:
             if replica.local:
                 return replica
         return None
+
+    def here_now(self, store: str, partitions: Iterable[int]) -> dict[int, Replica | None]:
+        """This instance's replicas of `partitions` as they are now: state and lag read
+        from its own partitions, not from the table (up to `max_age` old, it can still call
+        a replica that a rebalance just made a lagging standby `RUNNING`)."""
+        roles = self._app.roles().get(store, {})
+        lags = self._app.all_local_store_partition_lags().get(store, {})
+        host = self.this_host
+        found: dict[int, Replica | None] = {}
+        for partition in partitions:
+            role, lag = roles.get(partition), lags.get(partition)
+            found[partition] = (
+                None
+                if role is None
+                else Replica(host, True, role.state, None if lag is None else lag.offset_lag)
+            )
+        return found
 
     def candidates(self, store: str, partition: int, acceptable_lag: int | None) -> list[Replica]:
         """The replicas that may answer, in the order to ask them (see the module doc)."""
