@@ -401,24 +401,29 @@ class _Plan:
         heapq.heapify(by_load)
         while by_load:
             n, lightest = heapq.heappop(by_load)
-            heaviest = max(range(self._count), key=lambda i: (planned[i], -i))
             if n != planned[lightest]:
                 continue  # a stale entry
-            if n > planned[heaviest] - 2:
+            heavier = sorted(
+                (i for i in range(self._count) if planned[i] >= n + 2),
+                key=lambda i: (-planned[i], i),
+            )
+            if not heavier:
                 return
-            movable = [
-                k
-                for k in placed[heaviest]
-                if lightest != actives[k] and lightest not in standbys[k] and k not in warmups
-            ]
-            if not movable:
-                continue  # nothing of the heaviest's it can take: it stays light
-            k = movable[0]
-            standbys[k].append(lightest)
-            placed[heaviest].remove(k)
-            planned[heaviest] -= 1
-            planned[lightest] += 1
-            heapq.heappush(by_load, (planned[lightest], lightest))
+            for source in heavier:  # the heaviest first that has a standby it can take
+                movable = [
+                    k
+                    for k in placed[source]
+                    if lightest != actives[k] and lightest not in standbys[k] and k not in warmups
+                ]
+                if movable:
+                    k = movable[0]
+                    standbys[k].append(lightest)
+                    placed[source].remove(k)
+                    planned[source] -= 1
+                    planned[lightest] += 1
+                    heapq.heappush(by_load, (planned[lightest], lightest))
+                    break
+            # else: nothing of theirs it can take: it stays light
 
     def _chain(
         self,
