@@ -17,7 +17,6 @@ from support.network import free_port
 
 from iqstate import (
     Application,
-    BatchGapError,
     IncompatibleStateError,
     KeyQuery,
     RangeQuery,
@@ -186,55 +185,3 @@ def test_a_writers_declaration_made_by_mistake_is_withdrawn_with_a_tombstone(
     corrected.key_value_store("totals", 2, value_serde="int64")
     with corrected:  # joins: nothing declares the store otherwise any more
         assert corrected.state.name in ("RUNNING", "REBALANCING")
-
-
-def test_a_writer_refuses_a_batch_id_the_replicas_would_refuse(
-    kafka_broker: Any, unique_name: Callable[[str], str], tmp_path: Path
-) -> None:
-    """Replicas refuse a marker that skips batch ids, and every later one: a restarted
-    writer reads where the changelogs' batches end and refuses a gap before writing, as an
-    embedded application does (it returned as usual, and nothing it wrote was applied)."""
-    app_id = unique_name("gaps")
-    bootstrap = kafka_broker.bootstrap_servers
-
-    def writer(name: str) -> Application:
-        app = Application(app_id, tmp_path / name, cluster=KafkaCluster(bootstrap),
-                          serving=False)  # fmt: skip
-        app.key_value_store("counts", 2, value_serde="int64")
-        return app
-
-    with writer("first") as first:
-        with first.begin_batch(position={"src": {0: 0}}, batch_id=7) as batch:
-            batch.put("counts", "a", 1)  # a first batch may have any id
-        with pytest.raises(BatchGapError, match="batch 9 skips batches"):
-            with first.begin_batch(position={"src": {0: 2}}, batch_id=9) as batch:
-                batch.put("counts", "a", 9)
-        with first.begin_batch(position={"src": {0: 1}}, batch_id=8) as batch:
-            batch.put("counts", "b", 2)
-    with writer("restarted") as restarted:  # reads the last batch from the changelogs
-        with pytest.raises(BatchGapError) as refused:
-            with restarted.begin_batch(position={"src": {0: 5}}, batch_id=12) as batch:
-                batch.put("counts", "c", 3)
-        assert "the changelogs' last batch is 8" in str(refused.value)
-        assert "Write batch 9 next" in str(refused.value)
-        with restarted.begin_batch(position={"src": {0: 5}}, batch_id=8) as batch:
-            batch.put("counts", "b", 2)  # a replay of the last batch is fine
-        with restarted.begin_batch(position={"src": {0: 6}}, batch_id=9) as batch:
-            batch.put("counts", "c", 3)
-        with restarted.begin_batch(position={"src": {0: 9}}, batch_id=20, allow_gaps=True) as b:
-            b.put("counts", "d", 4)
-    serving = Application(
-        app_id, tmp_path / "serving", application_server=f"127.0.0.1:{free_port()}",
-        cluster=KafkaCluster(bootstrap),
-    )  # fmt: skip
-    serving.key_value_store("counts", 2, value_serde="int64")
-    everything = StateQueryRequest.in_store("counts").with_query(RangeQuery.with_no_bounds())
-    with serving:
-        deadline = time.monotonic() + 60
-        while True:
-            answers = serving.query(everything).partition_results
-            read = {k: v for r in answers.values() if r.is_success for k, v in r.result}
-            if read == {"a": 1, "b": 2, "c": 3, "d": 4}:
-                break  # every batch written was applied; the refused ones wrote nothing
-            assert time.monotonic() < deadline, f"the serving instance read {read}"
-            time.sleep(0.2)

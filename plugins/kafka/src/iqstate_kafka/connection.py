@@ -15,7 +15,6 @@ from iqstate.runtime.batch import Batch
 from iqstate.runtime.cluster import ChangelogCounts, ClusterMember
 from iqstate.runtime.following import FollowedPartitions
 from iqstate_kafka.follower import Follower
-from iqstate_kafka.last_markers import NextBatchCheck
 from iqstate_kafka.settings import ClusterSettings
 from iqstate_kafka.writer import BatchWriter
 
@@ -38,7 +37,6 @@ class KafkaConnection:
         self._assignment = assignment
         self.follower = follower
         self._writer = BatchWriter(cluster, member.application_id)
-        self._next_batch = NextBatchCheck(cluster, member.application_id)
 
     @property
     def assignment(self) -> AssignmentProvider:
@@ -52,20 +50,16 @@ class KafkaConnection:
     def write_batch(self, batch: Batch) -> None:
         """Write `batch` to the changelogs of the stores it covers (all declared stores
         unless it names some); returns once its markers are durable (`DeliveryError` if
-        they are not: replay the batch with the same id). A batch id the followers would
-        refuse as a gap raises `BatchGapError` first, and nothing is written."""
+        they are not: replay the batch with the same id)."""
         declared = self._member.stores
         covered = declared.keys() if batch.stores is None else batch.stores
-        stores = {name: declared[name].partitions for name in sorted(covered)}
-        self._next_batch.check(batch.batch_id, stores, batch.allow_gaps)
         self._writer.write(
             batch.pending(),
             batch_id=batch.batch_id,
             position=batch.position,
-            stores=stores,
+            stores={name: declared[name].partitions for name in sorted(covered)},
             allow_gaps=batch.allow_gaps,
         )
-        self._next_batch.written(batch.batch_id, stores)
 
     def changelog_counts(self) -> ChangelogCounts:
         """The follower's counts (nothing for a writer, which follows nothing)."""
