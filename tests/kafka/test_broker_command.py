@@ -4,9 +4,12 @@ A start that fails exits non-zero; a stale pid file does not block a start."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -110,4 +113,15 @@ def test_a_stale_pid_file_does_not_block_a_start(tmp_path: Path) -> None:
     with LocalBroker(directory) as broker:
         assert broker.pid not in (None, dead.pid)
         assert (directory / "broker.pid").read_text(encoding="ascii") == f"{broker.pid}\n"
+        # A broker that died under its starter (a crash, a SIGKILL from outside) starts
+        # again: the starter gives up the directory's lock it still held.
+        killed = broker.pid
+        assert killed is not None
+        os.kill(killed, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while broker.running:
+            assert time.monotonic() < deadline, "the killed broker still runs"
+            time.sleep(0.1)
+        broker.start()
+        assert broker.pid not in (None, killed)
     assert not (directory / "broker.pid").exists()

@@ -250,6 +250,7 @@ class LocalBroker:
         """
         if self.running:
             return self
+        self.stop()  # a broker that died: give up its directory lock, or this start is refused
         if self._directory is None:
             self._directory = Path(tempfile.mkdtemp(prefix="iqstate-kafka-"))
         self._directory.mkdir(parents=True, exist_ok=True)
