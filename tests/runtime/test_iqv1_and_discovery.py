@@ -248,6 +248,13 @@ def test_lags_from_the_changelog_and_the_provider(
         assert lags["s"][1] == LagInfo(0, 10) and lags["s"][1].offset_lag == 10
         records = changelog.records(TopicPartition("app-s-changelog", 0))
         assert [r.value for r in records] == [b"0", b"1", b"2", b"3", b"4"]
+        # One store's lags, of the partitions asked that are hosted here: the same answers
+        assert app.local_store_partition_lags("s") == lags["s"]
+        assert app.local_store_partition_lags("s", [1]) == {1: lags["s"][1]}
+        assert app.local_store_partition_lags("s", iter([1, 0, 1, 7])) == lags["s"]
+        assert app.local_store_partition_lags("s", []) == {}
+        with pytest.raises(UnknownStateStoreError, match="'nope'"):
+            app.local_store_partition_lags("nope")
 
 
 def test_rebalance_moves_promotes_and_restores(make_app: MakeApp) -> None:

@@ -773,6 +773,18 @@ class Application:
         self._check_queryable("read lags")
         return self._metadata.local_lags()
 
+    def local_store_partition_lags(
+        self, store: str, partitions: Iterable[int] | None = None
+    ) -> dict[int, LagInfo]:
+        """`all_local_store_partition_lags()[store]`, of the given `partitions` only (those
+        hosted here): one partition's lag without working out every other's (a query that
+        accepts a lag reads it). Empty for a store or partitions not hosted here."""
+        if self._state is AppState.CREATED:
+            return {}
+        self._spec(store)  # raises UnknownStateStoreError
+        self._check_queryable("read lags")
+        return self._metadata.store_lags(store, partitions)
+
     def cluster_status(self) -> list[InstanceStatus]:
         """The cluster as this instance sees it: every live instance with the state and lag
         of each replica it hosts, then the instances that recently left or went silent.

@@ -6,7 +6,7 @@ knows for the whole cluster; lags come from the hosted partitions' committed off
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from iqstate.position import TopicPartition
@@ -97,18 +97,31 @@ class MetadataState:
     def local_lags(self) -> dict[str, dict[int, LagInfo]]:
         """Without a cluster every partition is its own changelog's end; with one, the end is
         the broker's, unknown (`None`) until fetched and while contact is lost."""
-        contact = self._assignment.contact()
-        lost = contact is not None and contact.lost
         lags: dict[str, dict[int, LagInfo]] = {}
         for name in self._partitions.store_names():
-            for partition, hosted in sorted(self._partitions.of_store(name).items()):
-                current = hosted.applied_offset()
-                end = None if lost else self._assignment.end_offset(name, partition)
-                if end is None and contact is None:
-                    end = current  # no cluster, no end offset but its own
-                if end is not None and hosted.role.is_running_active:
-                    end = max(current, end)
-                lags.setdefault(name, {})[partition] = LagInfo(current, end, hosted.rebuilt)
+            found = self.store_lags(name)
+            if found:
+                lags[name] = found
+        return lags
+
+    def store_lags(self, name: str, partitions: Iterable[int] | None = None) -> dict[int, LagInfo]:
+        """`local_lags` of store `name`, of those of `partitions` hosted here (default: all)."""
+        contact = self._assignment.contact()
+        lost = contact is not None and contact.lost
+        hosted_here = self._partitions.of_store(name)
+        asked = sorted(hosted_here) if partitions is None else sorted(set(partitions))
+        lags: dict[int, LagInfo] = {}
+        for partition in asked:
+            hosted = hosted_here.get(partition)
+            if hosted is None:
+                continue
+            current = hosted.applied_offset()
+            end = None if lost else self._assignment.end_offset(name, partition)
+            if end is None and contact is None:
+                end = current  # no cluster, no end offset but its own
+            if end is not None and hosted.role.is_running_active:
+                end = max(current, end)
+            lags[partition] = LagInfo(current, end, hosted.rebuilt)
         return lags
 
     def cluster_status(self, this_host: HostInfo) -> list[InstanceStatus]:

@@ -97,11 +97,12 @@ class ReplicaChoice:
         """This instance's replicas of `partitions` as they are now: state and lag read
         from its own partitions, not from the table (up to `max_age` old, it can still call
         a replica that a rebalance just made a lagging standby `RUNNING`)."""
+        asked = list(partitions)
         roles = self._app.roles().get(store, {})
-        lags = self._app.all_local_store_partition_lags().get(store, {})
+        lags = self._app.local_store_partition_lags(store, asked)
         host = self.this_host
         found: dict[int, Replica | None] = {}
-        for partition in partitions:
+        for partition in asked:
             role, lag = roles.get(partition), lags.get(partition)
             found[partition] = (
                 None
