@@ -31,6 +31,29 @@ def test_key_lookup(client: httpx.Client) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("path", "named"),
+    [
+        ("/v1/stores/counts%2Fkeys/keys/kafka", "counts/keys"),  # decoded: key 'keys/kafka'
+        ("/v1/stores/counts%2fkeys/keys/kafka?acceptable_lag=5", "counts/keys"),
+        ("/v1/stores/counts%2Fchanges", "counts/changes"),  # decoded: the changes of 'counts'
+        ("/v1/metadata/stores/counts%2Fkeys/keys/kafka", "counts/keys"),
+        ("/v1/metadata/stores/counts%2F", "counts/"),
+    ],
+)
+def test_an_encoded_slash_in_a_store_name_names_no_store(
+    client: httpx.Client, path: str, named: str
+) -> None:
+    """Routing reads the decoded path, where `counts%2Fkeys/keys/kafka` is store `counts`
+    and key `keys/kafka`; the path as sent names store `counts/keys`, which is none."""
+    answer = client.send(client.build_request("GET", httpx.URL(str(client.base_url) + path)))
+    assert answer.status_code == 404, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "unknown_store" and f"no store named {named!r}" in error["message"]
+    # the same store and key, sent plainly, are found
+    assert client.get("/v1/stores/counts/keys/kafka").json()["value"] == 5
+
+
 def test_the_key_route_refuses_query_parameters_it_does_not_know(client: httpx.Client) -> None:
     # A misspelt acceptable_lag would otherwise read the running active as if not given.
     misspelt = client.get("/v1/stores/counts/keys/kafka?acceptable_lags=5")

@@ -33,6 +33,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -74,6 +75,7 @@ from iqstate_http.metrics import PROMETHEUS_TEXT, ServiceMetrics
 from iqstate_http.openapi import openapi_document
 from iqstate_http.paging import page_limit
 from iqstate_http.query_runner import QueryOptions, QueryRunner
+from iqstate_http.raw_paths import EncodedSlashStores, misnamed_store
 from iqstate_http.replica_choice import RUNNING, Replica, ReplicaChoice
 
 PAGE = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
@@ -410,10 +412,20 @@ class QueryService:
     def _spec(self, name: str) -> StoreSpec:
         spec = self.app.stores.get(name)
         if spec is None:
-            raise ApiError(
-                404, "unknown_store", f"no store named {name!r}; stores: {sorted(self.app.stores)}"
-            )
+            raise self._unknown_store(name)
         return spec
+
+    def _unknown_store(self, name: str) -> ApiError:
+        return ApiError(
+            404, "unknown_store", f"no store named {name!r}; stores: {sorted(self.app.stores)}"
+        )
+
+    def _misnamed_store(self, scope: Scope, name: str) -> ApiError:
+        """The answer to a path naming store `name` through an encoded `/` (`raw_paths`):
+        the token checked first, as on every route."""
+        if self.token is not None:
+            self._check_token_in(Headers(scope=scope))
+        return self._unknown_store(name)
 
     def _check_token(self, request: Request) -> None:
         if self.token is not None:
@@ -592,6 +604,8 @@ class QueryService:
         store, found, key_text = path[len(_KEY_ROUTE_PREFIX) :].partition("/keys/")
         if not found or not store or "/" in store:
             return None
+        if misnamed_store(scope) is not None:
+            return None  # the routed app refuses it
         spec, read = self._key_read(store)
         key = self._guard(lambda: key_from_path(spec, key_text))
         lag = self._guard(lambda: _lag_in(scope)) if scope.get("query_string") else None
@@ -878,7 +892,12 @@ class QueryService:
             Route("/openapi.json", self.openapi),
             Route("/metrics", self.metrics_document),
         ]
-        return Starlette(routes=routes, exception_handlers=dict(HANDLERS), lifespan=self._lifespan)
+        return Starlette(
+            routes=routes,
+            middleware=[Middleware(EncodedSlashStores, refusal=self._misnamed_store)],
+            exception_handlers=dict(HANDLERS),
+            lifespan=self._lifespan,
+        )
 
     @asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
