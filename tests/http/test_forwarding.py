@@ -277,3 +277,56 @@ def test_a_replica_a_rebalance_just_made_a_lagging_standby_is_not_read_as_runnin
                 answer["failure"] == "NOT_ACTIVE" and "over acceptable_lag 5" in answer["message"]
             )
             assert answer["role"] == "STANDBY" and answer["lag"] == 1000
+
+
+@pytest.fixture
+def open_iterators(monkeypatch: pytest.MonkeyPatch) -> set[int]:
+    """The ids of the range iterators queries opened and nothing closed yet (a spy on the
+    core's `KeyValueIterator`: an unclosed one holds its rows, and a plugin engine's
+    `on_close` resources, until garbage collection)."""
+    from iqstate.iterators import KeyValueIterator
+
+    opened: set[int] = set()
+    init, close = KeyValueIterator.__init__, KeyValueIterator.close
+
+    def tracked_init(self: KeyValueIterator[Any, Any], *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        opened.add(id(self))
+
+    def tracked_close(self: KeyValueIterator[Any, Any]) -> None:
+        opened.discard(id(self))
+        close(self)
+
+    monkeypatch.setattr(KeyValueIterator, "__init__", tracked_init)
+    monkeypatch.setattr(KeyValueIterator, "close", tracked_close)
+    return opened
+
+
+def test_a_merged_page_that_fails_closes_every_local_range_it_opened(
+    tmp_path: Path, open_iterators: set[int]
+) -> None:
+    """Ranges opened on this instance before the page failed (another instance gone, a
+    partition's record unreadable) are closed, read or not."""
+    rows = {f"key-{i:04d}": i for i in range(60)}
+    damaged = partition_of("key-0013")
+    with two_instances(tmp_path, rows=rows, value_serde=_Fragile()) as (a, b):
+        open_iterators.clear()
+        unreadable = post(a.url, {"query": {"type": "range"}, "merge": True})
+        assert unreadable.status_code == 503
+        assert str(damaged) in unreadable.json()["error"]["partitions"]
+        assert open_iterators == set()
+        b.server.stop()
+        mine = [p for p in range(PARTITIONS) if p % 2 == 0 and p != damaged]
+        gone = post(a.url, {"query": {"type": "range"}, "merge": True, "limit": 5})
+        assert gone.status_code == 503
+        assert (
+            str(damaged + 1 if damaged % 2 == 0 else damaged) in gone.json()["error"]["partitions"]
+        )
+        assert open_iterators == set()
+        # the same ranges of this instance's own partitions page as before
+        own = post(a.url, {"query": {"type": "range"}, "merge": True, "partitions": mine})
+        assert own.status_code == 200, own.text
+        assert [k for k, _ in own.json()["rows"]][:3] == sorted(
+            k for k in rows if partition_of(k) in mine
+        )[:3]
+        assert open_iterators == set()

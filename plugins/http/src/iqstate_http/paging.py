@@ -248,6 +248,16 @@ class LocalRows:
             serialize_key, pager, within, after,
         )  # fmt: skip
         self.position = first.position or Position.empty()
+        self._current = first
+        """The result being read: `close` closes it, whether its rows were read or not."""
+
+    def close(self) -> None:
+        """Close the result being read (its iterator), read or not: closing `iter(self)`
+        closes nothing when it never started."""
+        if self._current.is_success:
+            closing = getattr(self._current.result, "close", None)
+            if closing is not None:
+                closing()
 
     def _failed(self, reason: str, message: str) -> PartitionsFailed:
         return PartitionsFailed({self._partition: (reason, message)})
@@ -279,7 +289,7 @@ class LocalRows:
                 return  # the whole range was read, or it ended within the chunk
             ranged = resumed(ranged, last)
             after = serialize_key(last)
-            result = self._read(limited(ranged, self._chunk))
+            result = self._current = self._read(limited(ranged, self._chunk))
             if result.is_failure:
                 raise self._failed(result.failure_reason.name, result.failure_message)
             self.position = self.position.merge(result.position)

@@ -11,7 +11,7 @@ instance's replicas only. `"merge": true` answers one merged page (`paging`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -172,16 +172,23 @@ class QueryRunner:
         over `acceptable_lag` answers `NOT_ACTIVE` instead."""
         results = dict(self.query(self._request(options, query, partitions)).partition_results)
         lag = options.acceptable_lag
-        if lag is None:  # nothing to decide: the table's state and lag label the answers
-            replicas = {p: self.choice.local(options.store, p) for p in results}
-        else:  # whether the replica may answer is decided on its state now
-            replicas = self.choice.here_now(options.store, results)
+        try:
+            replicas = (
+                # nothing to decide: the table's state and lag label the answers
+                {p: self.choice.local(options.store, p) for p in results}
+                if lag is None
+                # whether the replica may answer is decided on its state now
+                else self.choice.here_now(options.store, results)
+            )
+        except BaseException:
+            _close_all(results.values())
+            raise
+        if lag is not None:
             for partition, replica in replicas.items():
                 if replica is not None and not replica.within(lag):
                     self.choice.invalidate()  # the table may still call it caught up
                     answered = results[partition]
-                    if answered.is_success and hasattr(answered.result, "close"):
-                        answered.result.close()
+                    _close_all([answered])
                     failure: QueryResult[Any] = QueryResult.for_failure(
                         FailureReason.NOT_ACTIVE,
                         f"partition {partition} of store {options.store!r} is "
@@ -297,55 +304,56 @@ class QueryRunner:
         position = Position.empty() if cursor is None else cursor.position
         remotes: list[RemoteRows] = []
         locals_: list[LocalRows] = []
-        while rounds := placement.next_round():
-            local = [p for r, ps in rounds.items() if r.local for p in ps]
-            remote = [(r, ps) for r, ps in rounds.items() if not r.local]
-            if local:
-                results, replicas = self._local_results(options, first_read, local)
-                for partition, result in sorted(results.items()):
-                    if result.is_failure:
-                        placement.record(
-                            partition,
-                            failure_entry(
-                                result.failure_reason.name, result.failure_message,
-                                self.choice.this_host, replicas.get(partition),
-                            ),
-                        )  # fmt: skip
-                        continue
-                    placement.record(partition, {"ok": True})
-                    local_rows = LocalRows(
-                        (options.store, partition), result,
-                        self._partition_reader(options, partition),
-                        ranged, chunk, serialize, pager, within,
-                        None if cursor is None else cursor.after,
-                    )  # fmt: skip
-                    locals_.append(local_rows)
-                    sources.append(iter(local_rows))
-            firsts = self._first_chunks(options, remote, len(wanted))
-            for (replica, partitions), first in zip(remote, firsts, strict=True):
-                self._place_chunk(placement, replica, partitions, first)
-                if isinstance(first, Forwarded):
-                    remote_rows = RemoteRows(
-                        first.json(),
-                        self._chunk_fetch(options, replica, partitions, len(wanted)),
-                        lambda key: _key_bytes(spec, key),
-                    )
-                    remotes.append(remote_rows)
-                    sources.append(iter(remote_rows))
-        failed = {
-            p: (e["failure"], e["message"]) for p, e in placement.final.items() if not e["ok"]
-        }
-        if failed:
-            for source in sources:
-                source.close()
-            raise _unavailable(PartitionsFailed(failed))
         try:
-            rows, last, more = merge_page(sources, options.limit, descending)
-        except PartitionsFailed as exc:
-            raise _unavailable(exc) from exc
-        finally:
+            while rounds := placement.next_round():
+                local = [p for r, ps in rounds.items() if r.local for p in ps]
+                remote = [(r, ps) for r, ps in rounds.items() if not r.local]
+                if local:
+                    results, replicas = self._local_results(options, first_read, local)
+                    for partition, result in sorted(results.items()):
+                        if result.is_failure:
+                            placement.record(
+                                partition,
+                                failure_entry(
+                                    result.failure_reason.name, result.failure_message,
+                                    self.choice.this_host, replicas.get(partition),
+                                ),
+                            )  # fmt: skip
+                            continue
+                        placement.record(partition, {"ok": True})
+                        local_rows = LocalRows(
+                            (options.store, partition), result,
+                            self._partition_reader(options, partition),
+                            ranged, chunk, serialize, pager, within,
+                            None if cursor is None else cursor.after,
+                        )  # fmt: skip
+                        locals_.append(local_rows)
+                        sources.append(iter(local_rows))
+                firsts = self._first_chunks(options, remote, len(wanted))
+                for (replica, partitions), first in zip(remote, firsts, strict=True):
+                    self._place_chunk(placement, replica, partitions, first)
+                    if isinstance(first, Forwarded):
+                        remote_rows = RemoteRows(
+                            first.json(),
+                            self._chunk_fetch(options, replica, partitions, len(wanted)),
+                            lambda key: _key_bytes(spec, key),
+                        )
+                        remotes.append(remote_rows)
+                        sources.append(iter(remote_rows))
+            failed = {
+                p: (e["failure"], e["message"]) for p, e in placement.final.items() if not e["ok"]
+            }
+            if failed:
+                raise _unavailable(PartitionsFailed(failed))
+            try:
+                rows, last, more = merge_page(sources, options.limit, descending)
+            except PartitionsFailed as exc:
+                raise _unavailable(exc) from exc
+        finally:  # every path, a refusal by another instance too, closes what was opened
             for source in sources:
                 source.close()
+            for local_rows in locals_:
+                local_rows.close()
         for remote_rows in remotes:
             position = position.merge(remote_rows.position)
         for local_rows in locals_:
@@ -463,6 +471,15 @@ class QueryRunner:
 def _key_bytes(spec: StoreSpec, key_json: Any) -> bytes:
     """A row's key as the store orders it: its JSON form read for the key serde."""
     return spec.key_serde.serialize(key_from_json(spec, key_json))
+
+
+def _close_all(results: Iterable[QueryResult[Any]]) -> None:
+    """Close the iterators of the successful `results` that hold one (a range's)."""
+    for result in results:
+        if result.is_success:
+            closing = getattr(result.result, "close", None)
+            if closing is not None:
+                closing()
 
 
 def _raise_refusal(failure: ForwardFailure) -> None:
