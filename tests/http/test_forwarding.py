@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import json
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from iqstate_http.admission import RangeLimits
+from support.network import free_port
 from two_instances import PARTITIONS, POSITION, ROWS, layout, two_instances
 
+from iqstate import ACTIVE, Assignment, HostInfo
 from iqstate.runtime import partition_for_bytes
 from iqstate.serdes import Serde
 
@@ -330,3 +333,47 @@ def test_a_merged_page_that_fails_closes_every_local_range_it_opened(
             k for k in rows if partition_of(k) in mine
         )[:3]
         assert open_iterators == set()
+
+
+class _HeldPeer(BaseHTTPRequestHandler):
+    """An instance that takes a request and answers nothing until the test ends."""
+
+    release = threading.Event()
+
+    def do_POST(self) -> None:
+        _HeldPeer.release.wait(120)
+        self.send_response(503)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_an_unmerged_answer_is_refused_once_the_rows_come_past_max_rows(tmp_path: Path) -> None:
+    """Rows are counted as the instances answer: A's and B's partitions together pass
+    `max_rows` (neither alone does), so A answers 422 without waiting for C, which holds
+    the request. Waiting for every instance held up to N x max_rows rows first."""
+    held = ThreadingHTTPServer(("127.0.0.1", free_port()), _HeldPeer)
+    threading.Thread(target=held.serve_forever, daemon=True).start()
+    try:
+        with two_instances(tmp_path, max_rows=250, forward_timeout=300) as (a, b):
+            c = HostInfo("127.0.0.1", held.server_address[1])
+            a.assignment.rebalance(
+                {
+                    a.host: Assignment({"counts": {0: ACTIVE, 2: ACTIVE}}),
+                    b.host: Assignment({"counts": {1: ACTIVE, 3: ACTIVE}}),
+                    c: Assignment({"counts": {4: ACTIVE, 5: ACTIVE}}),
+                }
+            )
+            per_partition = {p: sum(partition_of(k) == p for k in ROWS) for p in range(6)}
+            assert per_partition[0] + per_partition[2] <= 250  # A's part alone passes
+            assert per_partition[1] + per_partition[3] <= 250  # B's too
+            assert sum(per_partition[p] for p in range(4)) > 250
+            refused = post(a.url, {"query": {"type": "range"}})  # 30 s timeout; C holds 120 s
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["error"]["code"] == "too_many_rows"
+    finally:
+        _HeldPeer.release.set()
+        held.shutdown()
+        held.server_close()

@@ -11,7 +11,7 @@ instance's replicas only. `"merge": true` answers one merged page (`paging`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -139,8 +139,7 @@ class QueryRunner:
             entries = await run_in_threadpool(self._local_entries, options, options.partitions)
         else:
             entries = await self._cluster_entries(options)
-        rows = sum(len(e["value"]) for e in entries.values() if isinstance(e.get("value"), list))
-        if rows > options.max_rows:
+        if sum(map(_rows_in, entries.values())) > options.max_rows:
             raise _too_many(TooManyRows(options.max_rows))
         return json_bytes(
             {
@@ -228,35 +227,61 @@ class QueryRunner:
         return list(range(options.spec.partitions))
 
     async def _cluster_entries(self, options: QueryOptions) -> dict[str, dict[str, Any]]:
+        """Every partition's entry, from the replicas `Placement` chooses, asked in parallel
+        round by round. The rows held are counted as answers come: past `max_rows` the
+        request is refused at once, not once every instance has answered (each may hold up
+        to `max_rows`)."""
         placement = Placement(
             self.choice, options.store, self._wanted(options), options.acceptable_lag
         )
+        held = 0
         while rounds := placement.next_round():
-            asked = list(rounds.items())
-            tasks = [asyncio.ensure_future(self._ask(options, r, ps)) for r, ps in asked]
+            asked = {
+                asyncio.ensure_future(self._ask(options, replica, partitions)): (
+                    replica,
+                    partitions,
+                )
+                for replica, partitions in rounds.items()
+            }
+            pending = set(asked)
             try:
-                answers = await asyncio.gather(*tasks)
+                while pending:
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        held += self._record(placement, *asked[task], task.result())
+                    if held > options.max_rows:
+                        raise _too_many(TooManyRows(options.max_rows))
             except BaseException:  # refused (too many rows, busy): nothing more to wait for
-                for task in tasks:
-                    task.cancel()
+                await _abandon(pending, [task for task in pending if asked[task][0].local])
                 raise
-            for (replica, partitions), answer in zip(asked, answers, strict=True):
-                if isinstance(answer, ForwardFailure):
-                    if answer.unreachable:
-                        self.choice.invalidate()
-                    for partition in partitions:
-                        placement.retry(
-                            partition,
-                            failure_entry(_reason(answer), answer.message, replica.host, replica),
-                        )
-                    continue
-                for partition in partitions:
-                    entry = answer.get(str(partition)) or failure_entry(
-                        "NOT_PRESENT", f"{replica.host} did not answer partition {partition}",
-                        replica.host, replica,
-                    )  # fmt: skip
-                    placement.record(partition, entry)
         return {str(p): entry for p, entry in placement.final.items()}
+
+    def _record(
+        self,
+        placement: Placement,
+        replica: Replica,
+        partitions: list[int],
+        answer: dict[str, dict[str, Any]] | ForwardFailure,
+    ) -> int:
+        """Record one instance's answer for `partitions` (a failure to retry elsewhere, or
+        an entry each); the rows its entries hold."""
+        if isinstance(answer, ForwardFailure):
+            if answer.unreachable:
+                self.choice.invalidate()
+            for partition in partitions:
+                placement.retry(
+                    partition, failure_entry(_reason(answer), answer.message, replica.host, replica)
+                )
+            return 0
+        rows = 0
+        for partition in partitions:
+            entry = answer.get(str(partition)) or failure_entry(
+                "NOT_PRESENT", f"{replica.host} did not answer partition {partition}",
+                replica.host, replica,
+            )  # fmt: skip
+            placement.record(partition, entry)
+            rows += _rows_in(entry)
+        return rows
 
     async def _ask(
         self, options: QueryOptions, replica: Replica, partitions: list[int]
@@ -471,6 +496,23 @@ class QueryRunner:
 def _key_bytes(spec: StoreSpec, key_json: Any) -> bytes:
     """A row's key as the store orders it: its JSON form read for the key serde."""
     return spec.key_serde.serialize(key_from_json(spec, key_json))
+
+
+def _rows_in(entry: dict[str, Any]) -> int:
+    """The rows a partition's entry holds (a range's pairs)."""
+    value = entry.get("value")
+    return len(value) if isinstance(value, list) else 0
+
+
+async def _abandon(pending: Set[asyncio.Future[Any]], local: list[asyncio.Future[Any]]) -> None:
+    """Stop waiting for the `pending` answers of a refused request: the forwarded ones are
+    cancelled; a local read runs in a thread, which cannot be stopped, so it is waited for
+    (until it ends, the range it reads still counts against the range limits)."""
+    for task in pending:
+        if task not in local:
+            task.cancel()
+    if local:
+        await asyncio.wait(local)
 
 
 def _close_all(results: Iterable[QueryResult[Any]]) -> None:
