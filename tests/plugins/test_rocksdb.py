@@ -247,6 +247,34 @@ def test_legacy_files_are_migrated_and_deleted(tmp_path: Path) -> None:
     reopened.close()
 
 
+@pytest.mark.parametrize("left", [(CHECKPOINT_FILE, POSITION_FILE), (POSITION_FILE,)])
+def test_a_migration_cut_short_keeps_the_offsets_it_committed(
+    tmp_path: Path, left: tuple[str, ...]
+) -> None:
+    """A crash after the migration's commit, before or between the unlinks of the legacy
+    files: reopening migrates what is left, never clearing the offsets (and the fence)
+    committed from them."""
+    directory = tmp_path / "s" / "0"
+    directory.mkdir(parents=True)
+    fence = TopicPartition("app-s-fence", 0)
+    legacy = {CHECKPOINT_FILE: {TP: 41, fence: 7}, POSITION_FILE: {TopicPartition("src", 0): 9}}
+    for name, offsets in legacy.items():
+        write_offsets_file(directory / name, offsets)
+    store = open_store(tmp_path)
+    store.put(b"k", b"v")
+    store.commit({TP: 41, fence: 7})
+    store.close()
+    for name, offsets in legacy.items():  # what the crash left
+        if name in left:
+            write_offsets_file(directory / name, offsets)
+    reopened = open_store(tmp_path)
+    assert reopened.committed_offset(TP) == 41 and reopened.committed_offset(fence) == 7
+    assert reopened.position == Position.from_map({"src": {0: 9}})
+    assert reopened.get(b"k") == b"v"
+    assert not any((directory / name).exists() for name in legacy)
+    reopened.close()
+
+
 def test_options_are_validated_when_the_store_is_declared(tmp_path: Path) -> None:
     app = Application("app", tmp_path)
     with pytest.raises(ValueError, match="unknown rocksdb option.*block_cache"):

@@ -192,7 +192,10 @@ class PersistentKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
             return
         offsets, position = legacy
         self.current_position = self.current_position.merge(position)
-        self.commit(dict(offsets) or {})
+        # The files only fill in what the store lacks: after a crash between the commit
+        # and the unlinks below they are what the store already holds, or, without the
+        # checkpoint, nothing (committing `{}` would clear every offset, fence included).
+        self.commit({**offsets, **self._offsets})
         for name in (CHECKPOINT_FILE, POSITION_FILE):
             (directory / name).unlink(missing_ok=True)
 
