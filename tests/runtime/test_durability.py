@@ -161,6 +161,31 @@ def test_crashed_store_without_atomic_commits_is_rebuilt_from_its_changelog(
     assert len(aside) == 1 and aside[0].startswith("1."), "the old files were moved, not deleted"
 
 
+@pytest.mark.parametrize("lost", ["crashed", "vanished"])
+def test_a_partition_its_fresh_in_memory_changelog_cannot_rebuild_is_refused(
+    tmp_path: Path, lost: str
+) -> None:
+    """A new process's `InMemoryChangelog` is empty: a partition that committed data and
+    must be rebuilt is refused, never started empty; untrusted files stay set aside."""
+    engine = "nonatomic" if lost == "crashed" else "rocksdb"
+    with make_app(tmp_path, engine, InMemoryChangelog()) as app:
+        write(app, 1, 10)
+    if lost == "crashed":
+        crash(tmp_path, partition=1)
+    else:
+        shutil.rmtree(tmp_path / "app" / "s" / "1")
+    app = make_app(tmp_path, engine, InMemoryChangelog())
+    with pytest.raises(LostStateError, match="'s' partition 1 must be rebuilt") as refused:
+        app.start()
+    assert "InMemoryChangelog starts empty" in str(refused.value)
+    aside = [p for p in (tmp_path / "app" / "s").iterdir() if ".untrusted-" in p.name]
+    if lost == "crashed":
+        assert len(aside) == 1 and str(aside[0]) in str(refused.value)
+        assert any(aside[0].iterdir()), "the committed files are kept, moved aside"
+    else:
+        assert aside == []
+
+
 # -- item 3: partitions that lost their files -----------------------------------------------
 
 
@@ -342,16 +367,26 @@ def test_partition_rolled_back_to_an_old_copy_is_reported_at_the_next_batch(
 # -- item 2: durable commits under exactly-once without a changelog ----------------------
 
 
+class _DurableChangelog(InMemoryChangelog):
+    """Stands for a changelog that outlives the process (a Kafka topic's)."""
+
+    durable = True
+
+
 @pytest.mark.parametrize(
-    ("guarantee", "logging", "synced"),
-    [("exactly_once", False, True), ("exactly_once", True, False), ("at_least_once", False, False)],
+    ("guarantee", "changelog", "synced"),
+    [
+        ("exactly_once", None, True),
+        ("exactly_once", _DurableChangelog, False),  # a crash is repaired from it
+        ("exactly_once", InMemoryChangelog, True),  # gone with the process: no repair
+        ("at_least_once", None, False),
+    ],
 )
 def test_runtime_asks_for_fsynced_commits_where_the_store_is_the_only_copy(
-    tmp_path: Path, guarantee: str, logging: bool, synced: bool
+    tmp_path: Path, guarantee: str, changelog: type[InMemoryChangelog] | None, synced: bool
 ) -> None:
     ContextRecordingStore.contexts.clear()
-    changelog = InMemoryChangelog() if logging else None
-    with make_app(tmp_path, "recording", changelog, guarantee):
+    with make_app(tmp_path, "recording", changelog and changelog(), guarantee):
         pass
     assert len(ContextRecordingStore.contexts) == 3
     assert all(context.sync_commits is synced for context in ContextRecordingStore.contexts)

@@ -40,6 +40,13 @@ class ChangelogWriter(Protocol):
         """Make sent records durable; the end offset (the next record's offset) per partition."""
 
 
+def outlives_the_process(changelog: object) -> bool:
+    """Whether `changelog` keeps its records after the process ends: its `durable`
+    attribute, True when it has none (a Kafka topic). Stores whose changelog is durable
+    commit without fsync (a crash is repaired from the changelog); the others sync."""
+    return bool(getattr(changelog, "durable", True))
+
+
 @runtime_checkable
 class ChangelogReader(Protocol):
     """A changelog that can be read back: what lets the runtime rebuild a store partition."""
@@ -53,7 +60,11 @@ class InMemoryChangelog:
     """A changelog held in memory: records get consecutive offsets per partition from 0.
 
     It grows without bound; use it for tests and short-lived single-process applications.
+    It is not `durable`: a new process finds it empty, so stores logging to it sync their
+    commits, and a partition it cannot rebuild is refused, never started empty.
     """
+
+    durable = False
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from iqstate.changelog import ChangelogReader, ChangelogWriter
@@ -81,6 +82,8 @@ class HostedPartition:
         """True when the local files could not be trusted and the partition was rebuilt."""
         self._settled: int | None = None
         """Where the follower settled past records it does not apply (`settled_at`)."""
+        self._untrusted: Path | None = None
+        """Where this partition's untrusted files were moved before a rebuild."""
         self._offsets: OffsetKeeper | None = None
         self._topic_ids = TopicIds()
         self._committed = committed
@@ -153,12 +156,12 @@ class HostedPartition:
             and self.committed_changelog_offset() is None
         )
 
+    def _recorded_as_committed(self) -> bool:
+        """Whether this partition committed data before (the committed-partitions record)."""
+        return self._committed is not None and self.partition in self._committed
+
     def _lost_its_state(self) -> bool:
-        return (
-            self._committed is not None
-            and self.partition in self._committed
-            and self._holds_nothing()
-        )
+        return self._recorded_as_committed() and self._holds_nothing()
 
     def _lost_message(self) -> str:
         assert self._committed is not None
@@ -178,6 +181,7 @@ class HostedPartition:
         _log.warning("%s; moving it to %s and rebuilding from the changelog", reason, aside)
         directory.rename(aside)
         directory.mkdir()
+        self._untrusted = aside
         self.rebuilt = True
 
     def _restore(self, changelog: ChangelogReader) -> None:
@@ -186,6 +190,14 @@ class HostedPartition:
         assert tp is not None  # a store with a changelog has a changelog partition
         start = self.committed_changelog_offset() or 0
         records = changelog.read(tp, start)
+        if self.rebuilt and not records and self._recorded_as_committed():
+            self.close()  # its committed data is in no changelog: never serve it empty
+            raise LostStateError(
+                f"store {self.spec.name!r} partition {self.partition} must be rebuilt "
+                f"from its changelog, which holds none of its records (an InMemoryChangelog "
+                f"starts empty in every process). {self._lost_message()}"
+                + ("" if self._untrusted is None else f" (they were moved to {self._untrusted})")
+            )
         chain = self.chain
         for first in range(0, len(records), RESTORE_CHUNK):
             chunk = records[first : first + RESTORE_CHUNK]

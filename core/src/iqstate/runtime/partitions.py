@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from iqstate.changelog import ChangelogWriter, changelog_topic
+from iqstate.changelog import ChangelogWriter, changelog_topic, outlives_the_process
 from iqstate.context import ProcessingGuarantee, StateStoreContext
 from iqstate.dispatch import QueryHandlerRegistry
 from iqstate.position import Position, TopicPartition
@@ -72,6 +72,8 @@ class HostedPartitions:
         settings = self._settings
         logged = spec.logging
         has_changelog = logged or settings.followed
+        # a changelog the process does not outlive cannot repair a crash: commits sync
+        repairable = settings.followed or (logged and outlives_the_process(settings.changelog))
         return StateStoreContext(
             application_id=settings.application_id,
             store_name=spec.name,
@@ -84,7 +86,7 @@ class HostedPartitions:
             else None,
             changelog_writer=settings.changelog if logged else None,
             query_handlers=settings.query_handlers,
-            sync_commits=settings.processing_guarantee == "exactly_once" and not has_changelog,
+            sync_commits=settings.processing_guarantee == "exactly_once" and not repairable,
         )
 
     def install(self, assignment: Assignment) -> None:
