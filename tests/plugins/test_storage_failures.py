@@ -351,3 +351,155 @@ def test_a_record_of_committed_partitions_it_may_not_write_is_a_storage_error(
     assert kind == "StateStorageError" and "committed-partitions.json" in message, message
     # The batch's own commit came first: it is there, and the next one commits.
     check_everything_committed_is_there("lmdb", directory, 0)
+
+
+WINDOW_WRITER = """
+import json, resource, signal, sys
+from pathlib import Path
+from iqstate import Position, StateStorageError
+from iqstate.position import TopicPartition
+from iqstate.testing.factory import make_context
+from iqstate_lmdb.store import LMDBWindowStore
+from iqstate_rocksdb.store import RocksDBWindowStore
+
+engine, directory = sys.argv[1], Path(sys.argv[2])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead
+kind = {"rocksdb": RocksDBWindowStore, "lmdb": LMDBWindowStore}[engine]
+store = kind("w", window_size_ms=10, retention_ms=1_000)
+store.init(make_context(directory, "w", 0))
+changelog = TopicPartition("app-w-changelog", 0)
+store.update_position(Position.from_map({"src": {0: 1}}))
+store.put(b"a", b"v1", 100)
+store.commit({changelog: 1})
+written = max(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+resource.setrlimit(resource.RLIMIT_FSIZE, (written + 65_536, resource.RLIM_INFINITY))
+store.update_position(Position.from_map({"src": {0: 2}}))
+store.put(b"b", b"x" * 4_000_000, 5_000)  # its time expires window 100
+try:
+    store.commit({changelog: 2})
+    failed = None
+except StateStorageError as exc:
+    failed = str(exc)
+after_failure = {
+    "failed": failed,
+    "position": store.position.to_map(),
+    "keeps_100": store.keeps(100),
+    "a": [value.decode() for _, value in store.fetch(b"a", 0, 1_000)],
+}
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+try:  # as a replica does after a failed commit: the store opened again from its files
+    store.close()
+except StateStorageError:
+    pass  # its closing mark: RocksDB refuses every write after a failed one
+store = kind("w", window_size_ms=10, retention_ms=1_000)
+store.init(make_context(directory, "w", 0))
+reopened = {"position": store.position.to_map(), "keeps_100": store.keeps(100)}
+store.update_position(Position.from_map({"src": {0: 2}}))  # the same records, applied again
+store.put(b"b", b"x" * 4_000_000, 5_000)
+store.commit({changelog: 2})
+retried = {
+    "position": store.position.to_map(),
+    "keeps_100": store.keeps(100),
+    "a": [value.decode() for _, value in store.fetch(b"a", 0, 1_000)],
+}
+store.close()
+print(json.dumps({"after_failure": after_failure, "reopened": reopened, "retried": retried}))
+"""
+
+
+@pytest.mark.parametrize("engine", ["rocksdb", "lmdb"])
+def test_a_window_store_whose_commit_failed_is_as_it_committed_and_a_retry_applies(
+    engine: str, tmp_path: Path
+) -> None:
+    """A replica's commit refused by a full disk (here a file size limit) is retried with
+    the same records: until then the store answers at its last commit (position, stream
+    time, windows), and the retry, on the store opened again, expires what the records
+    expire, as on every replica."""
+    script = tmp_path / "window_writer.py"
+    script.write_text(WINDOW_WRITER)
+    finished = subprocess.run(
+        [sys.executable, str(script), engine, str(tmp_path / "w")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    outcome = json.loads(finished.stdout.splitlines()[-1])
+    failure = outcome["after_failure"]
+    assert failure["failed"] is not None, "the commit did not fail"
+    assert failure["position"] == {"src": {"0": 1}}  # JSON's keys
+    assert failure["keeps_100"] is True and failure["a"] == ["v1"]
+    assert outcome["reopened"] == {"position": failure["position"], "keeps_100": True}
+    retried = outcome["retried"]
+    assert retried["position"] == {"src": {"0": 2}}
+    assert retried["keeps_100"] is False and retried["a"] == []
+
+
+REPLICA_WRITER = """
+import json, resource, signal, sys
+from pathlib import Path
+from iqstate import Application, KeyQuery, Position, PositionBound, QueryConfig, StateStorageError
+from iqstate.context import StateStoreContext
+from iqstate.plugins import default_registry
+from iqstate.position import TopicPartition
+from iqstate.runtime import ACTIVE
+from iqstate.runtime.committed import CommittedPartitions
+from iqstate.runtime.hosted import HostedPartition
+
+engine, root = sys.argv[1], Path(sys.argv[2])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead
+spec = Application("app", root).key_value_store("s", 1, engine=engine, value_serde="string")
+directory = root / "app" / "s" / "0"
+directory.mkdir(parents=True)
+changelog = TopicPartition("app-s-changelog", 0)
+context = StateStoreContext(
+    application_id="app", store_name="s", partition=0, directory=directory,
+    changelog_partition=changelog, query_handlers=default_registry().query_handlers,
+)
+hosted = HostedPartition(
+    spec, 0, ACTIVE, context, CommittedPartitions(root / "app" / "s"), followed=True
+)
+hosted.open()
+
+def unit(batch, value):
+    return [(b"k", value.encode())], batch, Position.from_map({"in": {0: batch}})
+
+def read():
+    unbounded = PositionBound.unbounded()
+    answer = hosted.chain.query(KeyQuery.with_key("k"), unbounded, QueryConfig.DEFAULT)
+    return answer.result if answer.is_success else answer.failure_reason.name
+
+hosted.apply_changelog(*unit(1, "first"), 2)
+written = max(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+resource.setrlimit(resource.RLIMIT_FSIZE, (written + 65_536, resource.RLIM_INFINITY))
+try:
+    hosted.apply_changelog(*unit(2, "x" * 4_000_000), 4)
+    failed = None
+except StateStorageError as exc:
+    failed = str(exc)
+after_failure = {"failed": failed, "value": read(), "offset": hosted.committed_changelog_offset()}
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+hosted.apply_changelog(*unit(2, "second"), 4)  # the follower's retry: the same unit
+retried = {"value": read(), "offset": hosted.committed_changelog_offset(), "fence": hosted.fence}
+hosted.close()
+print(json.dumps({"after_failure": after_failure, "retried": retried}))
+"""
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_replica_whose_commit_failed_applies_the_retry_once_the_cause_is_gone(
+    engine: str, tmp_path: Path
+) -> None:
+    """A serving instance retries a unit of changelog records whose commit a full disk
+    refused (here a file size limit): the retry commits once the cause is gone, on every
+    engine (RocksDB refuses every write after a failed one until it is opened again)."""
+    script = tmp_path / "replica_writer.py"
+    script.write_text(REPLICA_WRITER)
+    finished = subprocess.run(
+        [sys.executable, str(script), engine, str(tmp_path / "root")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    outcome = json.loads(finished.stdout.splitlines()[-1])
+    failure = outcome["after_failure"]
+    assert failure["failed"] is not None, "the commit did not fail"
+    assert failure["value"] == "first" and failure["offset"] == 2
+    assert outcome["retried"] == {"value": "second", "offset": 4, "fence": 2}

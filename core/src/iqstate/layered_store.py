@@ -101,7 +101,16 @@ class KeySpaceStore(EngineStore):
 
     def commit(self, changelog_offsets: Mapping[TopicPartition, int | None]) -> None:
         self._check_open()
-        self.key_value_store.commit(changelog_offsets)
+        try:
+            self.key_value_store.commit(changelog_offsets)
+        except BaseException:
+            # The engine discarded the uncommitted writes (a full disk): what this store
+            # keeps of them in memory goes back to the committed state too, its position
+            # and what `opened` reads (a stream time), or a retry of the same records
+            # would find them applied.
+            self.current_position = self.key_value_store.position
+            self.opened()
+            raise
 
     def committed_offset(self, partition: TopicPartition) -> int | None:
         return self.key_value_store.committed_offset(partition)

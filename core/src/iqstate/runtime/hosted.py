@@ -84,6 +84,8 @@ class HostedPartition:
         """Where the follower settled past records it does not apply (`settled_at`)."""
         self._untrusted: Path | None = None
         """Where this partition's untrusted files were moved before a rebuild."""
+        self._reopen_before_applying = False
+        """A commit of changelog records failed: the store is opened again first."""
         self._offsets: OffsetKeeper | None = None
         self._topic_ids = TopicIds()
         self._committed = committed
@@ -236,6 +238,8 @@ class HostedPartition:
         with self.lock:
             if self.closed:
                 return []
+            if self._reopen_before_applying:
+                self._reopen_chain()  # raises while the cause lasts: the follower retries
             expired = self.chain.expired_records(entries) if entries and self.role.is_active else []
             # where subscriptions' positions start from, read only when some follow here
             before = self.chain.position if self.changes.live else None
@@ -245,7 +249,11 @@ class HostedPartition:
             fenced = self.skips(batch_id)
             if position is not None and not fenced:
                 self.chain.restore_position(position)
-            self._commit(None if fenced else batch_id, {tp: next_offset})
+            try:
+                self._commit(None if fenced else batch_id, {tp: next_offset})
+            except BaseException:
+                self._reopen_before_applying = True
+                raise
             if before is not None:
                 if batches is None:  # one batch at a marker, else part of a batch
                     batches = (
@@ -255,6 +263,25 @@ class HostedPartition:
                     )
                 self._publish_changelog(entries, kept, before, batches)
             return self.chain.still_expired(expired) if expired else expired
+
+    def _reopen_chain(self) -> None:
+        """Open the store again from its files, after a commit that failed (a full disk):
+        an engine may refuse every write after a failed one (RocksDB does, until it is
+        reopened), and what any layer keeps in memory starts again from the last commit.
+        While the cause lasts the opening fails too, and the partition answers nothing."""
+        try:
+            self.chain.close()
+        except Exception as exc:  # its closing mark cannot be written: the files stand
+            _log.warning(
+                "store %r partition %d: closing it after a failed commit: %s",
+                self.spec.name, self.partition, exc,
+            )  # fmt: skip
+        self.chain = self.spec.build()
+        self.chain.init(self.context)
+        self._offsets = OffsetKeeper(self.chain, self.context.directory)
+        self._offsets.load()
+        self.fence = self._offsets.committed_offset(self.fence_partition)
+        self._reopen_before_applying = False
 
     def _publish_changelog(
         self,
