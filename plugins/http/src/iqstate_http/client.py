@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -356,17 +357,21 @@ class AsyncRemoteQueryClient:
 
 
 class RemoteSession:
-    """Monotonic reads across replicas: each query's bound is everything read before."""
+    """Monotonic reads across replicas: each query's bound is everything read before.
+    Threads may share a session: what each query read is merged in under a lock (a
+    merge lost to another thread's would let a later query read backwards)."""
 
     def __init__(self, client: RemoteQueryClient) -> None:
         self._client = client
         self.position = Position.empty()
+        self._merging = threading.Lock()
 
     def query(
         self, request: StateQueryRequest[Any], acceptable_lag: int | None = None
     ) -> StateQueryResult[Any]:
         result = self._client.query(bounded(request, self.position), acceptable_lag)
-        self.position = self.position.merge(result.position)
+        with self._merging:
+            self.position = self.position.merge(result.position)
         return result
 
 

@@ -47,15 +47,29 @@ class Replica:
         return (tier, self.lag or 0)
 
 
+@dataclass(frozen=True)
+class _View:
+    """The cluster's replicas as read once, with the orders worked out from them: replaced
+    whole, so that a thread never pairs one reading's table with another's orders."""
+
+    replicas: dict[tuple[str, int], list[Replica]]
+    ordered: dict[tuple[str, int, int | None], list[Replica]]
+    read_at: float
+    generation: int
+    """`ReplicaChoice`'s invalidations when the reading started."""
+
+
 class ReplicaChoice:
-    """The replicas of every store partition in the cluster, cached for `max_age` seconds."""
+    """The replicas of every store partition in the cluster, cached for `max_age` seconds.
+
+    Request threads and the event loop share it: a reading of the cluster is published as
+    one `_View`, and an invalidation during a reading makes that reading stale at once."""
 
     def __init__(self, app: Application, max_age: float = 0.5) -> None:
         self._app = app
         self._max_age = max_age
-        self._replicas: dict[tuple[str, int], list[Replica]] = {}
-        self._ordered: dict[tuple[str, int, int | None], list[Replica]] = {}
-        self._read_at = -float("inf")
+        self._invalidations = 0
+        self._view = _View({}, {}, -float("inf"), 0)
 
     @property
     def this_host(self) -> str:
@@ -63,28 +77,31 @@ class ReplicaChoice:
 
     def invalidate(self) -> None:
         """Read the cluster again before the next choice (a replica did not answer)."""
-        self._read_at = -float("inf")
+        self._invalidations += 1
 
-    def _table(self) -> dict[tuple[str, int], list[Replica]]:
-        now = time.monotonic()
-        if now - self._read_at > self._max_age:
-            this = self.this_host
-            table: dict[tuple[str, int], list[Replica]] = {}
-            for status in self._app.cluster_status():
-                if not status.live:
-                    continue
-                host = str(status.host_info)
-                for store, partitions in status.replicas.items():
-                    for partition, replica in partitions.items():
-                        table.setdefault((store, partition), []).append(
-                            Replica(host, host == this, replica.state, replica.lag)
-                        )
-            self._replicas, self._ordered, self._read_at = table, {}, now
-        return self._replicas
+    def _current(self) -> _View:
+        view = self._view
+        fresh = time.monotonic() - view.read_at <= self._max_age
+        if fresh and view.generation == self._invalidations:
+            return view
+        generation, now = self._invalidations, time.monotonic()  # before the reading
+        this = self.this_host
+        table: dict[tuple[str, int], list[Replica]] = {}
+        for status in self._app.cluster_status():
+            if not status.live:
+                continue
+            host = str(status.host_info)
+            for store, partitions in status.replicas.items():
+                for partition, replica in partitions.items():
+                    table.setdefault((store, partition), []).append(
+                        Replica(host, host == this, replica.state, replica.lag)
+                    )
+        view = self._view = _View(table, {}, now, generation)
+        return view
 
     def replicas(self, store: str, partition: int) -> list[Replica]:
         """Every live replica of the partition, in no particular order."""
-        return self._table().get((store, partition), [])
+        return self._current().replicas.get((store, partition), [])
 
     def local(self, store: str, partition: int) -> Replica | None:
         """This instance's replica of the partition, if it hosts one."""
@@ -113,11 +130,12 @@ class ReplicaChoice:
 
     def candidates(self, store: str, partition: int, acceptable_lag: int | None) -> list[Replica]:
         """The replicas that may answer, in the order to ask them (see the module doc)."""
-        table = self._table()
-        ordered = self._ordered.get((store, partition, acceptable_lag))
+        view = self._current()
+        ordered = view.ordered.get((store, partition, acceptable_lag))
         if ordered is None:
-            eligible = [r for r in table.get((store, partition), ()) if r.within(acceptable_lag)]
-            ordered = self._ordered[(store, partition, acceptable_lag)] = sorted(
+            replicas = view.replicas.get((store, partition), ())
+            eligible = [r for r in replicas if r.within(acceptable_lag)]
+            ordered = view.ordered[(store, partition, acceptable_lag)] = sorted(
                 eligible, key=Replica.rank
             )
         return ordered
