@@ -21,7 +21,7 @@ from iqstate.runtime.changelog_topic import TOPIC_IDS_FILE, TopicIds
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import StoreSpec
-from iqstate.subscriptions.feed import ChangeBufferSettings
+from iqstate.subscriptions.feed import ChangeBufferSettings, PublishedBatch
 
 TP = TopicPartition("app-s-changelog", 0)
 
@@ -251,3 +251,31 @@ def test_an_application_with_a_cluster_refuses_single_machine_changelogs(tmp_pat
 
     with pytest.raises(ValueError, match="either cluster"):
         Application("app", tmp_path, cluster=UnusedCluster(), changelog=object())  # type: ignore[arg-type]
+
+
+def test_a_commit_whose_record_fails_afterwards_still_reaches_the_subscriptions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store commit is durable before the record of committed partitions is written:
+    when that write fails (a full disk), the follower reads on from past the batch, so the
+    batch is announced now or never."""
+    spec = declared(tmp_path)
+    hosted = followed(tmp_path, spec)
+    feed = hosted.follow_changes(ChangeBufferSettings(), lambda feed, chain: feed)
+    start = feed.head
+
+    def disk_full(self: CommittedPartitions, partition: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(CommittedPartitions, "add", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        hosted.apply_changelog([encoded(spec, "a", 1)], 4, Position.from_map({"in": {0: 1}}), 2)
+    assert value(hosted, "a") == 1 and hosted.committed_changelog_offset() == 2
+    announced, _ = feed.read(start)
+    assert isinstance(announced, PublishedBatch)
+    assert announced.entries == [encoded(spec, "a", 1)] and announced.mark == 2
+    monkeypatch.undo()
+    hosted.apply_changelog([encoded(spec, "b", 2)], 5, Position.from_map({"in": {0: 2}}), 4)
+    assert value(hosted, "b") == 2
+    assert 0 in CommittedPartitions(tmp_path / "app" / "s"), "recorded at the next commit"
+    hosted.close()

@@ -250,18 +250,21 @@ class HostedPartition:
             if position is not None and not fenced:
                 self.chain.restore_position(position)
             try:
-                self._commit(None if fenced else batch_id, {tp: next_offset})
+                self._commit_store(None if fenced else batch_id, {tp: next_offset})
             except BaseException:
                 self._reopen_before_applying = True
                 raise
-            if before is not None:
-                if batches is None:  # one batch at a marker, else part of a batch
-                    batches = (
-                        []
-                        if position is None or fenced
-                        else [(len(entries), position, next_offset)]
-                    )
-                self._publish_changelog(entries, kept, before, batches)
+            try:
+                self._after_commit()  # may fail (its record): the commit stands
+            finally:  # the commit is durable: subscriptions get it, or never will
+                if before is not None:
+                    if batches is None:  # one batch at a marker, else part of a batch
+                        batches = (
+                            []
+                            if position is None or fenced
+                            else [(len(entries), position, next_offset)]
+                        )
+                    self._publish_changelog(entries, kept, before, batches)
             return self.chain.still_expired(expired) if expired else expired
 
     def _reopen_chain(self) -> None:
@@ -528,6 +531,13 @@ class HostedPartition:
         in `changes` and the fence (moved to `batch_id` when given), then the record that
         this partition holds committed data, then the stores' commit callbacks (a callback
         that fails is logged: the commit stands)."""
+        self._commit_store(batch_id, changes)
+        self._after_commit()
+
+    def _commit_store(
+        self, batch_id: int | None, changes: dict[TopicPartition, int | None]
+    ) -> None:
+        """`_commit`'s atomic store commit (data, offsets, fence)."""
         if batch_id is not None:
             changes[self.fence_partition] = batch_id
         elif self.fence is not None:
@@ -538,6 +548,10 @@ class HostedPartition:
             self._commit_durations.observe(time.perf_counter() - started)
         if batch_id is not None:
             self.fence = batch_id
+
+    def _after_commit(self) -> None:
+        """What follows `_commit`'s store commit: the record that this partition holds
+        committed data, then the stores' commit callbacks."""
         committed = self._committed
         if committed is not None and self.partition not in committed and not self._holds_nothing():
             committed.add(self.partition)
