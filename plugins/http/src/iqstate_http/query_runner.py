@@ -11,7 +11,7 @@ instance's replicas only. `"merge": true` answers one merged page (`paging`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Set
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -252,7 +252,7 @@ class QueryRunner:
                     if held > options.max_rows:
                         raise _too_many(TooManyRows(options.max_rows))
             except BaseException:  # refused (too many rows, busy): nothing more to wait for
-                await _abandon(pending, [task for task in pending if asked[task][0].local])
+                await _abandon(asked, [task for task in pending if asked[task][0].local])
                 raise
         return {str(p): entry for p, entry in placement.final.items()}
 
@@ -504,15 +504,21 @@ def _rows_in(entry: dict[str, Any]) -> int:
     return len(value) if isinstance(value, list) else 0
 
 
-async def _abandon(pending: Set[asyncio.Future[Any]], local: list[asyncio.Future[Any]]) -> None:
-    """Stop waiting for the `pending` answers of a refused request: the forwarded ones are
-    cancelled; a local read runs in a thread, which cannot be stopped, so it is waited for
-    (until it ends, the range it reads still counts against the range limits)."""
-    for task in pending:
+async def _abandon(
+    asked: Collection[asyncio.Future[Any]], local: list[asyncio.Future[Any]]
+) -> None:
+    """Stop waiting for the answers `asked` of a refused request: the forwarded ones still
+    pending are cancelled; a local read runs in a thread, which cannot be stopped, so the
+    pending `local` ones are waited for (until one ends, the range it reads still counts
+    against the range limits). Failures besides the one refusing are dropped."""
+    for task in asked:
         if task not in local:
             task.cancel()
     if local:
         await asyncio.wait(local)
+    for task in asked:
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: asyncio does not log it as never retrieved
 
 
 def _close_all(results: Iterable[QueryResult[Any]]) -> None:
