@@ -87,6 +87,12 @@ def test_serve_refuses_ports_counts_and_limits_that_cannot_work(
     assert finished.returncode == 2 and complaint in finished.stderr, finished.stderr
 
 
+def test_serve_refuses_a_header_limit_every_request_would_pass() -> None:
+    finished = run_serve("some.module:app", "--max-header-bytes", "10")
+    assert finished.returncode != 0 and "Traceback" not in finished.stderr
+    assert "max_header_bytes must be at least 1024, got 10" in finished.stderr, finished.stderr
+
+
 def test_serve_refuses_tls_files_it_cannot_load_naming_them(tmp_path: Path) -> None:
     authority = trustme.CA()
     served = authority.issue_cert("127.0.0.1")

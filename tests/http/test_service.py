@@ -319,3 +319,15 @@ def test_keys_with_newlines_through_the_routed_app(app: Application) -> None:
         server.stop()
     assert found.status_code == 200 and found.json()["value"] == 7
     assert where.status_code == 200 and isinstance(where.json()["partition"], int)
+
+
+def test_a_single_instance_that_is_stopping_says_so_when_asked_if_ready(
+    app: Application, client: httpx.Client
+) -> None:
+    assert client.get("/v1/ready").status_code == 200
+    assert app.leave() == 0.0  # nothing to drain: no other instance takes over
+    ready = client.get("/v1/ready")
+    assert ready.status_code == 503
+    reason = ready.json()["reason"]
+    assert "stopping" in reason and "cluster" not in reason
+    assert client.get("/v1/stores/counts/keys/kafka").json()["value"] == 5, "answers still"

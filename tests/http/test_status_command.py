@@ -262,3 +262,15 @@ def test_every_address_and_count_is_whole_in_an_80_column_terminal(host: str) ->
         assert [row[0] for row in rows if row[0]] == addresses, "an IP address is one line"
     actives = "".join(row[2] for row in cells(partitions))
     assert actives == 2 * f"{host}:7071", text
+
+
+@pytest.mark.parametrize("bundle", ["missing", "not PEM"])
+def test_a_ca_bundle_that_does_not_load_is_named(tmp_path: Path, bundle: str) -> None:
+    ca = tmp_path / "ca.pem"
+    if bundle == "not PEM":
+        ca.write_text("not a certificate\n")
+    url = f"https://127.0.0.1:{free_port()}"
+    code, text = run_in_terminal(["status", "--tls-ca", str(ca), url], 30, interrupt=False)
+    assert code == 1 and "Traceback" not in text
+    expected = "no such file" if bundle == "missing" else "does not load as PEM certificates"
+    assert f"iqstate status: --tls-ca {ca}" in text and expected in text

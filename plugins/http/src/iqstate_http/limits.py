@@ -8,6 +8,10 @@ from dataclasses import dataclass, field
 DEFAULT_MAX_BODY = 1024 * 1024
 """Request bodies over this many bytes are answered 413 (the service's `max_body`)."""
 
+MIN_HEADER_BYTES = 1024
+"""The smallest `max_header_bytes`: a browser sends 500-800 bytes of headers, a client
+with a token a few hundred."""
+
 DEFAULT_MAX_ROWS = 100_000
 """Unmerged range answers over this many rows are answered 422 (the service's `max_rows`)."""
 
@@ -42,9 +46,14 @@ class ConnectionLimits:
     max_connections: int = field(default_factory=_default_max_connections)
 
     def __post_init__(self) -> None:
-        for name in ("max_header_bytes", "max_connections"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"ConnectionLimits.{name} must be at least 1")
+        if self.max_header_bytes < MIN_HEADER_BYTES:
+            raise ValueError(
+                f"ConnectionLimits.max_header_bytes must be at least {MIN_HEADER_BYTES}, got "
+                f"{self.max_header_bytes}: a browser's or a client's ordinary headers would "
+                "get 431"
+            )
+        if self.max_connections < 1:
+            raise ValueError("ConnectionLimits.max_connections must be at least 1")
         for name in ("header_timeout", "body_timeout", "keep_alive_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"ConnectionLimits.{name} must be a positive number of seconds")

@@ -23,6 +23,7 @@ from iqstate_http.store_options import parse_store
 
 if TYPE_CHECKING:
     import argparse
+    import ssl
 
 _log = logging.getLogger("iqstate_http")
 _LIMITS = {field.name: field for field in dataclasses.fields(ConnectionLimits)}
@@ -40,8 +41,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--host", default=None, help="default: 127.0.0.1, or the host of "
                         "--application-server with --cluster")  # fmt: skip
-    parser.add_argument("--port", type=arguments.port, default=None, help="default: 7070, or "
-                        "the port of --application-server with --cluster")  # fmt: skip
+    parser.add_argument("--port", type=arguments.port, default=None, help="default: the port "
+                        "the Application's application_server names (7070 unless it names "
+                        "another), or that of --application-server with --cluster")  # fmt: skip
     cluster = parser.add_argument_group(
         "distributed mode", "serve an instance of a cluster instead of a module's Application"
     )
@@ -79,7 +81,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="environment variable holding the bearer token (it must be set and non-empty)",
     )
     parser.add_argument(
-        "--max-body", type=arguments.at_least_one, default=DEFAULT_MAX_BODY, help="bytes"
+        "--max-body",
+        type=arguments.at_least_one,
+        default=DEFAULT_MAX_BODY,
+        help=f"bytes of a request body; more is answered 413 (default: {DEFAULT_MAX_BODY})",
     )
     parser.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate")
     parser.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
@@ -367,9 +372,23 @@ def _add_status_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _status(args: argparse.Namespace) -> int:
+def _client_context(ca: str) -> ssl.SSLContext:
+    """A client's TLS context trusting the CA bundle `ca`; exits naming the file when it is
+    missing or holds no PEM certificates."""
     import ssl
+    from pathlib import Path
 
+    if not Path(ca).is_file():
+        raise SystemExit(f"iqstate status: --tls-ca {ca}: no such file")
+    try:
+        return ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise SystemExit(
+            f"iqstate status: --tls-ca {ca} does not load as PEM certificates ({exc})"
+        ) from exc
+
+
+def _status(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from iqstate_http.status import show, watch
@@ -378,7 +397,7 @@ def _status(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         raise SystemExit(f"iqstate status: --interval must be > 0 seconds, got {args.interval}")
     console = Console()
-    verify = True if args.tls_ca is None else ssl.create_default_context(cafile=args.tls_ca)
+    verify = True if args.tls_ca is None else _client_context(args.tls_ca)
     url = args.url
     if "://" not in url:  # host:port, as an application server is named
         url = f"{'http' if args.tls_ca is None else 'https'}://{url}"

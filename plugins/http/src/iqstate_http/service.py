@@ -442,9 +442,15 @@ class QueryService:
                 {"WWW-Authenticate": _CHALLENGE},
             )
         scheme, _, supplied = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            supplied.encode(), self.token.encode()
-        ):
+        if scheme.lower() != "bearer":
+            raise ApiError(
+                401,
+                "unauthorized",
+                f"the Authorization header must use the Bearer scheme "
+                f"('Authorization: Bearer <token>'), not {scheme[:20]!r}",
+                {"WWW-Authenticate": _CHALLENGE},  # no Bearer credentials: no error code
+            )
+        if not hmac.compare_digest(supplied.encode(), self.token.encode()):
             raise ApiError(
                 401,
                 "unauthorized",
@@ -503,7 +509,9 @@ class QueryService:
             reason = f"the application is {state.name}, not RUNNING"
         elif self.app.leaving:
             reason = (
-                "the instance is leaving its cluster: it answers still while the other "
+                "the instance is stopping: no other instance takes its partitions over"
+                if self.app.single_instance
+                else "the instance is leaving its cluster: it answers still while the other "
                 "instances take its partitions over, then stops"
             )
         elif contact is not None and contact.lost:
