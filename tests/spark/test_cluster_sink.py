@@ -57,7 +57,7 @@ def test_rows_become_records_of_the_store_partitions_then_markers(
     df = spark.createDataFrame(rows, "word string, n long, deleted boolean").repartition(3)
     write_offsets(tmp_path, 4, '{"events":{"0":41,"1":17}}')
     sink = to_store(stores, "counts", key="word", value="n", tombstone="deleted",
-                    checkpoint=tmp_path)  # fmt: skip
+                    checkpoint=tmp_path, allow_gaps=True)  # fmt: skip  # batch 4 first
     sink(df, 4)
     assert sink.last_batch == (4, 61)
 
@@ -137,6 +137,38 @@ def test_bad_declarations_and_rows_are_refused_clearly(
     with pytest.raises(Exception, match="returned 5; the store has partitions 0..1"):
         sink(spark.createDataFrame([("x", 1)], "k string, v long"), 0)
     assert sink.last_batch is None, "a failed batch is not reported as written"
+
+
+def test_a_query_whose_earlier_batches_are_in_no_changelog_is_refused(
+    spark: Any, cluster: KafkaCluster, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """The checkpoint is at batch 6 but the changelog holds no batch (deleted and made
+    again, another application id): every replica would take batch 6 as the store's first
+    and serve it without batches 0..5, saying nothing. The batch is refused, nothing is
+    written; a changelog that holds batches, or `allow_gaps=True`, takes it."""
+    from iqstate import BatchGapError
+
+    app_id = unique_name("app")
+    stores = ClusterStores(cluster, app_id)
+    stores.key_value_store("counts", 2)
+    rows = spark.createDataFrame([("a", 1)], "k string, v long")
+    topic = changelog_topic(app_id, "counts")
+    write_offsets(tmp_path, 6, '{"events":{"0":6}}')
+    sink = to_store(stores, "counts", key="k", value="v", checkpoint=tmp_path)
+    with pytest.raises(BatchGapError, match=r"checkpoint is at batch 6, .*batches 0..5"):
+        sink(rows, 6)
+    assert sink.last_batch is None
+    assert all(records == [] for records in read_changelog(cluster, topic, 2).values())
+    accepting = to_store(stores, "counts", key="k", value="v", checkpoint=tmp_path,
+                         allow_gaps=True)  # fmt: skip
+    accepting(rows, 6)
+    write_offsets(tmp_path, 7, '{"events":{"0":7}}')
+    following = to_store(stores, "counts", key="k", value="v", checkpoint=tmp_path)
+    following(rows, 7)  # the changelog holds batch 6
+    markers = [r for rs in read_changelog(cluster, topic, 2).values() for r in rs]
+    assert sorted(m.batch_id for m in markers if isinstance(m, BatchMarker)) == [6, 6, 7, 7]
+    for made in (sink, accepting, following):
+        made.close()
 
 
 def test_a_sink_declaring_a_store_otherwise_than_the_serving_instances_is_refused(

@@ -307,3 +307,22 @@ def test_a_store_without_the_querys_earlier_batches_refuses_its_next_one(
                 **options,
             )(frame, 6)
             assert everything(app, name) == ({"a": 1, "b": 2}, Position.from_map({"files": {0: 6}}))
+
+
+def test_null_keys_are_refused_and_map_values_stored_as_objects(spark: Any, tmp_path: Path) -> None:
+    """A null key would be stored under `null`, which no lookup can ask for; a map column
+    is the JSON object it reads as, not a list of pairs."""
+    checkpoint = tmp_path / "checkpoint"
+    write_offsets(checkpoint, 0, '{"logOffset":0}')
+    app = Application("x", tmp_path / "state")
+    app.key_value_store("kv", 2)
+    with app:
+        sink = to_store(app, "kv", key="k", value="m", checkpoint=checkpoint)
+        rows = spark.createDataFrame(
+            [("a", {"x": 1}), (None, {"y": 2})], "k string, m map<string, int>"
+        )
+        with pytest.raises(Exception, match=r"a row has a null key \(column 'k'\)"):
+            sink(rows, 0)
+        assert everything(app, "kv")[0] == {}, "nothing written"
+        sink(rows.where("k IS NOT NULL"), 0)
+        assert everything(app, "kv")[0] == {"a": {"x": 1}}

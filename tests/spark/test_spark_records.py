@@ -176,7 +176,12 @@ def test_both_write_paths_write_the_same_changelog(
         stores = ClusterStores(cluster, app_id)
         stores.key_value_store("counts", 5)
         columns = ("counts", "word", "n", None, "gone", "update", tmp_path, None)
-        sink = ClusterSink(stores, *columns, write_path=path)  # type: ignore[arg-type]
+        sink = ClusterSink(
+            stores,
+            *columns,
+            write_path=path,
+            allow_gaps=True,  # type: ignore[arg-type]
+        )  # batch 3 first: the topics are new
         frame = spark.createDataFrame(rows, "word string, n long, gone boolean").repartition(3)
         sink(frame, 3)
         sink.close()
@@ -187,13 +192,14 @@ def test_both_write_paths_write_the_same_changelog(
     assert sum(len(p) for p in written["spark-kafka-sink"].values()) == len(rows)
 
 
-def test_the_jvm_path_refuses_null_keys_and_the_marker_key(
+def test_the_jvm_path_refuses_null_keys_the_marker_key_and_text_that_is_not_utf8(
     spark: Any, kafka_broker: LocalBroker, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
     cluster = KafkaCluster(kafka_broker.bootstrap_servers)
     stores = ClusterStores(cluster, unique_name("app"))
     stores.key_value_store("counts", 2)
     stores.key_value_store("raw", 2, key_serde="bytes")
+    stores.key_value_store("texts", 2, value_serde="string")
     write_offsets(tmp_path, 0, '{"events":{"0":1}}')
     sink = to_store(stores, "counts", key="k", value="v", checkpoint=tmp_path)
     with pytest.raises(Exception, match="a row has a null key \\(column 'k'\\)"):
@@ -204,8 +210,18 @@ def test_the_jvm_path_refuses_null_keys_and_the_marker_key(
     with pytest.raises(Exception, match="reserved for the changelog's batch markers"):
         raw(spark.createDataFrame([(bytearray(MARKER_KEY), 1)], "k binary, v long"), 0)
     assert raw.write_path == "spark-kafka-sink"
-    sink.close()
-    raw.close()
+    # A Spark string holds any bytes: read from Kafka with CAST(value AS STRING), an input
+    # record could carry the marker key (or text no serving instance can decode).
+    marker = spark.createDataFrame([(bytearray(MARKER_KEY), 1)], "k binary, v long")
+    with pytest.raises(Exception, match=r"a row's key \(column 'k'\) is not valid UTF-8"):
+        sink(marker.selectExpr("CAST(k AS STRING) AS k", "v"), 0)
+    texts = to_store(stores, "texts", key="k", value="v", checkpoint=tmp_path)
+    bad_text = spark.createDataFrame([("x", bytearray(b"\xffno"))], "k string, v binary")
+    with pytest.raises(Exception, match=r"a row's value \(column 'v'\) is not valid UTF-8"):
+        texts(bad_text.selectExpr("k", "CAST(v AS STRING) AS v"), 0)
+    assert texts.write_path == "spark-kafka-sink" and sink.last_batch is None
+    for opened in (sink, raw, texts):
+        opened.close()
 
 
 def test_settings_the_java_producer_names_differently_keep_the_python_producers(

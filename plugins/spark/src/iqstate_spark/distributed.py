@@ -45,7 +45,7 @@ from iqstate_kafka.heartbeats import shape_of
 from iqstate_kafka.topics import EndOffsets, changelog_topic, ensure_changelog_topics
 from iqstate_kafka.writer import BatchWriter
 
-from iqstate.errors import IqstateError
+from iqstate.errors import BatchGapError, IqstateError
 from iqstate_spark.cluster_stores import ClusterStores
 from iqstate_spark.executor_write import RESULT_SCHEMA, PartitionWrite
 from iqstate_spark.offsets import running_batch_position
@@ -80,6 +80,7 @@ class ClusterSink:
         session: str | None = None,
         write_path: Literal["auto", "python-producer"] = "auto",
         delivery_timeout: float = 30.0,
+        allow_gaps: bool = False,
     ) -> None:
         declared = target.stores.get(store)
         checked = check_sink_arguments(
@@ -133,6 +134,9 @@ class ClusterSink:
         """`(batch_id, records)` of the last micro-batch written, for progress reports."""
         self.batches_written = 0
         """Micro-batches this sink wrote (a replay of one counts again)."""
+        self._history_checked = allow_gaps
+        """Whether the changelog is known to hold the query's batches before the first
+        this sink writes (`allow_gaps`: whether it may lack them)."""
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         if str(batch_df.sparkSession.conf.get("spark.speculation", "false")).lower() == "true":
@@ -142,6 +146,8 @@ class ClusterSink:
             )
         position = running_batch_position(batch_df, batch_id, self.checkpoint, self.source_names)
         self.columns.check(batch_df.columns)
+        if not self._history_checked:
+            self._check_history(batch_id)
         self._choose_write_path(batch_df)
         with interrupted_by_stop(batch_df, self.store.name, batch_id):
             if self._records is not None:
@@ -151,6 +157,25 @@ class ClusterSink:
         self._markers.write({}, batch_id=batch_id, position=position, stores=self._stores)
         self.last_batch = (batch_id, written)
         self.batches_written += 1
+
+    def _check_history(self, batch_id: int) -> None:
+        """Refuse a first batch after 0 on a changelog that holds no batch: the query's
+        earlier batches are in no changelog (the topic was deleted and made again, or the
+        application id changed), and every replica would serve the store without them,
+        saying nothing (a replica takes the first batch it finds; compaction removes old
+        markers, so it cannot tell). Embedded stores make the same check."""
+        if batch_id > 0:
+            ends = self._end_offsets.of(self._topic, self.store.partitions, self._delivery_timeout)
+            if not any(ends):
+                raise BatchGapError(
+                    f"to_store({self.store.name!r}): the query's checkpoint is at batch "
+                    f"{batch_id}, but changelog topic {self._topic!r} holds no batch (it was "
+                    "deleted, or the application id changed): batches 0.."
+                    f"{batch_id - 1} would be missing from every replica. Run the query "
+                    "from a new checkpoint (it reads its source again from the start), or "
+                    f"pass allow_gaps=True to serve the store from batch {batch_id} on"
+                )
+        self._history_checked = True
 
     def _choose_write_path(self, batch_df: Any) -> None:
         """Decide once per schema (a streaming query's stays the same) how batches are

@@ -96,11 +96,6 @@ def entries_by_partition(
             continue
         columns.check(rows.schema.names)
         keys = columns.keys(rows)
-        if None in keys:
-            raise ValueError(
-                f"to_store({store.name!r}): a row has a null key (column "
-                f"{columns.key!r}); every row needs a key"
-            )
         values = columns.values(rows)
         times = columns.times(rows)
         grouped: dict[int, list[Entry]] = {p: [] for p in range(store.partitions)}

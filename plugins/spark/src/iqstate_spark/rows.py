@@ -96,18 +96,26 @@ class RowColumns:
             )
 
     def keys(self, rows: Rows) -> list[Any]:
-        return rows.column(self.key).to_pylist()
+        """Each row's key; refuses a null one, naming its column (no lookup could ask for
+        it, and a JSON serde would store it as `null`)."""
+        column = rows.column(self.key)
+        if column.null_count:
+            raise IqstateError(
+                f"to_store({self.store!r}): a row has a null key (column {self.key!r}); every "
+                "row needs a key"
+            )
+        return column.to_pylist(maps_as_pydicts="strict")
 
     def values(self, rows: Rows) -> list[Any]:
         """Each row's value; `None` where the row deletes its key."""
         if self.value is None:
             read = set(self._arguments().values())
             names = [c for c in rows.column_names if c not in read]
-            values: list[Any] = rows.select(names).to_pylist()
+            values: list[Any] = rows.select(names).to_pylist(maps_as_pydicts="strict")
         elif isinstance(self.value, str):
-            values = rows.column(self.value).to_pylist()
+            values = rows.column(self.value).to_pylist(maps_as_pydicts="strict")
         else:
-            values = rows.select(list(self.value)).to_pylist()
+            values = rows.select(list(self.value)).to_pylist(maps_as_pydicts="strict")
         if self.tombstone is not None:
             deleted = self._deleted(rows)
             values = [None if gone else value for value, gone in zip(values, deleted, strict=True)]

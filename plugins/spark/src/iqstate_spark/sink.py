@@ -200,19 +200,18 @@ def to_store(
     earlier batches (a store in memory restarted, a deleted state directory, a store added
     to a running query) raises `BatchGapError` and writes nothing; `allow_gaps=True`
     accepts such a store, holding the batches from there on (and batch ids that skip).
+    In distributed mode the first batch a sink writes, unless it is batch 0, raises
+    `BatchGapError` when the store's changelog holds no batch (deleted and made again, or
+    another application id): the earlier batches are in no changelog; `allow_gaps=True`
+    serves the store from that batch on.
     """
     if isinstance(target, ClusterStores):
-        if allow_gaps:
-            raise ValueError(
-                "to_store: allow_gaps is for embedded stores; in distributed mode the "
-                "changelog keeps every batch, and serving replicas restore from it"
-            )
         # Imported here: distributed mode needs iqstate-kafka, embedded mode does not.
         from iqstate_spark.distributed import ClusterSink
 
         return ClusterSink(
             target, store, key, value, window, tombstone, output_mode, checkpoint, source_names,
-            timestamp=timestamp, session=session,
+            timestamp=timestamp, session=session, allow_gaps=allow_gaps,
         )  # fmt: skip
     if not isinstance(target, Application):
         raise TypeError(

@@ -116,16 +116,25 @@ class SparkRecords:
         """The Kafka sink's `key`, `value` and `headers` columns for batch `batch_id`."""
         from pyspark.sql import functions as F
 
-        key_column = F.col(self.key_column)
+        key_column, value_column = F.col(self.key_column), F.col(self.value_column)
         key = self.key(key_column)
-        if isinstance(self.store.key_serde, BytesSerde):
-            key = F.when(key == F.lit(bytearray(MARKER_KEY)), _refuse_marker_key()).otherwise(key)
+        # A Spark string holds any bytes (`CAST(binary AS STRING)` checks nothing), so a
+        # string key too can be the marker key; text must be UTF-8, as the serde makes it.
+        key = F.when(key == F.lit(bytearray(MARKER_KEY)), _refuse_marker_key()).otherwise(key)
+        if isinstance(self.store.key_serde, StringSerde):
+            key = F.when(F.is_valid_utf8(key_column), key).otherwise(
+                self._not_utf8("key", self.key_column)
+            )
         null_key = (
             f"to_store({self.store.name!r}): a row has a null key (column "
             f"{self.key_column!r}); every row needs a key"
         )
         key = F.when(key_column.isNull(), F.raise_error(F.lit(null_key))).otherwise(key)
-        value = self.value(F.col(self.value_column))
+        value = self.value(value_column)
+        if isinstance(self.store.value_serde, StringSerde):
+            value = F.when(value_column.isNull() | F.is_valid_utf8(value_column), value).otherwise(
+                self._not_utf8("value", self.value_column)
+            )
         if self.tombstone_column is not None:
             value = F.when(F.col(self.tombstone_column), F.lit(None)).otherwise(value)
         header = batch_headers(batch_id)[0][1]
@@ -133,6 +142,17 @@ class SparkRecords:
             F.struct(F.lit(BATCH_HEADER).alias("key"), F.lit(bytearray(header)).alias("value"))
         )
         return [key.alias("key"), value.cast("binary").alias("value"), headers.alias("headers")]
+
+    def _not_utf8(self, role: str, column: str) -> Any:
+        from pyspark.sql import functions as F
+
+        return F.raise_error(
+            F.lit(
+                f"to_store({self.store.name!r}): a row's {role} (column {column!r}) is not "
+                f"valid UTF-8 text, which the {role} serde 'string' makes and the serving "
+                "instances read"
+            )
+        )
 
 
 def spark_records(
