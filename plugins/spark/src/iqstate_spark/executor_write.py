@@ -28,6 +28,7 @@ import pyarrow as pa
 from iqstate_kafka.cluster import KafkaCluster
 from iqstate_kafka.writer import BatchWriter, Entry
 
+from iqstate.errors import IqstateError
 from iqstate_spark.cluster_stores import ChangelogStore
 from iqstate_spark.rows import RowColumns
 
@@ -98,19 +99,32 @@ def entries_by_partition(
         keys = columns.keys(rows)
         values = columns.values(rows)
         times = columns.times(rows)
+        try:
+            keys_bytes = list(map(serialize_key, keys))
+        except Exception as exc:
+            raise _unwritable(store, "key", f"column {columns.key!r}", exc) from exc
+        try:
+            values_bytes = [None if value is None else serialize_value(value) for value in values]
+        except Exception as exc:
+            raise _unwritable(store, "value", columns.describe_value(), exc) from exc
         grouped: dict[int, list[Entry]] = {p: [] for p in range(store.partitions)}
         if times is None:
-            for key, value in zip(keys, values, strict=True):
-                key_bytes = serialize_key(key)
-                grouped[partition_of(key, key_bytes)].append(
-                    (key_bytes, None if value is None else serialize_value(value))
-                )
+            for key, key_bytes, value_bytes in zip(keys, keys_bytes, values_bytes, strict=True):
+                grouped[partition_of(key, key_bytes)].append((key_bytes, value_bytes))
         else:
             entry_of = store.entry_of
-            for key, value, time in zip(keys, values, times, strict=True):
-                key_bytes = serialize_key(key)
-                value_bytes = None if value is None else serialize_value(value)
+            for key, key_bytes, value_bytes, time in zip(
+                keys, keys_bytes, values_bytes, times, strict=True
+            ):
                 grouped[partition_of(key, key_bytes)].append(entry_of(key_bytes, value_bytes, time))
         for partition, entries in grouped.items():
             if entries:
                 yield (store.name, partition), entries
+
+
+def _unwritable(store: ChangelogStore, role: str, where: str, exc: Exception) -> IqstateError:
+    """A row's key or value its serde refuses, named by store and column (the task fails
+    with it, which Spark reports to the driver)."""
+    return IqstateError(
+        f"to_store({store.name!r}): a row's {role} ({where}) cannot be written: {exc}"
+    )

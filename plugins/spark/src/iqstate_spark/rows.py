@@ -95,6 +95,14 @@ class RowColumns:
                 f"{arguments}); it has {list(names)}"
             )
 
+    def describe_value(self) -> str:
+        """Where a row's value comes from, for messages."""
+        if isinstance(self.value, str):
+            return f"column {self.value!r}"
+        if self.value is not None:
+            return f"columns {list(self.value)}"
+        return "the columns not named otherwise"
+
     def keys(self, rows: Rows) -> list[Any]:
         """Each row's key; refuses a null one, naming its column (no lookup could ask for
         it, and a JSON serde would store it as `null`)."""
