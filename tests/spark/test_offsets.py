@@ -52,6 +52,13 @@ def test_v2_names_other_sources_by_their_id(tmp_path: Path) -> None:
     )
 
 
+def test_two_sources_of_one_topic_give_the_offsets_both_have_read(tmp_path: Path) -> None:
+    """A self-join reads one topic through two sources at different offsets: the store
+    holds both up to the lower one (the higher would meet a bound too early)."""
+    write(tmp_path, 0, "v1", '{"in":{"0":50,"1":7}}', '{"in":{"0":40,"2":3}}')
+    assert batch_position(tmp_path, 0) == Position.from_map({"in": {0: 40, 1: 7, 2: 3}})
+
+
 def test_broken_offsets_files_are_refused_naming_the_file(tmp_path: Path) -> None:
     write(tmp_path, 0, "v2", '{"in":{"0":5}}')
     with pytest.raises(CorruptStateError, match="expected '<source id>:<offset>'"):

@@ -17,7 +17,8 @@ How each source's offset becomes position components:
   partition 0, offset that integer.
 
 Components from the non-Kafka sources are named by `source_names` (by position in the
-query's sources), or `spark-source-<i>` by default.
+query's sources), or `spark-source-<i>` by default. A component two sources name (two
+Kafka sources of one topic) takes, per partition, the lower of their offsets.
 """
 
 from __future__ import annotations
@@ -87,9 +88,15 @@ def batch_position(
         else:
             name = source_id or f"spark-source-{index}"
         try:
-            components.update(_components(json.loads(line), name))
+            found = _components(json.loads(line), name)
         except ValueError as exc:
             raise CorruptStateError(f"{path} line {index + 3}: {exc}") from exc
+        for component, offsets in found.items():
+            known = components.setdefault(component, {})
+            for partition, offset in offsets.items():
+                # Two sources reading one topic (a self-join): the store holds what both
+                # read, up to the lower offset; the higher would meet bounds too early.
+                known[partition] = min(offset, known.get(partition, offset))
     return Position.from_map(components)
 
 
