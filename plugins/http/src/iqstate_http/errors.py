@@ -96,9 +96,12 @@ async def on_http_error(request: Request, exc: Exception) -> Response:
 
 
 async def on_disconnect(request: Request, exc: Exception) -> Response:
-    """The client went away before sending its whole request: one line, nothing to answer."""
+    """The connection ended before the whole request arrived: one line, nothing to answer."""
     client = f"{request.client.host}:{request.client.port}" if request.client else "a client"
-    log.warning("%s disconnected during %s %s", client, request.method, request.url.path)
+    log.warning(
+        "the connection of %s ended before its whole %s %s arrived (it went away, or the "
+        "body timeout cut it off)", client, request.method, request.url.path,
+    )  # fmt: skip
     return Response(status_code=400)  # never delivered: the connection is gone
 
 

@@ -249,8 +249,9 @@ def _refuse_a_taken_port(host: str, port: int) -> None:
                     continue
                 raise SystemExit(
                     f"iqstate serve: cannot listen on {host}:{port} ({exc.strerror}); is "
-                    "another instance or program serving there? Choose another --port, or "
-                    "--application-server with --cluster"
+                    "another instance or program serving there? Choose another --port (and "
+                    "the application_server that names it: the Application's, or "
+                    "--application-server with --cluster)"
                 ) from None
 
 

@@ -32,7 +32,8 @@ _REASONS = {
 
 def _closing_response(status: int, code: str, message: str) -> bytes:
     """A whole JSON error response that ends the connection, written without the app."""
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    error = {"error": {"code": code, "message": message}}
+    body = json.dumps(error, ensure_ascii=False, separators=(",", ":")).encode()  # as every route
     return (
         f"HTTP/1.1 {status} {_REASONS[status]}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
