@@ -39,6 +39,7 @@ def test_key_lookup(client: httpx.Client) -> None:
         ("/v1/stores/counts%2Fchanges", "counts/changes"),  # decoded: the changes of 'counts'
         ("/v1/metadata/stores/counts%2Fkeys/keys/kafka", "counts/keys"),
         ("/v1/metadata/stores/counts%2F", "counts/"),
+        ("/v1%2Fstores%2Fcounts%2Fkeys/keys/kafka", "v1/stores/counts/keys"),  # all one segment
     ],
 )
 def test_an_encoded_slash_in_a_store_name_names_no_store(

@@ -475,7 +475,17 @@ try:
     failed = None
 except StateStorageError as exc:
     failed = str(exc)
-after_failure = {"failed": failed, "value": read(), "offset": hosted.committed_changelog_offset()}
+try:  # the follower's retry while the cause lasts: refused, the store still answers
+    hosted.apply_changelog(*unit(2, "second"), 4)
+    retry_refused = None
+except Exception as exc:
+    retry_refused = type(exc).__name__
+after_failure = {
+    "failed": failed,
+    "retry_refused": retry_refused,
+    "value": read(),
+    "offset": hosted.committed_changelog_offset(),
+}
 resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
 hosted.apply_changelog(*unit(2, "second"), 4)  # the follower's retry: the same unit
 retried = {"value": read(), "offset": hosted.committed_changelog_offset(), "fence": hosted.fence}
@@ -501,5 +511,6 @@ def test_a_replica_whose_commit_failed_applies_the_retry_once_the_cause_is_gone(
     outcome = json.loads(finished.stdout.splitlines()[-1])
     failure = outcome["after_failure"]
     assert failure["failed"] is not None, "the commit did not fail"
+    assert failure["retry_refused"] is not None, "a retry while the disk is full"
     assert failure["value"] == "first" and failure["offset"] == 2
     assert outcome["retried"] == {"value": "second", "offset": 4, "fence": 2}

@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from iqstate import Application, KeyQuery, Position, PositionBound, QueryConfig
 from iqstate.context import StateStoreContext
+from iqstate.layers.chain import StoreChain
+from iqstate.persistent import UncleanShutdownError
 from iqstate.plugins import default_registry
 from iqstate.position import TopicPartition
 from iqstate.runtime import ACTIVE
 from iqstate.runtime.changelog_topic import TOPIC_IDS_FILE, TopicIds
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.hosted import HostedPartition
+from iqstate.runtime.offsets import OffsetKeeper
 from iqstate.runtime.spec import StoreSpec
 from iqstate.subscriptions.feed import ChangeBufferSettings, PublishedBatch
 
@@ -278,4 +282,75 @@ def test_a_commit_whose_record_fails_afterwards_still_reaches_the_subscriptions(
     hosted.apply_changelog([encoded(spec, "b", 2)], 5, Position.from_map({"in": {0: 2}}), 4)
     assert value(hosted, "b") == 2
     assert 0 in CommittedPartitions(tmp_path / "app" / "s"), "recorded at the next commit"
+    hosted.close()
+
+
+def _fail_the_next_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next store commit raises as a full disk makes it (the engine discards the
+    unit's writes); the ones after succeed."""
+    commit = OffsetKeeper.commit
+
+    def full_once(self: OffsetKeeper, changes: dict[TopicPartition, int | None]) -> None:
+        monkeypatch.setattr(OffsetKeeper, "commit", commit)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(OffsetKeeper, "commit", full_once)
+
+
+def test_an_in_memory_replica_whose_commit_failed_keeps_what_it_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing is opened again in memory (that would be an empty store): the retry of the
+    unit writes its records again over what the store holds."""
+    app = Application("app", tmp_path)
+    spec = app.key_value_store("m", 1, engine="memory", value_serde="int64")
+    context = StateStoreContext(
+        application_id="app", store_name="m", partition=0,
+        changelog_partition=TopicPartition("app-m-changelog", 0),
+        query_handlers=default_registry().query_handlers,
+    )  # fmt: skip
+    hosted = HostedPartition(spec, 0, ACTIVE, context, followed=True)
+    hosted.open()
+    hosted.apply_changelog([encoded(spec, "a", 1)], 1, Position.from_map({"in": {0: 1}}), 2)
+    _fail_the_next_commit(monkeypatch)
+    unit = ([encoded(spec, "b", 2)], 2, Position.from_map({"in": {0: 2}}), 4)
+    with pytest.raises(OSError, match="No space"):
+        hosted.apply_changelog(*unit)
+    hosted.apply_changelog(*unit)  # the follower's retry
+    assert value(hosted, "a") == 1 and value(hosted, "b") == 2
+    assert hosted.committed_changelog_offset() == 4 and hosted.fence == 2
+    hosted.close()
+
+
+def test_files_not_to_be_trusted_after_a_failed_commit_are_set_aside_and_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine without atomic commits cannot be trusted once a write failed (its files
+    may hold part of the unit): opened again, it is set aside and the partition rebuilt,
+    a restoring active until it has caught up; the retry raises, and the follower reads
+    the changelog again from its start (`resume_offset` is None)."""
+    spec = declared(tmp_path)
+    hosted = followed(tmp_path, spec)
+    hosted.keep_changelog_topic_ids(TopicIds("id"))
+    hosted.apply_changelog([encoded(spec, "a", 1)], 1, Position.from_map({"in": {0: 1}}), 2)
+    _fail_the_next_commit(monkeypatch)
+    unit = ([encoded(spec, "b", 2)], 2, Position.from_map({"in": {0: 2}}), 4)
+    with pytest.raises(OSError, match="No space"):
+        hosted.apply_changelog(*unit)
+    init = StoreChain.init
+
+    def unclean_once(self: StoreChain[Any], context: StateStoreContext) -> None:
+        monkeypatch.setattr(StoreChain, "init", init)
+        raise UncleanShutdownError("not closed cleanly, and commits are not atomic")
+
+    monkeypatch.setattr(StoreChain, "init", unclean_once)
+    with pytest.raises(UncleanShutdownError):
+        hosted.apply_changelog(*unit)
+    assert hosted.rebuilt and hosted.resume_offset() is None and hosted.fence is None
+    assert len(moved_aside(tmp_path)) == 1, "the files are kept, set aside"
+    assert hosted.role.state == "RESTORING" and value(hosted, "a") is None
+    assert hosted.changelog_topic_ids == TopicIds("id"), "the same changelog"
+    hosted.apply_changelog([encoded(spec, "a", 1)], 1, Position.from_map({"in": {0: 1}}), 2)
+    hosted.apply_changelog(*unit)  # read again from the start
+    assert value(hosted, "a") == 1 and value(hosted, "b") == 2
     hosted.close()

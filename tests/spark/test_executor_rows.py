@@ -39,3 +39,13 @@ def test_a_key_its_serde_refuses_names_the_store_and_column() -> None:
 def test_rows_its_serdes_take_become_entries() -> None:
     entries = [entry for _, part in grouped({"k": ["a", "b"], "v": [1, None]}) for entry in part]
     assert sorted(entries, key=lambda entry: entry[0]) == [(b"a", b"1"), (b"b", None)]
+
+
+def test_a_map_column_is_an_object_and_one_with_struct_keys_a_list_of_pairs() -> None:
+    plain = pa.array([[("x", 1)]], pa.map_(pa.string(), pa.int64()))
+    (entries,) = (part for _, part in grouped({"k": ["a"], "v": plain}))
+    assert entries == [(b"a", b'{"x":1}')]
+    point = pa.struct([("x", pa.int64())])
+    keyed = pa.array([[({"x": 1}, 2)]], pa.map_(point, pa.int64()))
+    (entries,) = (part for _, part in grouped({"k": ["a"], "v": keyed}))
+    assert entries == [(b"a", b'[[{"x":1},2]]')]

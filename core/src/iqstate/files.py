@@ -51,3 +51,21 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(handle)
     finally:
         os.close(handle)
+
+
+PROBE_BYTES = 1 << 20
+"""What `takes_writes` writes: more than an engine writes to open a store (RocksDB's
+manifest, options and log files; LMDB's lock file)."""
+
+
+def takes_writes(directory: Path) -> None:
+    """Raise `OSError` unless `directory` takes `PROBE_BYTES` written and fsynced now (a
+    full disk, a file size limit, lost permissions): a probe file, removed at once."""
+    fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(bytes(PROBE_BYTES))
+            handle.flush()
+            os.fsync(handle.fileno())
+    finally:
+        Path(probe).unlink(missing_ok=True)

@@ -9,9 +9,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from iqstate.changelog import ChangelogReader, ChangelogWriter
+from iqstate.changelog import ChangelogReader, ChangelogWriter, outlives_the_process
 from iqstate.context import StateStoreContext
 from iqstate.errors import ClosedStoreError, CorruptStateError, LostStateError, PluginError
+from iqstate.files import takes_writes
 from iqstate.kept_puts import only_kept
 from iqstate.layers.chain import StoreChain
 from iqstate.persistent import UncleanShutdownError
@@ -100,21 +101,7 @@ class HostedPartition:
         """The committed batches, for subscriptions (dormant until the first one)."""
 
     def open(self) -> None:
-        try:
-            self.chain.init(self.context)
-        except (UncleanShutdownError, CorruptStateError) as untrusted:
-            if not self._rebuildable:
-                if isinstance(untrusted, UncleanShutdownError):
-                    raise LostStateError(
-                        f"{untrusted}. Store {self.spec.name!r} has no changelog to rebuild "
-                        f"it from: start with processing_guarantee='at_least_once' to use "
-                        f"the files as they are, or move {self.context.directory} away to "
-                        "start the partition empty"
-                    ) from untrusted
-                raise
-            self._set_aside(untrusted)
-            self.chain = self.spec.build()
-            self.chain.init(self.context)
+        self._open_chain()
         self._check_persistence_claim()
         self._offsets = OffsetKeeper(self.chain, self.context.directory)
         self._offsets.load()
@@ -133,6 +120,25 @@ class HostedPartition:
             self.rebuilt = True
         if self._changelog is not None:
             self._restore(self._changelog)
+
+    def _open_chain(self) -> None:
+        """Open the chain on the partition's files; files that cannot be trusted are moved
+        aside (and the partition rebuilt) when a changelog can rebuild it, else refused."""
+        try:
+            self.chain.init(self.context)
+        except (UncleanShutdownError, CorruptStateError) as untrusted:
+            if not self._rebuildable:
+                if isinstance(untrusted, UncleanShutdownError):
+                    raise LostStateError(
+                        f"{untrusted}. Store {self.spec.name!r} has no changelog to rebuild "
+                        f"it from: start with processing_guarantee='at_least_once' to use "
+                        f"the files as they are, or move {self.context.directory} away to "
+                        "start the partition empty"
+                    ) from untrusted
+                raise
+            self._set_aside(untrusted)
+            self.chain = self.spec.build()
+            self.chain.init(self.context)
 
     def _check_persistence_claim(self) -> None:
         """An engine registered as persistent must build stores that keep their data (the
@@ -192,7 +198,12 @@ class HostedPartition:
         assert tp is not None  # a store with a changelog has a changelog partition
         start = self.committed_changelog_offset() or 0
         records = changelog.read(tp, start)
-        if self.rebuilt and not records and self._recorded_as_committed():
+        if (
+            self.rebuilt
+            and not records
+            and self._recorded_as_committed()
+            and not outlives_the_process(changelog)
+        ):
             self.close()  # its committed data is in no changelog: never serve it empty
             raise LostStateError(
                 f"store {self.spec.name!r} partition {self.partition} must be rebuilt "
@@ -252,7 +263,9 @@ class HostedPartition:
             try:
                 self._commit_store(None if fenced else batch_id, {tp: next_offset})
             except BaseException:
-                self._reopen_before_applying = True
+                # In memory the records are applied as written (nothing to open again:
+                # the retry writes them again); files are opened again, as they are.
+                self._reopen_before_applying = self.chain.persistent
                 raise
             try:
                 self._after_commit()  # may fail (its record): the commit stands
@@ -271,7 +284,15 @@ class HostedPartition:
         """Open the store again from its files, after a commit that failed (a full disk):
         an engine may refuse every write after a failed one (RocksDB does, until it is
         reopened), and what any layer keeps in memory starts again from the last commit.
-        While the cause lasts the opening fails too, and the partition answers nothing."""
+
+        Only once the directory takes writes again (`takes_writes`): until then the store
+        stays open as it is, answering from its last commit, and this raises (the follower
+        retries later). Files the opening cannot trust (an engine without atomic commits)
+        are moved aside and the partition rebuilt (`rebuild`), and this raises too. While
+        an opening fails all the same, the partition answers `STORE_EXCEPTION`."""
+        directory = self.context.directory
+        assert directory is not None  # only persistent chains are opened again
+        takes_writes(directory)
         try:
             self.chain.close()
         except Exception as exc:  # its closing mark cannot be written: the files stand
@@ -280,7 +301,14 @@ class HostedPartition:
                 self.spec.name, self.partition, exc,
             )  # fmt: skip
         self.chain = self.spec.build()
-        self.chain.init(self.context)
+        try:
+            self.chain.init(self.context)
+        except (UncleanShutdownError, CorruptStateError):
+            # Rebuilt from the start of the changelog; raised, so that the follower reads
+            # it again from there (`resume_offset` is None now).
+            self._rebuild(self._topic_ids, "its files were not to be trusted after a failed commit")
+            self._reopen_before_applying = False
+            raise
         self._offsets = OffsetKeeper(self.chain, self.context.directory)
         self._offsets.load()
         self.fence = self._offsets.committed_offset(self.fence_partition)
@@ -319,35 +347,38 @@ class HostedPartition:
         with self.lock:
             if self.closed:
                 return
-            if self.role.is_running_active:
-                self.role = ACTIVE_RESTORING
-            self._end_changes(
-                f"store {self.spec.name!r} partition {self.partition} is being rebuilt from "
-                "its changelog (the changelog no longer held what it had applied); subscribe "
-                "again for a snapshot of the rebuilt store"
-            )
-            self.chain.close()
-            self._settled = None  # first: a lag read meanwhile never pairs it with nothing
-            self._offsets, self.fence = None, None  # nothing committed, until it is again
-            directory = self.context.directory
-            if directory is None:  # in memory: the changelog holds it all
-                self.rebuilt = True
-            else:
-                if directory.exists() and any(
-                    path.name != TOPIC_IDS_FILE for path in directory.iterdir()
-                ):
-                    self._set_aside(
-                        RuntimeError(
-                            f"store {self.spec.name!r} partition {self.partition} must be rebuilt"
-                        )
+            self._rebuild(ids, "the changelog no longer held what it had applied")
+
+    def _rebuild(self, ids: TopicIds, why: str) -> None:
+        """`rebuild`, the caller holding the lock; `why`, for the subscriptions it ends."""
+        if self.role.is_running_active:
+            self.role = ACTIVE_RESTORING
+        self._end_changes(
+            f"store {self.spec.name!r} partition {self.partition} is being rebuilt from its "
+            f"changelog ({why}); subscribe again for a snapshot of the rebuilt store"
+        )
+        self.chain.close()
+        self._settled = None  # first: a lag read meanwhile never pairs it with nothing
+        self._offsets, self.fence = None, None  # nothing committed, until it is again
+        directory = self.context.directory
+        if directory is None:  # in memory: the changelog holds it all
+            self.rebuilt = True
+        else:
+            if directory.exists() and any(
+                path.name != TOPIC_IDS_FILE for path in directory.iterdir()
+            ):
+                self._set_aside(
+                    RuntimeError(
+                        f"store {self.spec.name!r} partition {self.partition} must be rebuilt"
                     )
-                directory.mkdir(exist_ok=True)  # a failed attempt may have moved it aside
-                keep_topic_ids(directory, ids)
-            self._topic_ids = ids
-            self.chain = self.spec.build()
-            self.chain.init(self.context)
-            self._offsets = OffsetKeeper(self.chain, self.context.directory)
-            self._offsets.load()
+                )
+            directory.mkdir(exist_ok=True)  # a failed attempt may have moved it aside
+            keep_topic_ids(directory, ids)
+        self._topic_ids = ids
+        self.chain = self.spec.build()
+        self.chain.init(self.context)
+        self._offsets = OffsetKeeper(self.chain, self.context.directory)
+        self._offsets.load()
 
     @property
     def gets_writes(self) -> bool:

@@ -22,9 +22,9 @@ _STORE_SEGMENT = {"/v1/stores/": 3, "/v1/metadata/stores/": 4}
 
 
 def misnamed_store(scope: Scope) -> str | None:
-    """The store the request's path names, decoded, when its segment as sent holds an
-    encoded `/` (routing would read another store there); None otherwise, and when the
-    server gives no `raw_path`."""
+    """The segment, decoded, of a request's path as sent that holds an encoded `/` at or
+    before the store's segment (routing, on the decoded path, would read another store
+    there); None otherwise, and when the server gives no `raw_path`."""
     raw = scope.get("raw_path")
     if not raw or b"%" not in raw:
         return None  # nothing encoded: the decoded segments are the ones sent
@@ -32,10 +32,11 @@ def misnamed_store(scope: Scope) -> str | None:
     for prefix, index in _STORE_SEGMENT.items():
         if path.startswith(prefix):
             sent = raw.split(b"?", 1)[0].split(b"/")
-            if len(sent) <= index:
-                return None
-            named = unquote(sent[index].decode("latin-1"))
-            return named if "/" in named else None
+            for segment in sent[1 : index + 1]:
+                named = unquote(segment.decode("latin-1"))
+                if "/" in named:
+                    return named
+            return None
     return None
 
 

@@ -15,6 +15,7 @@ before a remote active: an answer that needs no hop.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ class ReplicaChoice:
     def __init__(self, app: Application, max_age: float = 0.5) -> None:
         self._app = app
         self._max_age = max_age
+        self._invalidated = itertools.count(1)
         self._invalidations = 0
         self._view = _View({}, {}, -float("inf"), 0)
 
@@ -77,7 +79,7 @@ class ReplicaChoice:
 
     def invalidate(self) -> None:
         """Read the cluster again before the next choice (a replica did not answer)."""
-        self._invalidations += 1
+        self._invalidations = next(self._invalidated)  # atomic: no two threads get one
 
     def _current(self) -> _View:
         view = self._view

@@ -112,18 +112,18 @@ class RowColumns:
                 f"to_store({self.store!r}): a row has a null key (column {self.key!r}); every "
                 "row needs a key"
             )
-        return column.to_pylist(maps_as_pydicts="strict")
+        return _python(column)
 
     def values(self, rows: Rows) -> list[Any]:
         """Each row's value; `None` where the row deletes its key."""
         if self.value is None:
             read = set(self._arguments().values())
             names = [c for c in rows.column_names if c not in read]
-            values: list[Any] = rows.select(names).to_pylist(maps_as_pydicts="strict")
+            values: list[Any] = _python(rows.select(names))
         elif isinstance(self.value, str):
-            values = rows.column(self.value).to_pylist(maps_as_pydicts="strict")
+            values = _python(rows.column(self.value))
         else:
-            values = rows.select(list(self.value)).to_pylist(maps_as_pydicts="strict")
+            values = _python(rows.select(list(self.value)))
         if self.tombstone is not None:
             deleted = self._deleted(rows)
             values = [None if gone else value for value, gone in zip(values, deleted, strict=True)]
@@ -254,3 +254,12 @@ def _array(column: pa.Array[Any] | pa.ChunkedArray[Any]) -> pa.Array[Any]:
     if isinstance(column, pa.ChunkedArray):
         return column.combine_chunks()
     return column
+
+
+def _python(arrow: Any) -> list[Any]:
+    """Arrow values as Python, a map as the dict (JSON object) it reads as; as a list of
+    pairs when its keys are structs or lists, which no dict can hold."""
+    try:
+        return cast("list[Any]", arrow.to_pylist(maps_as_pydicts="strict"))
+    except TypeError:  # unhashable keys
+        return cast("list[Any]", arrow.to_pylist())
