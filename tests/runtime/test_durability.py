@@ -186,6 +186,26 @@ def test_a_partition_its_fresh_in_memory_changelog_cannot_rebuild_is_refused(
         assert aside == []
 
 
+def test_a_partition_a_durable_changelog_holds_nothing_of_is_rebuilt_empty(
+    tmp_path: Path,
+) -> None:
+    """Only a changelog that does not outlive the process is suspect when it holds none of
+    a partition's records: a durable one holding none is the partition's truth (it only
+    ever took batches' fences), and the partition starts from it, empty."""
+    changelog = _DurableChangelog()
+    with make_app(tmp_path, "rocksdb", changelog) as app:
+        with app.begin_batch(position={"src": {0: 1}}, batch_id=1) as batch:
+            batch.put("s", "only-key", 1)  # the other partitions take the fence only
+        assert contents(app) == {"only-key": 1}
+        request = StateQueryRequest.in_store("s").with_query(RangeQuery.with_no_bounds())
+        answers = app.query(request).partition_results
+        empty = next(p for p, answer in answers.items() if not list(answer.result))
+    shutil.rmtree(tmp_path / "app" / "s" / str(empty))
+    with make_app(tmp_path, "rocksdb", changelog) as app:
+        assert contents(app) == {"only-key": 1}
+        assert app.all_local_store_partition_lags()["s"][empty].rebuilt
+
+
 # -- item 3: partitions that lost their files -----------------------------------------------
 
 
