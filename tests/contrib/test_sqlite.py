@@ -17,6 +17,7 @@ from iqstate import (
     FailureReason,
     Position,
     StateQueryRequest,
+    StateStorageError,
     TopicPartition,
 )
 from iqstate.codec import encode_offset, encode_position
@@ -189,13 +190,18 @@ def test_a_damaged_value_is_refused_not_served(tmp_path: Path) -> None:
         store.close()
 
 
-def test_a_database_written_before_checksums_is_sealed_when_first_opened(tmp_path: Path) -> None:
+def write_before_checksums(tmp_path: Path, rows: int = 0) -> None:
+    """A store's database as iqstate wrote it before values carried checksums: key `k`,
+    and `rows` more."""
     path = tmp_path / "s" / "0" / "sqlite"
     path.mkdir(parents=True)
     with sqlite3.connect(path / "store.db") as raw:
         raw.execute("CREATE TABLE data (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
         raw.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)")
         raw.execute("INSERT INTO data VALUES (?, ?)", (b"k", b"v"))
+        raw.executemany(
+            "INSERT INTO data VALUES (?, ?)", [(b"r%06d" % i, b"v") for i in range(rows)]
+        )
         raw.executemany(
             "INSERT INTO meta VALUES (?, ?)",
             [
@@ -204,11 +210,42 @@ def test_a_database_written_before_checksums_is_sealed_when_first_opened(tmp_pat
                 (f"offset:{TP}", encode_offset(7)),
             ],
         )
+
+
+def test_a_database_written_before_checksums_is_sealed_when_first_opened(tmp_path: Path) -> None:
+    write_before_checksums(tmp_path)
     for _ in range(2):
         store = open_store(tmp_path)
         assert store.get(b"k") == b"v" and store.committed_offset(TP) == 7
         assert store.position == Position.from_map({"src": {0: 3}})
         store.close()
+
+
+def test_a_full_disk_while_sealing_an_old_database_is_a_storage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite rolls a full disk's transaction back by itself: the ROLLBACK after it must
+    not replace the full disk with an error that reads as damage (the runtime would set
+    the files aside)."""
+    import iqstate_sqlite.store
+
+    write_before_checksums(tmp_path, rows=20_000)
+    open_database = iqstate_sqlite.store.open_database
+
+    def no_room(path: Path, *, sync: bool) -> sqlite3.Connection:
+        db = open_database(path, sync=sync)
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+        db.execute(f"PRAGMA max_page_count={pages}")  # the database cannot grow: SQLITE_FULL
+        return db
+
+    monkeypatch.setattr(iqstate_sqlite.store, "open_database", no_room)
+    with pytest.raises(StateStorageError, match="the disk is full"):
+        open_store(tmp_path)
+    monkeypatch.undo()
+    store = open_store(tmp_path)  # room again: sealed, nothing lost
+    assert store.get(b"k") == b"v" and store.get(b"r019999") == b"v"
+    assert store.committed_offset(TP) == 7
+    store.close()
 
 
 def test_a_lost_format_marker_is_refused_not_sealed_twice(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import pytest
@@ -20,10 +21,12 @@ from support.engine_stores import opened
 from iqstate import (
     Application,
     CorruptStateError,
+    KeyQuery,
     Position,
     RangeQuery,
     StateDirectoryLockedError,
     StateQueryRequest,
+    StateStorageError,
     TopicPartition,
 )
 from iqstate.codec import encode_offset, encode_position, offset_key
@@ -75,6 +78,7 @@ def filled(root: Path, keys: int = 20_000) -> None:
 READER = """
 import json, sys
 from pathlib import Path
+from typing import Any
 from iqstate_lmdb import LMDBKeyValueStore
 from iqstate.dispatch import QueryHandlerRegistry
 from iqstate.testing import make_context
@@ -485,3 +489,97 @@ def test_a_key_lmdb_cannot_keep_is_refused_by_size_not_called_damage(tmp_path: P
             StateQueryRequest.in_store("kv").with_query(RangeQuery.with_no_bounds())
         ).only_partition_result()
         assert result is not None and list(result.result) == [(b"a", "kept")]
+
+
+BUSY_READERS = """
+import sys, threading, time
+from pathlib import Path
+from typing import Any
+from iqstate_lmdb import LMDBKeyValueStore
+from iqstate.position import TopicPartition
+from iqstate.testing import make_context
+
+store = LMDBKeyValueStore("s")
+store.init(make_context(Path(sys.argv[1]), "s", config={"initial_map_mb": 1}))
+store.put(b"counter", b"0")
+store.commit({TopicPartition("t", 0): 0})
+done = threading.Event()
+
+def reader() -> None:
+    while not done.is_set():  # never pausing: some thread is always inside LMDB
+        store.get(b"counter")
+        store.get(b"missing")
+
+threads = [threading.Thread(target=reader, daemon=True) for _ in range(4)]
+for thread in threads:
+    thread.start()
+before = store.map_size()
+for batch in range(1, 9):
+    store.put_all([(b"b%03d-%04d" % (batch, i), b"x" * 2000) for i in range(200)])
+    store.commit({TopicPartition("t", 0): batch})
+done.set()
+print(store.map_size() // before, sum(1 for _ in store.range(None, None)))
+"""
+
+
+def test_the_map_grows_while_other_threads_keep_reading(tmp_path: Path) -> None:
+    """A commit that fills the map ends its write transaction once the readers have
+    stopped: py-lmdb's abort waits until no thread is inside an LMDB call, which readers
+    that never pause never let happen (the commit hung). In a process of its own, so that
+    a hang fails the test instead of the suite."""
+    script = tmp_path / "busy_readers.py"
+    script.write_text(BUSY_READERS)
+    finished = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "env")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    grown, rows = map(int, finished.stdout.split())
+    assert grown >= 4 and rows == 1 + 8 * 200
+
+
+def test_a_key_lmdb_cannot_hold_is_absent_when_asked(tmp_path: Path) -> None:
+    """An empty or over-long key is an ordinary question (the empty string is a valid
+    string key): LMDB refuses to look it up, and no store holds it, so it is absent, not a
+    damaged store."""
+    app = Application("l", tmp_path)
+    app.key_value_store("raw", 1, engine="lmdb", key_serde="bytes")
+    app.key_value_store("text", 1, engine="lmdb")
+    with app:
+        with app.begin_batch(position={"t": {0: 1}}, batch_id=1) as batch:
+            batch.put("raw", b"a", "kept")
+            batch.put("text", "a", "kept")
+        for store, key in (("raw", b""), ("raw", b"x" * 600), ("text", "")):
+            answer = app.query(StateQueryRequest.in_store(store).with_query(KeyQuery.with_key(key)))
+            only = answer.partition_results[0]
+            assert only.is_success and only.result is None, (store, key)
+
+
+def test_more_readers_than_the_reader_table_holds_is_load_not_damage(tmp_path: Path) -> None:
+    """Threads reading one store directly, more at once than `max_readers`: LMDB refuses
+    the extra read transaction, which says nothing about the files (the runtime reads a
+    partition one query at a time)."""
+    store = opened(LMDBKeyValueStore("s"), tmp_path, max_readers=4)
+    store.put_all([(b"k%06d" % i, b"v") for i in range(100)])
+    store.commit({TP: 1})
+    inside, release = threading.Semaphore(0), threading.Event()
+
+    def hold(records: Any) -> int:
+        inside.release()
+        release.wait(30)
+        return sum(1 for _ in records)
+
+    threads = [threading.Thread(target=store.read_stored, args=(b"", hold)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in threads:  # every slot of the reader table taken
+            assert inside.acquire(timeout=30)
+        with pytest.raises(StateStorageError, match="reader table.*max_readers"):
+            list(store.range(None, None))
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join()
+    assert sum(1 for _ in store.range(None, None)) == 100, "the store reads as before"
+    store.close()

@@ -223,11 +223,7 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
             )
             db.execute("COMMIT")
         except BaseException:
-            # SQLite may have rolled back already (a full disk does): the error that
-            # failed the transaction is the one to raise, not the ROLLBACK's
-            if db.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
+            _roll_back(db)
             raise
 
     def storage_stats(self) -> dict[str, int]:
@@ -277,8 +273,16 @@ def _seal_existing(db: sqlite3.Connection) -> None:
         db.execute("INSERT INTO meta VALUES (?, ?)", (FORMAT_NAME, FORMAT))
         db.execute("COMMIT")
     except BaseException:
-        db.execute("ROLLBACK")
+        _roll_back(db)
         raise
+
+
+def _roll_back(db: sqlite3.Connection) -> None:
+    """Roll back a failed transaction, unless SQLite has already (a full disk does): the
+    error that failed it is the one to raise, not the ROLLBACK's."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
 
 
 class SQLiteWindowStore(PersistentWindowStore):

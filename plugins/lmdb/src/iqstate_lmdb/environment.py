@@ -20,7 +20,7 @@ from typing import Any
 
 import lmdb
 
-from iqstate.errors import CorruptStateError, IqstateError
+from iqstate.errors import CorruptStateError, IqstateError, StateStorageError
 from iqstate.files import create_directory_whole
 from iqstate.persistent import CLOSED, STATUS_KEY, UNTRUSTED_REMEDY
 from iqstate.sealing import FORMAT, FORMAT_KEY, seal
@@ -35,8 +35,15 @@ def damaged(path: Path, what: str) -> CorruptStateError:
     return CorruptStateError(f"LMDB environment {path} {what}. {UNTRUSTED_REMEDY}")
 
 
-def lmdb_error(path: Path, error: lmdb.Error) -> CorruptStateError:
-    """LMDB's error while using the environment at `path`, naming it."""
+def lmdb_error(path: Path, error: lmdb.Error) -> IqstateError:
+    """LMDB's error while using the environment at `path`, naming it: damage, or, when the
+    reader table is full (more read transactions at once than `max_readers`), the load."""
+    if isinstance(error, lmdb.ReadersFullError):
+        return StateStorageError(
+            f"LMDB environment {path}: more read transactions at once than its reader "
+            f"table holds ({error}); nothing is damaged: read from fewer threads at once, "
+            "or raise the store's max_readers option"
+        )
     return damaged(path, f"cannot be read: {type(error).__name__}: {error}")
 
 

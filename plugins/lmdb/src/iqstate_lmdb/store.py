@@ -10,6 +10,7 @@ environment (`iqstate_lmdb.environment`); LMDB's errors while reading become
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -159,20 +160,38 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
     def _in_write(self, work: Callable[[Any], T]) -> T:
         """Run `work` in one write transaction, doubling the map when it is full."""
         while True:
-            try:
-                with self._env.begin(write=True) as txn:
-                    return work(txn)
-            except lmdb.MapFullError:
-                # LMDB resizes only with no transaction of this process open: reads in
-                # transactions of their own end first and new ones wait (`_map_guard`);
-                # the reused one is ended, `_reader_lock` held so that none begins.
-                with self._map_guard.growth(), self._reader_lock:
+            with contextlib.ExitStack() as growing:
+                stopped = False
+                try:
+                    with self._env.begin(write=True) as txn:
+                        try:
+                            return work(txn)
+                        except lmdb.MapFullError:
+                            # Readers stop before the write transaction ends: its abort
+                            # waits until no thread is inside an LMDB call, which readers
+                            # that keep reading never let happen (py-lmdb 3).
+                            stopped = self._stop_readers(growing)
+                            raise
+                except lmdb.MapFullError:
+                    # (Full at the commit, the transaction ended already.) LMDB resizes
+                    # only with no transaction of this process open: reads in
+                    # transactions of their own end first and new ones wait
+                    # (`_map_guard`); the reused one is ended, `_reader_lock` held so
+                    # that none begins.
+                    if not stopped:
+                        self._stop_readers(growing)
                     self._end_reader()
                     self._env.set_mapsize(self._env.info()["map_size"] * 2)
-            except lmdb.BadValsizeError:
-                raise  # a key LMDB cannot keep: the caller names it
-            except lmdb.Error as error:  # a full disk, or damage the write met
-                raise write_error(self._path, error) from error
+                except lmdb.BadValsizeError:
+                    raise  # a key LMDB cannot keep: the caller names it
+                except lmdb.Error as error:  # a full disk, or damage the write met
+                    raise write_error(self._path, error) from error
+
+    def _stop_readers(self, until: contextlib.ExitStack) -> bool:
+        """Stop this process's reads of the map until `until` closes (see `_in_write`)."""
+        until.enter_context(self._map_guard.growth())
+        until.enter_context(self._reader_lock)
+        return True
 
     def _drop_reader(self) -> None:
         """End the reused read transaction: after a commit or at a close."""
@@ -215,6 +234,8 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
             if stored is None:
                 self._check_neighbours(self._reader, key)
                 return None
+        except lmdb.BadValsizeError:
+            return None  # a key LMDB cannot hold (empty, or too long): held by no store
         except lmdb.Error as error:
             raise self._failed_reader(error) from error
         finally:
@@ -243,6 +264,8 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                 stored: bytes | None = reader.get(key)
                 if stored is None:
                     self._check_neighbours(reader, key)
+            except lmdb.BadValsizeError:
+                stored = None  # a key LMDB cannot hold: held by no store
             except lmdb.Error as error:
                 raise self._failed_reader(error) from error
             finally:
@@ -253,6 +276,8 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                     stored = txn.get(key)
                     if stored is None:
                         self._check_neighbours(txn, key)
+            except lmdb.BadValsizeError:
+                stored = None
             except lmdb.Error as error:
                 raise lmdb_error(self._path, error) from error
         if stored is None:
