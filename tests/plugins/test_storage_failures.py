@@ -18,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -353,6 +354,20 @@ def test_a_record_of_committed_partitions_it_may_not_write_is_a_storage_error(
     check_everything_committed_is_there("lmdb", directory, 0)
 
 
+def run_limited(script: str, engine: str, tmp_path: Path) -> dict[str, Any]:
+    """Run `script` (which sets its own file size limit) on `engine` in a process of its
+    own, in a directory under `tmp_path`; what it printed last, as JSON."""
+    path = tmp_path / "limited.py"
+    path.write_text(script)
+    finished = subprocess.run(
+        [sys.executable, str(path), engine, str(tmp_path / "data")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    outcome: dict[str, Any] = json.loads(finished.stdout.splitlines()[-1])
+    return outcome
+
+
 WINDOW_WRITER = """
 import json, resource, signal, sys
 from pathlib import Path
@@ -415,14 +430,7 @@ def test_a_window_store_whose_commit_failed_is_as_it_committed_and_a_retry_appli
     the same records: until then the store answers at its last commit (position, stream
     time, windows), and the retry, on the store opened again, expires what the records
     expire, as on every replica."""
-    script = tmp_path / "window_writer.py"
-    script.write_text(WINDOW_WRITER)
-    finished = subprocess.run(
-        [sys.executable, str(script), engine, str(tmp_path / "w")],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert finished.returncode == 0, finished.stderr[-3000:]
-    outcome = json.loads(finished.stdout.splitlines()[-1])
+    outcome = run_limited(WINDOW_WRITER, engine, tmp_path)
     failure = outcome["after_failure"]
     assert failure["failed"] is not None, "the commit did not fail"
     assert failure["position"] == {"src": {"0": 1}}  # JSON's keys
@@ -501,14 +509,7 @@ def test_a_replica_whose_commit_failed_applies_the_retry_once_the_cause_is_gone(
     """A serving instance retries a unit of changelog records whose commit a full disk
     refused (here a file size limit): the retry commits once the cause is gone, on every
     engine (RocksDB refuses every write after a failed one until it is opened again)."""
-    script = tmp_path / "replica_writer.py"
-    script.write_text(REPLICA_WRITER)
-    finished = subprocess.run(
-        [sys.executable, str(script), engine, str(tmp_path / "root")],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert finished.returncode == 0, finished.stderr[-3000:]
-    outcome = json.loads(finished.stdout.splitlines()[-1])
+    outcome = run_limited(REPLICA_WRITER, engine, tmp_path)
     failure = outcome["after_failure"]
     assert failure["failed"] is not None, "the commit did not fail"
     assert failure["retry_refused"] is not None, "a retry while the disk is full"
