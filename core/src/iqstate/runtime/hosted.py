@@ -101,29 +101,6 @@ class HostedPartition:
         """The committed batches, for subscriptions (dormant until the first one)."""
 
     def open(self) -> None:
-        self._open_chain()
-        self._check_persistence_claim()
-        self._offsets = OffsetKeeper(self.chain, self.context.directory)
-        self._offsets.load()
-        self.fence = self._offsets.committed_offset(self.fence_partition)
-        self._topic_ids = read_topic_ids(self.context.directory)
-        self.closed = False
-        if self._lost_its_state():
-            if not self._rebuildable:
-                self.close()
-                raise LostStateError(self._lost_message())
-            _log.warning(
-                "store %r partition %d lost its committed state; rebuilding it from its changelog",
-                self.spec.name,
-                self.partition,
-            )
-            self.rebuilt = True
-        if self._changelog is not None:
-            self._restore(self._changelog)
-
-    def _open_chain(self) -> None:
-        """Open the chain on the partition's files; files that cannot be trusted are moved
-        aside (and the partition rebuilt) when a changelog can rebuild it, else refused."""
         try:
             self.chain.init(self.context)
         except (UncleanShutdownError, CorruptStateError) as untrusted:
@@ -139,6 +116,22 @@ class HostedPartition:
             self._set_aside(untrusted)
             self.chain = self.spec.build()
             self.chain.init(self.context)
+        self._check_persistence_claim()
+        self._read_offsets()
+        self._topic_ids = read_topic_ids(self.context.directory)
+        self.closed = False
+        if self._lost_its_state():
+            if not self._rebuildable:
+                self.close()
+                raise LostStateError(self._lost_message())
+            _log.warning(
+                "store %r partition %d lost its committed state; rebuilding it from its changelog",
+                self.spec.name,
+                self.partition,
+            )
+            self.rebuilt = True
+        if self._changelog is not None:
+            self._restore(self._changelog)
 
     def _check_persistence_claim(self) -> None:
         """An engine registered as persistent must build stores that keep their data (the
@@ -309,9 +302,7 @@ class HostedPartition:
             self._rebuild(self._topic_ids, "its files were not to be trusted after a failed commit")
             self._reopen_before_applying = False
             raise
-        self._offsets = OffsetKeeper(self.chain, self.context.directory)
-        self._offsets.load()
-        self.fence = self._offsets.committed_offset(self.fence_partition)
+        self._read_offsets()
         self._reopen_before_applying = False
 
     def _publish_changelog(
@@ -377,8 +368,13 @@ class HostedPartition:
         self._topic_ids = ids
         self.chain = self.spec.build()
         self.chain.init(self.context)
+        self._read_offsets()
+
+    def _read_offsets(self) -> None:
+        """The committed offsets and fence of the chain just opened."""
         self._offsets = OffsetKeeper(self.chain, self.context.directory)
         self._offsets.load()
+        self.fence = self._offsets.committed_offset(self.fence_partition)
 
     @property
     def gets_writes(self) -> bool:

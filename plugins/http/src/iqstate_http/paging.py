@@ -224,6 +224,14 @@ def pager_for(codec: QueryCodec | None) -> Pager:
     return Pager(codec)
 
 
+def close_result(result: QueryResult[Any]) -> None:
+    """Close a successful result's iterator (a range's), if it holds one."""
+    if result.is_success:
+        closing = getattr(result.result, "close", None)
+        if closing is not None:
+            closing()
+
+
 class LocalRows:
     """One local partition's rows after a key, in order, read a chunk at a time: a range
     `chunked` names (`ranged`) is read as `limited` queries of `chunk` pairs, each from
@@ -254,10 +262,7 @@ class LocalRows:
     def close(self) -> None:
         """Close the result being read (its iterator), read or not: closing `iter(self)`
         closes nothing when it never started."""
-        if self._current.is_success:
-            closing = getattr(self._current.result, "close", None)
-            if closing is not None:
-                closing()
+        close_result(self._current)
 
     def _failed(self, reason: str, message: str) -> PartitionsFailed:
         return PartitionsFailed({self._partition: (reason, message)})

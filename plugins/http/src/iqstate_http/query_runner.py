@@ -11,7 +11,7 @@ instance's replicas only. `"merge": true` answers one merged page (`paging`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,6 +47,7 @@ from iqstate_http.paging import (
     RemoteRows,
     chunk_size,
     chunked,
+    close_result,
     decode_cursor,
     encode_cursor,
     fingerprint,
@@ -180,14 +181,15 @@ class QueryRunner:
                 else self.choice.here_now(options.store, results)
             )
         except BaseException:
-            _close_all(results.values())
+            for result in results.values():
+                close_result(result)
             raise
         if lag is not None:
             for partition, replica in replicas.items():
                 if replica is not None and not replica.within(lag):
                     self.choice.invalidate()  # the table may still call it caught up
                     answered = results[partition]
-                    _close_all([answered])
+                    close_result(answered)
                     failure: QueryResult[Any] = QueryResult.for_failure(
                         FailureReason.NOT_ACTIVE,
                         f"partition {partition} of store {options.store!r} is "
@@ -519,15 +521,6 @@ async def _abandon(
     for task in asked:
         if task.done() and not task.cancelled():
             task.exception()  # retrieved: asyncio does not log it as never retrieved
-
-
-def _close_all(results: Iterable[QueryResult[Any]]) -> None:
-    """Close the iterators of the successful `results` that hold one (a range's)."""
-    for result in results:
-        if result.is_success:
-            closing = getattr(result.result, "close", None)
-            if closing is not None:
-                closing()
 
 
 def _raise_refusal(failure: ForwardFailure) -> None:

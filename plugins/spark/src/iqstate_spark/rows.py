@@ -108,10 +108,7 @@ class RowColumns:
         it, and a JSON serde would store it as `null`)."""
         column = rows.column(self.key)
         if column.null_count:
-            raise IqstateError(
-                f"to_store({self.store!r}): a row has a null key (column {self.key!r}); every "
-                "row needs a key"
-            )
+            raise IqstateError(null_key(self.store, self.key))
         return _python(column)
 
     def values(self, rows: Rows) -> list[Any]:
@@ -263,3 +260,8 @@ def _python(arrow: Any) -> list[Any]:
         return cast("list[Any]", arrow.to_pylist(maps_as_pydicts="strict"))
     except TypeError:  # unhashable keys
         return cast("list[Any]", arrow.to_pylist())
+
+
+def null_key(store: str, column: str) -> str:
+    """Why a row with a null key is refused, as every write path says it."""
+    return f"to_store({store!r}): a row has a null key (column {column!r}); every row needs a key"

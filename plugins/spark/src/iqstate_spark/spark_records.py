@@ -42,7 +42,7 @@ from iqstate_kafka.format import BATCH_HEADER, MARKER_KEY, batch_headers
 from iqstate.runtime.partitioner import follows_kafka_default
 from iqstate.serdes import BytesSerde, Int64Serde, JsonSerde, Serde, StringSerde, serde_name
 from iqstate_spark.cluster_stores import ChangelogStore
-from iqstate_spark.rows import RowColumns
+from iqstate_spark.rows import RowColumns, null_key
 
 _INTEGRAL = frozenset({"tinyint", "smallint", "int", "bigint"})
 _SIGN_BIT = -(1 << 63)
@@ -125,11 +125,8 @@ class SparkRecords:
             key = F.when(F.is_valid_utf8(key_column), key).otherwise(
                 self._not_utf8("key", self.key_column)
             )
-        null_key = (
-            f"to_store({self.store.name!r}): a row has a null key (column "
-            f"{self.key_column!r}); every row needs a key"
-        )
-        key = F.when(key_column.isNull(), F.raise_error(F.lit(null_key))).otherwise(key)
+        refused = F.raise_error(F.lit(null_key(self.store.name, self.key_column)))
+        key = F.when(key_column.isNull(), refused).otherwise(key)
         value = self.value(value_column)
         if isinstance(self.store.value_serde, StringSerde):
             value = F.when(value_column.isNull() | F.is_valid_utf8(value_column), value).otherwise(
