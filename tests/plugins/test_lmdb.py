@@ -20,6 +20,7 @@ from support.engine_stores import opened
 
 from iqstate import (
     Application,
+    ClosedStoreError,
     CorruptStateError,
     KeyQuery,
     Position,
@@ -583,3 +584,66 @@ def test_more_readers_than_the_reader_table_holds_is_load_not_damage(tmp_path: P
             thread.join()
     assert sum(1 for _ in store.range(None, None)) == 100, "the store reads as before"
     store.close()
+
+
+def test_closing_while_other_threads_read_waits_for_them_and_refuses_later_reads(
+    tmp_path: Path,
+) -> None:
+    """Threads reading one store directly while another closes it: a read in progress (in
+    place, on memoryviews into the map) ends before the map is unmapped, and every read
+    after it fails as a read of a closed store, never as damage."""
+    store = opened(LMDBKeyValueStore("s"), tmp_path)
+    store.put_all([(b"k%06d" % i, b"v" * 100) for i in range(2_000)])
+    store.commit({TP: 1})
+    inside, release = threading.Event(), threading.Event()
+
+    def hold_then_read(records: Any) -> int:
+        inside.set()
+        release.wait(30)
+        return sum(len(bytes(key)) + len(bytes(value)) for key, value in records)
+
+    in_place: list[int] = []
+    holder = threading.Thread(
+        target=lambda: in_place.append(store.read_stored(b"", hold_then_read))
+    )
+    holder.start()
+    assert inside.wait(30)
+    closer = threading.Thread(target=store.close)
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive(), "the close waits for the read in progress"
+    release.set()
+    holder.join(30)
+    closer.join(30)
+    assert in_place == [2_000 * (7 + 100 + 4)], "the read in place saw the whole map"
+
+    failures: list[BaseException] = []
+    done = threading.Event()
+    reopened = opened(LMDBKeyValueStore("s"), tmp_path)
+    reads = [
+        lambda: reopened.get(b"k000007"),
+        lambda: list(reopened.range(b"k000100", b"k000200")),
+        lambda: reopened.read_stored(b"k", lambda records: sum(1 for _ in records)),
+    ]
+
+    def reader(read: Any) -> None:
+        try:
+            while not done.is_set():
+                read()
+        except ClosedStoreError:
+            return
+        except BaseException as error:
+            failures.append(error)
+
+    threads = [threading.Thread(target=reader, args=(read,)) for read in reads]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.05)
+    reopened.close()
+    done.set()
+    for thread in threads:
+        thread.join(30)
+    assert not failures, failures  # a CorruptStateError here would set the files aside
+    final = opened(LMDBKeyValueStore("s"), tmp_path)
+    assert final.get(b"k000007") == b"v" * 100, "closed cleanly, nothing lost"
+    final.close()

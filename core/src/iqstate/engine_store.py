@@ -129,9 +129,13 @@ class EngineStore(StateStore):
 
     def _check_open(self) -> None:
         if not self._open:
-            raise ClosedStoreError(
-                f"{self.kind} store {self._name!r} is not open (closed, or not initialised)"
-            )
+            raise self._closed_error()
+
+    def _closed_error(self) -> ClosedStoreError:
+        """The error of a read or write of this store while it is not open."""
+        return ClosedStoreError(
+            f"{self.kind} store {self._name!r} is not open (closed, or not initialised)"
+        )
 
     @property
     def position(self) -> Position:

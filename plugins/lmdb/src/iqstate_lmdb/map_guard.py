@@ -4,13 +4,14 @@ LMDB's map may be resized only while no transaction of the process is open: py-l
 invalidates the open ones (a read on one fails, which would look like damage) and
 unmaps the old map, where a read in place (`LMDBKeyValueStore.read_stored`) still points.
 So a store's short read transactions are counted here, and growing the map waits until
-none is open, while new ones wait for it to finish.
+none is open, while new ones wait for it to finish. Closing the environment waits the same
+way, and reads begun after it fail as reads of a closed store, not as damage.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
 
@@ -22,12 +23,15 @@ class MapGuard:
     until it ends (the guard itself is the context manager, no object made per read: it is
     on every scan's path)."""
 
-    def __init__(self) -> None:
+    def __init__(self, closed_error: Callable[[], Exception]) -> None:
         self._lock = threading.Lock()
         self._turns = threading.Condition(self._lock)
-        """Waits on `_lock`: for the growth to end, or for the readers to."""
+        """Waits on `_lock`: for the growth (or close) to end, or for the readers to."""
         self._readers = 0
         self._growing = False
+        self._closed = False
+        self._closed_error = closed_error
+        """The error a read begun after `closing` raises."""
 
     def __enter__(self) -> None:
         # The lock's own calls, not the condition's (Python-level) context manager: this
@@ -36,6 +40,8 @@ class MapGuard:
         try:
             while self._growing:
                 self._turns.wait()
+            if self._closed:
+                raise self._closed_error()
             self._readers += 1
         finally:
             self._lock.release()
@@ -57,8 +63,22 @@ class MapGuard:
     @contextmanager
     def growth(self) -> Iterator[None]:
         """Around a resize: new reads wait from now on, the open ones end first."""
+        with self._alone():
+            yield
+
+    @contextmanager
+    def closing(self) -> Iterator[None]:
+        """Around closing the environment: as `growth`, and the reads waiting for it, or
+        begun after it, raise the closed error."""
+        with self._alone():
+            yield
+            self._closed = True
+
+    @contextmanager
+    def _alone(self) -> Iterator[None]:
+        """No read of this process in progress or beginning until the block ends."""
         with self._turns:
-            while self._growing:  # another thread's growth: one at a time
+            while self._growing:  # another thread's growth or close: one at a time
                 self._turns.wait()
             self._growing = True
             while self._readers:

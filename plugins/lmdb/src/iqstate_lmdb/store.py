@@ -80,8 +80,9 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         self._reader: Any = None
         """A read transaction reused by key reads until the next commit."""
         self._reader_lock = threading.Lock()
-        self._map_guard = MapGuard()
-        """Other read transactions, counted so that the map grows only while none is open."""
+        self._map_guard = MapGuard(self._closed_error)
+        """Other read transactions, counted so that the map grows (and the environment
+        closes) only while none is open."""
         self._path = Path()
 
     @property
@@ -94,6 +95,7 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         path = directory / "lmdb"
         map_size = settings.initial_map_mb * 1024 * 1024
         create_environment(path, map_size=map_size, max_readers=settings.max_readers)
+        self._map_guard = MapGuard(self._closed_error)  # a closed one refuses every read
         lock = DirectoryLock(path)
         lock.acquire()  # LMDB must not be opened twice, even within one process
         try:
@@ -205,10 +207,13 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
             reader.abort()
 
     def _release(self) -> None:
-        self._drop_reader()
-        env, self._env = self._env, None
-        if env is not None:
-            env.close()
+        # Reads of other threads in progress end first (closing unmaps what they read, a
+        # read in place included), and later ones fail as reads of a closed store.
+        with self._map_guard.closing(), self._reader_lock:
+            self._end_reader()
+            env, self._env = self._env, None
+            if env is not None:
+                env.close()
         lock, self._lock = self._lock, None
         if lock is not None:
             lock.release()
@@ -245,6 +250,8 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
 
     def _begin_reader(self) -> Any:
         """Begin the reused read transaction (the caller holds `_reader_lock`)."""
+        if self._env is None:  # closed by another thread since this read began
+            raise self._closed_error()
         self._reader = self._env.begin(db=self._data)
         return self._reader
 
