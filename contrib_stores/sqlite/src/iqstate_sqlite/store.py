@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
 from pathlib import Path
+from typing import Any
 
 from iqstate.codec import decode_offset, decode_position, encode_offset, encode_position
 from iqstate.context import StateStoreContext
@@ -44,18 +46,31 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self._db: sqlite3.Connection | None = None
+        self._using = threading.Lock()
+        """Held around every use of `_db`: one connection serves every thread, and a
+        transaction or a close must not interleave with another thread's statement (a
+        close during one kills the process)."""
         self._lock: DirectoryLock | None = None
         self._path = Path()
 
     @property
-    def db(self) -> sqlite3.Connection:
-        assert self._db is not None, "not open"
-        return self._db
-
-    @property
     def syncs_commits(self) -> bool:
         """Whether each commit is fsynced before it returns (`PRAGMA synchronous=FULL`)."""
-        return bool(self.db.execute("PRAGMA synchronous").fetchone()[0] == 2)
+        return bool(self._fetch("PRAGMA synchronous")[0][0] == 2)
+
+    def _fetch(self, sql: str, parameters: Any = ()) -> list[Any]:
+        """The rows of one statement, run alone on the connection."""
+        using = self._using
+        using.acquire()
+        try:
+            db = self._db
+            if db is None:  # closed by another thread since this read began
+                raise self._closed_error()
+            return db.execute(sql, parameters).fetchall()
+        except sqlite3.Error as error:
+            raise sqlite_error(self._path, error) from error
+        finally:
+            using.release()
 
     def _open_storage(self, directory: Path, context: StateStoreContext) -> StoredState:
         settings = SQLiteSettings.from_config(context.config, store=self.name)
@@ -112,6 +127,10 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
         return stored
 
     def _close_storage(self, clean: bool) -> None:
+        with self._using:
+            self._close_connection(clean)
+
+    def _close_connection(self, clean: bool) -> None:
         db, self._db = self._db, None
         try:
             if db is not None:
@@ -129,27 +148,21 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
                 lock.release()
 
     def _read(self, key: bytes) -> bytes | None:
-        try:
-            row = self.db.execute("SELECT value FROM data WHERE key = ?", (key,)).fetchone()
-        except sqlite3.Error as error:
-            raise sqlite_error(self._path, error) from error
-        if row is None:
+        rows = self._fetch("SELECT value FROM data WHERE key = ?", (key,))
+        if not rows:
             self._check_neighbours(key)
             return None
-        return checked(self._path, key, row[0])
+        return checked(self._path, key, rows[0][0])
 
     def _check_neighbours(self, key: bytes) -> None:
         """Check the records around a missing key: a key whose stored bytes were damaged is
         missing too, and its record, with its checksum, sits where the key would be."""
-        try:
-            rows = self.db.execute(
-                "SELECT * FROM (SELECT key, value FROM data WHERE key < ? ORDER BY key DESC "
-                "LIMIT 1) UNION ALL SELECT * FROM (SELECT key, value FROM data WHERE key > ? "
-                "ORDER BY key LIMIT 1)",
-                (key, key),
-            ).fetchall()
-        except sqlite3.Error as error:
-            raise sqlite_error(self._path, error) from error
+        rows = self._fetch(
+            "SELECT * FROM (SELECT key, value FROM data WHERE key < ? ORDER BY key DESC "
+            "LIMIT 1) UNION ALL SELECT * FROM (SELECT key, value FROM data WHERE key > ? "
+            "ORDER BY key LIMIT 1)",
+            (key, key),
+        )
         for neighbour, value in rows:
             checked(self._path, blob(self._path, neighbour), value)
 
@@ -182,25 +195,25 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
             limited = " LIMIT ?"
             parameters.append(limit)
         path = self._path
-        try:
-            rows = self.db.execute(
-                f"SELECT key, value FROM data {where} ORDER BY key {order}{limited}", parameters
-            ).fetchall()
-        except sqlite3.Error as error:
-            raise sqlite_error(self._path, error) from error
+        rows = self._fetch(
+            f"SELECT key, value FROM data {where} ORDER BY key {order}{limited}", parameters
+        )
         return [(blob(path, key), checked(path, key, value)) for key, value in rows]
 
     def _count(self) -> int:
-        return int(self.db.execute("SELECT COUNT(*) FROM data").fetchone()[0])
+        return int(self._fetch("SELECT COUNT(*) FROM data")[0][0])
 
     def _write(self, commit: Commit) -> None:
-        try:
-            self._transaction(commit)
-        except sqlite3.Error as error:
-            raise sqlite_error(self._path, error, writing=True) from error
+        with self._using:  # no other thread's statement inside the transaction
+            db = self._db
+            if db is None:
+                raise self._closed_error()
+            try:
+                self._transaction(db, commit)
+            except sqlite3.Error as error:
+                raise sqlite_error(self._path, error, writing=True) from error
 
-    def _transaction(self, commit: Commit) -> None:
-        db = self.db
+    def _transaction(self, db: sqlite3.Connection, commit: Commit) -> None:
         offsets = [(f"{OFFSET_PREFIX}{tp}", o) for tp, o in commit.offsets.items()]
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -227,10 +240,10 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
             raise
 
     def storage_stats(self) -> dict[str, int]:
-        entries, key_bytes, value_bytes = self.db.execute(
+        ((entries, key_bytes, value_bytes),) = self._fetch(
             "SELECT COUNT(*), COALESCE(SUM(LENGTH(key)), 0), "
             "COALESCE(SUM(LENGTH(value) - 4), 0) FROM data"
-        ).fetchone()
+        )
         return {
             "entries": int(entries),
             "key_bytes": int(key_bytes),

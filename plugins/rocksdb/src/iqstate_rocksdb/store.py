@@ -22,6 +22,7 @@ from iqstate.codec import (
     offset_key,
 )
 from iqstate.context import StateStoreContext
+from iqstate.errors import CorruptStateError
 from iqstate.persistent import (
     CLOSED,
     OPEN,
@@ -132,8 +133,17 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
         try:
             value: bytes | None = self._db.get(key)
         except Exception as error:
-            raise database_error(self._path, error) from error
+            raise self._read_failed(error) from error
         return value
+
+    def _read_failed(self, error: Exception) -> Exception:
+        """The error to raise for a read that failed with `error`: a read of a store
+        another thread closed meanwhile is not damage."""
+        if self._db is None:
+            return self._closed_error()
+        if isinstance(error, CorruptStateError):
+            return error
+        return database_error(self._path, error)
 
     def _scan(
         self, lower: bytes | None, upper: bytes | None, reverse: bool, upper_inclusive: bool
@@ -176,11 +186,11 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
                 or self._ended(options, pairs, lower, reverse)
             ):
                 return pairs
+            checked = checked_items(
+                db, self._path, lower, upper, reverse=reverse, upper_inclusive=upper_inclusive
+            )
         except Exception as error:
-            raise database_error(self._path, error) from error
-        checked = checked_items(
-            db, self._path, lower, upper, reverse=reverse, upper_inclusive=upper_inclusive
-        )
+            raise self._read_failed(error) from error
         return checked if limit is None else checked[:limit]
 
     def _ended(
@@ -207,7 +217,10 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
         return True
 
     def _count(self) -> int:
-        return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
+        try:
+            return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
+        except Exception as error:
+            raise self._read_failed(error) from error
 
     def _write(self, commit: Commit) -> None:
         # In key order: RocksDB inserts a batch into its memtable (a skip list) one key
