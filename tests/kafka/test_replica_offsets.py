@@ -1,5 +1,5 @@
-"""`ReplicaOffsets.at_end`: when a replica has read its changelog to the end known now (what
-the follower waits for to settle a restored replica)."""
+"""`ReplicaOffsets`: when a replica has read its changelog to the end known now (what the
+follower waits for to settle a restored replica), its lag, and when an active caught up."""
 
 from __future__ import annotations
 
@@ -43,8 +43,26 @@ def test_a_lag_counts_from_where_the_reader_settled_past_trailing_records() -> N
     offsets.saw(Watermarks(0, 1_000))
     offsets.committed_to(997)  # batch's marker at 996; three expiry tombstones after it
     offsets.read_to(1_000, settled=None)  # still holding data of a batch in progress
-    assert offsets.lag == 3 and not offsets.caught_up
+    assert offsets.lag == 3
     offsets.read_to(1_000, settled=1_000)
-    assert offsets.lag == 0 and offsets.caught_up
+    assert offsets.lag == 0
     offsets.rebuilt()
     assert offsets.settled is None
+
+
+def test_a_replica_is_caught_up_as_an_active_only_once_followed_as_one() -> None:
+    """A standby at lag 0 just promoted: until the follower follows it as the active and it
+    reaches the end offset seen then, it is not caught up (the assignment keeps it
+    restoring), though its lag, against an end offset up to a second old, is 0."""
+    offsets = ReplicaOffsets()
+    offsets.saw(Watermarks(0, 1_000))
+    offsets.committed_to(1_000)
+    assert offsets.lag == 0 and not offsets.caught_up, "followed as a standby"
+    offsets.set_active(True)
+    assert not offsets.caught_up, "no target seen yet"
+    offsets.saw(Watermarks(0, 1_200))  # the end at promotion
+    assert not offsets.reaches_target() and not offsets.caught_up
+    offsets.committed_to(1_200)
+    assert offsets.reaches_target() and offsets.caught_up
+    offsets.set_active(False)
+    assert not offsets.caught_up

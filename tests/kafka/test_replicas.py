@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -173,7 +175,8 @@ def test_actives_are_announced_caught_up_once_they_reach_the_end_seen_at_activat
         follower = static.follower
         eventually(lambda: len(announced) == 2, "both actives announced")
         assert sorted(announced) == [((KEY_VALUE, 0), 0), ((KEY_VALUE, 1), 0)]
-        eventually(lambda: follower.caught_up(KEY_VALUE, 2), "the standby at the end")
+        eventually(lambda: follower.lags().get((KEY_VALUE, 2)) == 0, "the standby at the end")
+        assert not follower.caught_up(KEY_VALUE, 2), "a standby is not a caught-up active"
         assert follower.caught_up(KEY_VALUE, 0) and follower.caught_up(KEY_VALUE, 1)
 
         at_promotion = Position.from_map({"events": {0: 1}})
@@ -289,3 +292,59 @@ def test_closing_does_not_wait_for_a_caught_up_listener(
         lambda: not any(thread.name == "iqstate-follower" for thread in threading.enumerate()),
         "the follower's thread ended after the listener returned",
     )
+
+
+STARTS_AND_CLOSES = """
+import sys, time
+from pathlib import Path
+from iqstate import Application
+from iqstate_kafka import KafkaCluster
+from iqstate_kafka.standalone import StandaloneReplicas
+
+bootstrap, application_id, state = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+port = "%04X" % int(bootstrap.rsplit(":", 1)[1])
+
+def connections():  # this process's TCP connections to the broker
+    sockets = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = fd.readlink().name
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            sockets.add(target[len("socket:["):-1])
+    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return sum(1 for line in lines
+               if line.split()[9] in sockets and line.split()[2].endswith(":" + port))
+
+cluster = KafkaCluster(bootstrap)
+kept = []
+for run in range(3):
+    app = Application(application_id, state / str(run), cluster=StandaloneReplicas(cluster))
+    app.key_value_store("s", 2, key_serde="bytes", value_serde="bytes")
+    with app:
+        time.sleep(1)
+    kept.append(app)  # a supervisor's or a fixture's reference
+deadline = time.monotonic() + 20
+while connections() and time.monotonic() < deadline:
+    time.sleep(0.2)
+print(connections())
+"""
+
+
+def test_a_closed_application_keeps_no_connection_to_the_cluster(
+    cluster: KafkaCluster, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """Applications kept after `close()` (by a supervisor, a fixture) hold none of their
+    Kafka clients: each start and close used to leave the follower's admin client behind,
+    with its threads and a connection to the broker. (In a process of its own: nothing
+    else there connects.)"""
+    application_id = unique_name("app")
+    ensure_changelog_topics(cluster, application_id, {"s": 2})
+    child = subprocess.run(
+        [sys.executable, "-c", STARTS_AND_CLOSES, cluster.bootstrap_servers, application_id,
+         str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.split() == ["0"], "connections to the broker left after close"

@@ -224,7 +224,11 @@ class Follower:
                 raise RuntimeError("the follower was started already")
             # A client setting librdkafka refuses fails here, not in the thread.
             self._watermarks = WatermarkAsker(self._cluster)
-            reader = self._new_reader()
+            try:
+                reader = self._new_reader()
+            except BaseException:
+                self._watermarks = None  # its admin client's threads and connections go too
+                raise
             self._thread = threading.Thread(
                 target=self._run, args=(partitions, reader), name="iqstate-follower", daemon=True
             )
@@ -343,6 +347,7 @@ class Follower:
         finally:
             self._discard(reader)
             self._expiry.close()
+            self._watermarks = None  # an application kept after its close holds no client
             with self._lifecycle:
                 self._running = False
                 self._lifecycle.notify_all()

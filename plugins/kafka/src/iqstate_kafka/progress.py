@@ -34,7 +34,7 @@ class ReplicaProgress(Protocol):
 
     def caught_up(self, store: str, partition: int) -> bool:
         """Whether a hosted active replica reached the end offset seen when it became
-        active (a standby: whether it is within the end it last saw)."""
+        active; False until the follower itself follows it as the active."""
         ...
 
     def on_caught_up(self, listener: CaughtUpListener) -> None:

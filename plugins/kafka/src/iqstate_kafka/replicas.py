@@ -76,10 +76,11 @@ class ReplicaOffsets:
 
     @property
     def caught_up(self) -> bool:
-        if self.active:
-            return self.reached
-        lag = self.lag
-        return lag is not None and lag == 0
+        """Whether the replica, followed as an active, reached its target. One the follower
+        still follows as a standby is not, whatever its lag: a role reaches the follower at
+        its next loop, and the assignment may ask about a promotion before that (a standby's
+        lag counts against an end offset up to a second old, not the one at promotion)."""
+        return self.active and self.reached
 
     def set_active(self, active: bool) -> None:
         """Follow a role change: becoming active starts a new wait for a target."""
