@@ -17,11 +17,17 @@ from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 from iqstate_kafka import BrokerUnavailableError, KafkaCluster
-from iqstate_kafka.assignment import KafkaAssignment
+from iqstate_kafka.assignment import KafkaAssignment, with_restoring
 from iqstate_kafka.progress import CaughtUpListener
 from test_membership import PATIENCE, wait_until
 
-from iqstate.runtime.assignment import ACTIVE, ACTIVE_RESTORING, STANDBY, Assignment
+from iqstate.runtime.assignment import (
+    ACTIVE,
+    ACTIVE_CUT_OFF,
+    ACTIVE_RESTORING,
+    STANDBY,
+    Assignment,
+)
 from iqstate.runtime.batch import StorePartition
 from iqstate.runtime.metadata import HostInfo
 
@@ -238,9 +244,24 @@ def test_an_active_restores_until_the_follower_says_it_caught_up(instances: Inst
     )
 
 
+def test_an_active_back_from_being_cut_off_restores_before_it_runs() -> None:
+    """An instance out of contact longer than the liveness timeout cuts its actives off; the
+    others may have moved them and written on meanwhile. Given them back, it restores first
+    (to the end offset seen then), even where the follower still says it had caught up
+    before the cut (a reconnected instance whose id sorts first wins its partitions back)."""
+    progress = Progress()
+    progress.catch_up("s", 0)
+    computed = Assignment({"s": {0: ACTIVE, 1: STANDBY}})
+    back = with_restoring(computed, Assignment({"s": {0: ACTIVE_CUT_OFF}}), progress)
+    assert back == Assignment({"s": {0: ACTIVE_RESTORING, 1: STANDBY}})
+    kept = with_restoring(computed, Assignment({"s": {0: ACTIVE}}), progress)
+    assert kept.role("s", 0) == ACTIVE, "a running active caught up keeps running"
+    assert with_restoring(computed, back, progress).role("s", 0) == ACTIVE, "once caught up"
+
+
 def test_a_promoted_standby_is_announced_restoring_before_it_runs(instances: Instances) -> None:
-    """The follower's `caught_up` speaks of a standby until the new role is installed; so a
-    partition that becomes active is announced restoring first, whatever it said before."""
+    """A partition that becomes active is announced restoring first, whatever the follower
+    said of it before (it speaks of an active only once it follows the new role)."""
     everything = {("s", 0): 0, ("s", 1): 0}
     progress = Progress(everything)
     for partition in range(2):

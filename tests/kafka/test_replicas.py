@@ -34,7 +34,15 @@ from replica_support import (
 )
 
 from iqstate import Application, Position, Serdes, TopicPartition
-from iqstate.runtime import ACTIVE, ACTIVE_RESTORING, STANDBY, Assignment, HostInfo, PartitionRole
+from iqstate.runtime import (
+    ACTIVE,
+    ACTIVE_CUT_OFF,
+    ACTIVE_RESTORING,
+    STANDBY,
+    Assignment,
+    HostInfo,
+    PartitionRole,
+)
 
 HOST_A, HOST_B = HostInfo("a.test", 7001), HostInfo("b.test", 7002)
 
@@ -191,6 +199,16 @@ def test_actives_are_announced_caught_up_once_they_reach_the_end_seen_at_activat
             "every partition at the batch written before the promotion",
         )
         assert len(announced) == 3, "announced once per activation"
+
+        # Cut off (out of contact with the cluster): no longer followed as the active, so
+        # given back it waits for the end offset seen then, announced as a new activation.
+        static.assignment.rebalance(
+            {HOST_A: Assignment({KEY_VALUE: {**promoted, 0: ACTIVE_CUT_OFF}})}
+        )
+        eventually(lambda: not follower.caught_up(KEY_VALUE, 0), "the cut-off active set back")
+        static.assignment.rebalance({HOST_A: Assignment({KEY_VALUE: promoted})})
+        eventually(lambda: len(announced) == 4, "the active back from the cut announced")
+        assert announced[3] == ((KEY_VALUE, 0), 0)
 
 
 def test_an_active_catches_up_past_a_tail_it_cannot_apply(

@@ -346,7 +346,7 @@ class KafkaAssignment(AssignmentProvider):
             self._acceptable,
             frozenset(everywhere),
         )
-        mine = self._restoring(self._declared(computed.get(self._host)), previous, progress)
+        mine = with_restoring(self._declared(computed.get(self._host)), previous, progress)
         if cut_off:
             mine = Assignment(
                 {
@@ -376,30 +376,6 @@ class KafkaAssignment(AssignmentProvider):
                 if store in self._stores
             }
         )
-
-    @staticmethod
-    def _restoring(
-        computed: Assignment, previous: Assignment, progress: ReplicaProgress | None
-    ) -> Assignment:
-        """An active restores from becoming active until the follower says it caught up,
-        and again once it is rebuilt (the follower then says it is not)."""
-        roles: dict[str, dict[int, PartitionRole]] = {}
-        for store, partition, role in computed.items():
-            if not role.is_active:
-                roles.setdefault(store, {})[partition] = STANDBY
-                continue
-            before = previous.role(store, partition)
-            running = (
-                before is not None
-                and before.is_active
-                and (
-                    before.is_running_active
-                    if progress is None
-                    else progress.caught_up(store, partition)
-                )
-            )
-            roles.setdefault(store, {})[partition] = ACTIVE if running else ACTIVE_RESTORING
-        return Assignment(roles)
 
     def _check_stores(self, live: Mapping[str, Heartbeat]) -> None:
         """Warn, once per member, of what it declares otherwise than this instance: other
@@ -528,3 +504,30 @@ class WriterAssignment(AssignmentProvider):
 
     def cluster(self) -> Mapping[HostInfo, Assignment]:
         return {}
+
+
+def with_restoring(
+    computed: Assignment, previous: Assignment, progress: ReplicaProgress | None
+) -> Assignment:
+    """`computed` with each active restoring from becoming active until the follower says
+    it caught up, and again once it is rebuilt (the follower then says it is not). An
+    active that was cut off becomes active again restoring: the others may have moved its
+    partitions, and their writers written on, while it was out of contact."""
+    roles: dict[str, dict[int, PartitionRole]] = {}
+    for store, partition, role in computed.items():
+        if not role.is_active:
+            roles.setdefault(store, {})[partition] = STANDBY
+            continue
+        before = previous.role(store, partition)
+        running = (
+            before is not None
+            and before.is_active
+            and not before.cut_off
+            and (
+                before.is_running_active
+                if progress is None
+                else progress.caught_up(store, partition)
+            )
+        )
+        roles.setdefault(store, {})[partition] = ACTIVE if running else ACTIVE_RESTORING
+    return Assignment(roles)

@@ -400,7 +400,10 @@ class Follower:
                     continue
                 self._track(key, replica)
             with self._lock:
-                self._offsets[key].set_active(replica.role.is_active)
+                # A cut-off active is not followed as one: active again, it waits for
+                # a new target (the others may have written on meanwhile).
+                role = replica.role
+                self._offsets[key].set_active(role.is_active and not role.cut_off)
 
     def _track(self, key: StorePartition, replica: FollowedPartition) -> None:
         changelog = replica.changelog_partition
