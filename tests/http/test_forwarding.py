@@ -282,6 +282,22 @@ def test_a_replica_a_rebalance_just_made_a_lagging_standby_is_not_read_as_runnin
             assert answer["role"] == "STANDBY" and answer["lag"] == 1000
 
 
+def test_the_key_route_reads_a_local_standby_only_as_it_is_now(tmp_path: Path) -> None:
+    """The key route took a local standby's lag from the cluster view (cached for half a
+    second): a standby that fell behind since (rebuilt empty, say) still answered, labelled
+    with its old lag, where it may no longer. It is asked only if its lag now is within
+    `acceptable_lag`; else the partition's running active answers."""
+    with two_instances(tmp_path, standby_lag=5) as (a, b):
+        theirs = next(k for k in ROWS if partition_of(k) % 2 == 1)
+        url = f"{a.url}/v1/stores/counts/keys/{theirs}?acceptable_lag=5"
+        warm = httpx.get(url, timeout=10).json()
+        assert (warm["host"], warm["role"], warm["lag"]) == (str(a.host), "STANDBY", 5)
+        a.assignment.set_end_offset("counts", partition_of(theirs), 1000)
+        answer = httpx.get(url, timeout=10).json()
+        assert (answer["host"], answer["role"]) == (str(b.host), "RUNNING"), answer
+        assert answer["value"] == ROWS[theirs]
+
+
 @pytest.fixture
 def open_iterators(monkeypatch: pytest.MonkeyPatch) -> set[int]:
     """The ids of the range iterators queries opened and nothing closed yet (a spy on the

@@ -641,7 +641,13 @@ class QueryService:
             if replica.local:
                 if replica.state == RUNNING and lag is None:
                     continue  # asked already
-                body = self._local_key_body(spec, read, key, replica)
+                local: Replica | None = replica
+                if replica.state != RUNNING:
+                    # As it is now, not as the table (up to `max_age` old) has it: a
+                    # standby rebuilt since holds nothing, and would answer absent.
+                    now = self.replicas.here_now(spec.name, (partition,))[partition]
+                    local = now if now is not None and now.within(lag) else None
+                body = None if local is None else self._local_key_body(spec, read, key, local)
                 if body is not None:
                     return body
                 failure = ("not_active", f"the replica on {replica.host} may not answer now")
