@@ -12,15 +12,19 @@ import random
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from iqstate_kafka import BatchWriter, KafkaCluster, ensure_changelog_topics
+from iqstate_kafka.reader import ChangelogUnit
+from iqstate_kafka.reader_processes import ProcessChangelogConsumer
 from iqstate_kafka.standalone import StandaloneReplicas
 from replica_support import eventually
 
-from iqstate import Application, Position, RangeQuery, StateQueryRequest
+from iqstate import Application, Position, RangeQuery, StateQueryRequest, TopicPartition
 from iqstate.runtime.partitioner import partition_for_bytes
 
 STORE = "s"
@@ -133,6 +137,42 @@ def test_a_worker_killed_mid_restore_is_replaced_and_the_restore_ends_true(
         assert contents(app) == expected(truth)
         assert len(worker_pids()) == 2, "the reader was not replaced by a new pair of workers"
     assert worker_pids() == set()
+
+
+def test_a_worker_frozen_inside_a_frame_does_not_hold_up_the_follower(
+    cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """A worker stopped (SIGSTOP: a debugger, a frozen host) while it writes a frame of
+    thousands of records: `read` took what the pipe held and waited for the rest with no
+    timeout, so the follower stopped following and the application's `close()` never
+    returned. It returns within its timeout now, and once the worker goes on, the frame
+    arrives whole: every record is read, once."""
+    application_id = unique_name("app")
+    topics = ensure_changelog_topics(cluster, application_id, {STORE: PARTITIONS})
+    write_batches(cluster, application_id, batches=20, keys=20_000)  # 10,000 puts a batch
+    reader = ProcessChangelogConsumer(cluster, processes=1, max_records=20_000)
+    try:
+        for partition in range(PARTITIONS):
+            reader.assign(TopicPartition(topics[STORE], partition), 0)
+        (worker,) = eventually(worker_pids, "the worker started")
+        time.sleep(3)  # it has read 20,000 records, and blocks writing their frame to the pipe
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            reading = threading.Thread(target=reader.read, args=(0.1,))
+            reading.start()
+            reading.join(10)
+            assert not reading.is_alive(), "read() waits for a frozen worker's frame"
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        records = 0
+        deadline = time.monotonic() + 60
+        while records < 200_000 and time.monotonic() < deadline:
+            records += sum(
+                len(event.pairs) for event in reader.read(0.5) if isinstance(event, ChangelogUnit)
+            )
+        assert records == 200_000
+    finally:
+        reader.close()
 
 
 FOLLOWER_PROCESS = """

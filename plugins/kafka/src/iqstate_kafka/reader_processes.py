@@ -24,6 +24,9 @@ read from the offset it last assigned.
 
 A worker that fails or dies makes `read` raise `ClusterError`; the follower then replaces
 the reader and starts again from the offsets committed in the stores, as for any failure.
+`read` never blocks past its timeout: the follower takes what the pipes hold without
+waiting for the rest of a frame, so a worker frozen in the middle of one (stopped, or on a
+stuck host) holds up neither the follower's other work nor its stop.
 Records a worker skips because they do not decode are counted as the follower counts its
 own reader's, but logged by the worker, whose logging is Python's default (warnings and
 errors to the stderr it shares with the follower's process).
@@ -40,6 +43,7 @@ import selectors
 import struct
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -56,6 +60,8 @@ _FRAME = struct.Struct(">I")
 _WORKER_POLL = 0.1
 """How long a worker waits for records before it looks at its commands again."""
 _CLOSE_TIMEOUT = 5.0
+_READ_CHUNK = 1 << 20
+"""The most the follower reads of a worker's pipe at once (a pipe holds 64 KiB)."""
 
 Event = ChangelogUnit | OffsetOutOfRange
 
@@ -107,6 +113,7 @@ class ProcessChangelogConsumer:
             ) from exc
         self._selector = selectors.DefaultSelector()
         self._workers: list[subprocess.Popen[bytes]] = []
+        self._received_frames: list[_Frames] = []
         self._assigned: dict[tuple[str, int], _Assigned] = {}
         self._epoch = 0
         try:
@@ -119,6 +126,7 @@ class ProcessChangelogConsumer:
                 )
                 self._workers.append(worker)
                 assert worker.stdout is not None
+                self._received_frames.append(_Frames(worker.stdout.fileno()))
                 self._selector.register(worker.stdout, selectors.EVENT_READ, number)
         except BaseException:
             self.close()
@@ -173,16 +181,25 @@ class ProcessChangelogConsumer:
         """Wait up to `timeout` seconds for the workers' units; at most one answer of each
         worker is taken per call (so a commit stays bounded by `max_records` per worker, and
         by a whole batch's records, which a complete unit holds)."""
+        received = self._received_frames
+        deadline = time.monotonic() + timeout
+        while not any(frames.complete() or frames.ended for frames in received):
+            wait = deadline - time.monotonic()
+            ready = self._selector.select(max(0.0, wait))
+            for selected, _ in ready:
+                received[selected.data].take_in()
+            if wait <= 0 and not ready:
+                break
         events: list[Event] = []
-        for selected, _ in self._selector.select(timeout):
-            stream: Any = selected.fileobj
-            frame = _read_frame(stream)
-            if frame is None:
+        for number, frames in enumerate(received):
+            frame = frames.next_frame()
+            if frame is not None:
+                events += self._received(frame)
+            elif frames.ended:
                 raise ClusterError(
-                    f"changelog reader process {selected.data} ended unexpectedly "
-                    f"(exit code {self._workers[selected.data].poll()})"
+                    f"changelog reader process {number} ended unexpectedly "
+                    f"(exit code {self._workers[number].poll()})"
                 )
-            events += self._received(frame)
         return events
 
     def _received(self, frame: tuple[Any, ...]) -> list[Event]:
@@ -228,6 +245,49 @@ class ProcessChangelogConsumer:
                 worker.kill()
                 worker.wait()
         self._workers = []
+
+
+class _Frames:
+    """The frames of one worker's pipe as they arrive, read without ever waiting for the
+    rest of one."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._data = bytearray()
+        self.ended = False
+        """The pipe ended (the worker exited or closed it)."""
+
+    def _needed(self) -> int:
+        """The bytes of the first frame (its header's), whole or not."""
+        if len(self._data) < _FRAME.size:
+            return _FRAME.size
+        return _FRAME.size + int(_FRAME.unpack_from(self._data)[0])
+
+    def complete(self) -> bool:
+        """Whether a whole frame has arrived."""
+        return len(self._data) >= _FRAME.size and len(self._data) >= self._needed()
+
+    def take_in(self) -> None:
+        """Read what the pipe holds (call it once the selector says it is readable)."""
+        wanted = min(max(self._needed() - len(self._data), 1 << 16), _READ_CHUNK)
+        try:
+            chunk = os.read(self._fd, wanted)
+        except BlockingIOError:
+            return
+        if chunk:
+            self._data += chunk
+        else:
+            self.ended = True
+
+    def next_frame(self) -> tuple[Any, ...] | None:
+        """The first whole frame, taken out; None until one has arrived."""
+        if not self.complete():
+            return None
+        end = self._needed()
+        with memoryview(self._data) as data, data[_FRAME.size : end] as body:
+            value: tuple[Any, ...] = marshal.loads(body)
+        del self._data[:end]
+        return value
 
 
 def _unit(partition: TopicPartition, event: tuple[Any, ...]) -> ChangelogUnit:
