@@ -13,7 +13,7 @@ partition is given to the worker reading the fewest.
 
 **Protocol.** A worker is `python -m iqstate_kafka.reader_processes`, started with the
 cluster's settings as JSON on its command line. Commands arrive on its stdin and answers
-leave on its stdout, each a frame: a 4-byte big-endian length, then a `marshal`led tuple of
+leave on its stdout, each a frame: an 8-byte big-endian length, then a `marshal`led tuple of
 plain values (bytes, ints, strings, lists, tuples, None), never pickle. A worker whose stdin
 ends (the follower closed it, or died) exits.
 
@@ -56,7 +56,7 @@ from iqstate_kafka.settings import ClusterSettings
 
 logger = logging.getLogger("iqstate_kafka.reader_processes")
 
-_FRAME = struct.Struct(">I")
+_FRAME = struct.Struct(">Q")  # a unit of one batch may pass 4 GiB (no `max_held_records`)
 _WORKER_POLL = 0.1
 """How long a worker waits for records before it looks at its commands again."""
 _CLOSE_TIMEOUT = 5.0
