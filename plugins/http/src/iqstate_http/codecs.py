@@ -231,7 +231,9 @@ def position_from_json(body: Any) -> Position:
 
 
 def _int(body: Mapping[str, Any], field: str) -> int:
-    value = jsonin.integer(body.get(field))
+    if body.get(field) is None:
+        raise BadRequest(f"query field {field!r} is required: a 64-bit integer (milliseconds)")
+    value = jsonin.integer(body[field])
     if value is None or not INT64_MIN <= value <= INT64_MAX:
         raise BadRequest(f"query field {field!r} must be a 64-bit integer (milliseconds)")
     return value
@@ -291,6 +293,11 @@ def _decode_window_range(body: Mapping[str, Any], key: KeyFromJson) -> Query[Any
     """Every key's windows starting in `[time_from, time_to]`; with a `key`, that key's
     windows or sessions only, over all of time unless the fields say otherwise."""
     if body.get("key") is None:
+        if body.get("time_from") is None or body.get("time_to") is None:
+            raise BadRequest(
+                "a 'window_range' query needs 'time_from' and 'time_to' (64-bit integers, "
+                "milliseconds), or a 'key': that key's entries over all of time"
+            )
         return WindowRangeQuery(_int(body, "time_from"), _int(body, "time_to"))
     return WindowRangeQuery(
         _int_or(body, "time_from", INT64_MIN), _int_or(body, "time_to", INT64_MAX), key(body["key"])
@@ -448,6 +455,21 @@ BUILTIN_CODECS: dict[str, QueryCodec] = {
 }
 
 
+QUERY_FIELDS: dict[str, frozenset[str]] = {
+    "key": frozenset({"type", "key", "skip_cache"}),
+    "range": frozenset({"type", "lower", "upper", "order"}),
+    "window_key": frozenset({"type", "key", "time_from", "time_to"}),
+    "window_range": frozenset({"type", "key", "time_from", "time_to"}),
+    "timestamped_key": frozenset({"type", "key", "skip_cache"}),
+    "timestamped_range": frozenset({"type", "lower", "upper", "order"}),
+    "versioned_key": frozenset({"type", "key", "as_of"}),
+    "multi_versioned_key": frozenset({"type", "key", "from_time", "to_time", "ascending"}),
+    "versioned_range": frozenset({"type", "lower", "upper", "as_of"}),
+}
+"""The fields of each built-in query type's JSON: any other is refused, since a misspelt
+optional field (`asof`) would otherwise be an answer without it, not an error."""
+
+
 STORE_QUERY_TYPES: dict[str, tuple[str, ...]] = {
     "key_value": ("key", "range"),
     "global_key_value": ("key", "range"),
@@ -485,6 +507,13 @@ class Codecs:
             raise BadRequest(
                 f"store {spec.name!r} is a {spec.store_type} store: {body['type']!r} queries "
                 f"are for {named} stores; its query types are {sorted(serves)}"
+            )
+        fields = QUERY_FIELDS.get(codec.name) if BUILTIN_CODECS.get(codec.name) is codec else None
+        if fields is not None and not fields.issuperset(body):
+            unknown = ", ".join(repr(name) for name in sorted(set(body) - fields))
+            raise BadRequest(
+                f"a {codec.name!r} query has no field {unknown}; its fields are "
+                f"{sorted(fields - {'type'})}"
             )
         try:
             query: Query[Any] = codec.decode(body, lambda value: key_from_json(spec, value))

@@ -401,6 +401,7 @@ def _queries(spec: StoreSpec) -> list[dict[str, Any]]:
             "description": f"{about}; result: #/components/schemas/{_result_name(name)}",
             "required": ["type", *required],
             "properties": {"type": {"const": name}, **fields},
+            "additionalProperties": False,
         }
 
     entries = "sessions" if spec.store_type == "session" else "windows"
