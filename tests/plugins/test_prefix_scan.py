@@ -43,6 +43,46 @@ def test_every_engine_answers_through_app_query(tmp_path: Path, engine: str, cac
         assert scan(app, "zzz") == {}
 
 
+@pytest.mark.parametrize("engine", ["memory", "rocksdb", "lmdb"])
+@pytest.mark.parametrize("key_serde", ["string", "bytes"])
+def test_a_timestamped_store_answers_plain_values_and_other_types_refuse(
+    tmp_path: Path, engine: str, key_serde: str
+) -> None:
+    """A timestamped store answers a prefix scan with its values (as its `RangeQuery`).
+    It used to pass the typed query to the layers beneath, which scanned with a `str`
+    prefix (a STORE_EXCEPTION) or answered the stored bytes, timestamp and all. Store types
+    the plugin does not serve (versioned, window, session) answer UNKNOWN_QUERY_TYPE,
+    naming what they do answer, not the query passed down to bytes."""
+    app = Application("prefix", tmp_path)
+    app.timestamped_key_value_store("prices", 2, engine=engine, key_serde=key_serde,
+                                    value_serde="string")  # fmt: skip
+    app.versioned_key_value_store("history", 2, 10_000, engine=engine, key_serde=key_serde)
+    app.window_store("views", 2, 100, 1_000, engine=engine, key_serde=key_serde)
+    app.session_store("visits", 2, 1_000, engine=engine, key_serde=key_serde)
+    key = (lambda text: text) if key_serde == "string" else str.encode
+    with app:
+        with app.begin_batch(batch_id=1) as batch:
+            for symbol, price in {"AAPL": "191.5", "AMZN": "180.0", "MSFT": "410.2"}.items():
+                batch.put("prices", key(symbol), price, timestamp=5)
+                batch.put("history", key(symbol), price, timestamp=5)
+        found: dict[Any, str] = {}
+        for answer in app.query(
+            StateQueryRequest.in_store("prices").with_query(PrefixScanQuery(key("A")))
+        ).partition_results.values():
+            assert answer.is_success, answer
+            with answer.result as pairs:
+                found.update(pairs)
+        assert found == {key("AAPL"): "191.5", key("AMZN"): "180.0"}
+        for store in ("history", "views", "visits"):
+            answers = app.query(
+                StateQueryRequest.in_store(store).with_query(PrefixScanQuery(key("A")))
+            ).partition_results.values()
+            for answer in answers:
+                assert answer.failure_reason is FailureReason.UNKNOWN_QUERY_TYPE, (store, answer)
+                assert "It answers" in answer.failure_message
+                assert "PrefixScanQuery" not in answer.failure_message.split("It answers")[1]
+
+
 def test_caching_layer_merges_its_buffer() -> None:
     store = build_key_value_chain(
         MemoryKeyValueStore("words"), Serdes.string(), Serdes.int64(), caching=True

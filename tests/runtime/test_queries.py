@@ -206,6 +206,11 @@ def test_unknown_query_type_and_store_exception(make_app: MakeApp) -> None:
         # named with its engine's kind too, the one an engine's handlers are registered for
         message = unknown.partition_results[0].failure_message
         assert "(metered.key_value store 's' over memory.key_value)" in message
+        traced = app.query(request(Unanswerable()).enable_execution_info())
+        for answer in traced.partition_results.values():  # each layer says it passed it down
+            assert answer.failure_reason is FailureReason.UNKNOWN_QUERY_TYPE
+            assert len(answer.execution_info) >= 2
+            assert all("passed down" in entry for entry in answer.execution_info[1:])
         exploded = app.query(request(Exploding()).with_partitions({1}))
         failure = exploded.partition_results[1]
         assert failure.failure_reason is FailureReason.STORE_EXCEPTION

@@ -326,6 +326,27 @@ def test_a_window_ending_past_the_latest_time_ends_at_it(tmp_path: Path, engine:
         assert [change.window for change in next(subscription).changes] == [(latest - 10, latest)]
 
 
+def test_windows_at_the_latest_start_are_all_found_whatever_their_keys(
+    tmp_path: Path, engine: str
+) -> None:
+    """Windows starting at `Long.MAX_VALUE` under the keys 0xff and 0xff 0x01 (bytes keys,
+    or large int64 keys, begin with 0xff): a scan of every key's windows found the first
+    only on the engines that index windows by start, the bound of that index ending below
+    the second's entry."""
+    latest = (1 << 63) - 1
+    app = Application("windows", tmp_path / "app")
+    app.window_store("w", 1, 10, 100, key_serde="bytes", value_serde="string", engine=engine)
+    with app:
+        with app.begin_batch() as batch:
+            batch.put("w", b"\xff\x01", "longer", window_start=latest)
+            batch.put("w", b"\xff", "short", window_start=latest)
+        everything = WindowRangeQuery.with_window_start_range(0, latest)
+        assert ask(app, "w", everything) == [
+            (Windowed(b"\xff", latest, latest), "short"),
+            (Windowed(b"\xff\x01", latest, latest), "longer"),
+        ]
+
+
 def test_a_put_the_versioned_store_drops_is_not_logged(tmp_path: Path) -> None:
     """A put older than the retention is dropped, and not logged either: logged under the
     kept version's key and time, compaction could keep it instead, and a replica restoring

@@ -110,6 +110,15 @@ class QueryHandlerRegistry:
         table.update(self._tables.get(kind, {}))
         return table
 
+    def query_types_of_kinds(self, prefix: str) -> frozenset[type[Query[Any]]]:
+        """The query types with a handler on some store kind starting with `prefix`."""
+        return frozenset(
+            query_type
+            for target, table in self._tables.items()
+            if isinstance(target, str) and target.startswith(prefix)
+            for query_type in table
+        )
+
     def kinds(self) -> list[str]:
         return sorted(target for target in self._tables if isinstance(target, str))
 

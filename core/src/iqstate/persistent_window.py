@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from iqstate.engine_store import check_window_sizes
 from iqstate.iterators import KeyValueIterator
-from iqstate.keyspace import decode_window_key, encode_window_key
+from iqstate.keyspace import decode_window_key, encode_window_key, time_index_upper
 from iqstate.layered_store import KeySpaceStore, insert_all
 from iqstate.persistent import PersistentKeyValueStore
 from iqstate.queries import Windowed, window_end
@@ -31,13 +31,6 @@ _STREAM_TIME = b"\x02stream-time"
 _MIN_TIME = -(1 << 63)
 _MAX_TIME = (1 << 63) - 1
 _time = Serdes.int64()
-
-
-def _index_upper(time_to: int) -> bytes:
-    """An inclusive upper bound above every index key with a start at or before `time_to`."""
-    if time_to >= _MAX_TIME:
-        return _BY_TIME + b"\xff" * 9
-    return _BY_TIME + _time.serialize(time_to + 1)
 
 
 class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
@@ -120,7 +113,7 @@ class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
         """The index-by-time keys of the windows held with a start at or before `limit`."""
         if limit < _MIN_TIME:
             return []
-        with self.key_value_store.range(_BY_TIME, _index_upper(limit)) as indexed:
+        with self.key_value_store.range(_BY_TIME, time_index_upper(_BY_TIME, limit)) as indexed:
             return [time_key for time_key, _ in indexed if self._start_of(time_key) <= limit]
 
     @staticmethod
@@ -142,7 +135,7 @@ class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
     def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator[Windowed[bytes], bytes]:
         self._check_open()
         lower = _BY_TIME + _time.serialize(max(time_from, _MIN_TIME))
-        upper = _index_upper(time_to)
+        upper = time_index_upper(_BY_TIME, time_to)
         with self.key_value_store.range(lower, upper) as indexed:
             windows = sorted(
                 (time_key[9:], self._start_of(time_key))

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from iqstate.engine import Engine, SessionStoreFactory
 from iqstate.iterators import KeyValueIterator
-from iqstate.keyspace import prefix_upper_bound
+from iqstate.keyspace import prefix_upper_bound, time_index_upper
 from iqstate.layered_store import (
     KeySpaceStore,
     insert_all,
@@ -146,7 +146,7 @@ class LayeredSessionStore(KeySpaceStore, SessionStore[bytes, bytes]):
         if limit <= MIN_TIME:
             return []
         ended = []
-        with self.key_value_store.range(_BY_END, _BY_END + _ts(limit) + b"\xff") as indexed:
+        with self.key_value_store.range(_BY_END, time_index_upper(_BY_END, limit)) as indexed:
             for index_key, _ in indexed:
                 if _from_ts(index_key[1:9]) > limit:
                     break

@@ -27,7 +27,7 @@ from typing import ClassVar
 from iqstate.engine import Engine, VersionedStoreFactory
 from iqstate.errors import CorruptStateError
 from iqstate.iterators import KeyValueIterator
-from iqstate.keyspace import prefix_upper_bound
+from iqstate.keyspace import prefix_upper_bound, time_index_upper
 from iqstate.layered_store import KeySpaceStore, insert_all
 from iqstate.queries import (
     KeyQuery,
@@ -319,7 +319,7 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         index entry and its timeline read (its older versions and current one; None when
         the key holds none)."""
         store = self.key_value_store
-        with store.range(_BY_VALID_TO, _BY_VALID_TO + _ts(boundary) + b"\xff") as ended:
+        with store.range(_BY_VALID_TO, time_index_upper(_BY_VALID_TO, boundary)) as ended:
             ending = [index_key for index_key, _ in ended if _from_ts(index_key[1:9]) <= boundary]
         found: list[_Ending] = []
         for index_key in ending:
@@ -335,7 +335,7 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         cannot be named expired yet (`expired_by`), and dropping it unnamed would leave
         that record for ever. It answers as a dropped key would (no value)."""
         with self.key_value_store.range(
-            _TOMBSTONES, _TOMBSTONES + _ts(boundary) + b"\xff"
+            _TOMBSTONES, time_index_upper(_TOMBSTONES, boundary)
         ) as tombstoned:
             return [index_key for index_key, _ in tombstoned if _from_ts(index_key[1:9]) < boundary]
 

@@ -175,14 +175,18 @@ class StoreChain(ABC, Generic[Top]):
         """The failure for a query no layer answers, naming the store as the caller sees it
         (its top layer) and the engine's kind beneath (the kind a plugin registers an
         engine's own handlers for), and every query type one of its layers answers (the
-        engine, which failed it, knows only its own)."""
-        answered = set(self.engine.query_types())
-        for layer in (self.typed, *self._between):
-            answered.update(layer.query_types())
+        engine, which failed it, knows only its own); with the layers' execution info."""
+        beneath = set(self.engine.query_types())
+        for layer in self._between:
+            beneath.update(layer.query_types())
+        top = self.typed
+        answered = set(top.query_types()) | {kind for kind in beneath if top.passes_down(kind)}
         result: QueryResult[R] = QueryResult.for_unknown_query_type(
             query, self.typed, answered, self.engine
         )
         result.position = failed.position
+        for entry in failed.execution_info:
+            result.add_execution_info(entry)
         return result
 
     def _can_fuse_key_lookup(self) -> bool:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
+from iqstate.context import StateStoreContext
 from iqstate.errors import SerializationError
 from iqstate.iterators import KeyValueIterator
 from iqstate.layers.wrapped import WrappedStore
@@ -59,8 +60,41 @@ def _compiled_utf8_pairs() -> Callable[[list[tuple[bytes, bytes]]], list[tuple[s
 _utf8_pairs = _compiled_utf8_pairs()
 
 
+SERDE_LAYER_KINDS = "metered."
+"""The kinds of the serde layers (the top of every chain) begin with it."""
+
+
+def _typed_elsewhere(
+    store: StateStore, query: Query[Any], bound: PositionBound, config: QueryConfig
+) -> QueryResult[Any]:
+    """A query that other serde layers type and this one cannot: unknown here."""
+    result: QueryResult[Any] = QueryResult.for_unknown_query_type(query, store)
+    result.position = store.position
+    return result
+
+
 class SerdeLayer(WrappedStore[S], Generic[S, K, V]):
-    """Shared by the metered key-value and window layers: serdes and sensors."""
+    """Shared by the metered key-value and window layers: serdes and sensors.
+
+    A query type with no handler here passes down unchanged, but not one that another
+    serde layer has a handler for: such a query holds typed keys or values, which the
+    layers beneath (bytes) would misread, scanning with a typed prefix or answering
+    undecoded bytes. It is an unknown query type here instead."""
+
+    _refused: frozenset[type[Query[Any]]]
+
+    def init(self, context: StateStoreContext) -> None:
+        super().init(context)
+        typed = context.handlers.query_types_of_kinds(SERDE_LAYER_KINDS)
+        self._refused = frozenset(typed - self._handlers.keys())
+        for query_type in self._refused:
+            self._handlers[query_type] = _typed_elsewhere
+
+    def handles(self, query_type: type[Query[Any]]) -> bool:
+        return super().handles(query_type) and query_type not in self._refused
+
+    def query_types(self) -> frozenset[type]:
+        return super().query_types() - self._refused
 
     def __init__(self, wrapped: S, key_serde: Serde[K], value_serde: Serde[V]) -> None:
         super().__init__(wrapped)
@@ -73,6 +107,7 @@ class SerdeLayer(WrappedStore[S], Generic[S, K, V]):
         whatever the serde raises."""
         self.metrics = StoreMetrics(wrapped.name)
         self._commit_sensor = self.metrics.sensor("commit")
+        self._refused = frozenset()
 
     def encode_key(self, key: K) -> bytes:
         try:

@@ -78,6 +78,10 @@ class WrappedStore(StateStore, Generic[S]):
     def query_types(self) -> frozenset[type]:
         return frozenset(self._handlers)
 
+    def passes_down(self, query_type: type[Query[Any]]) -> bool:
+        """Whether this layer hands `query_type` to the store beneath, unanswered."""
+        return query_type not in self._handlers
+
     @property
     def manages_offsets(self) -> bool:
         return self.wrapped.manages_offsets

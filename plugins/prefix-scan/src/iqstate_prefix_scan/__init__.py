@@ -1,6 +1,7 @@
 """`PrefixScanQuery`, added to existing engines through the plugin hooks alone.
 
-The metered layer serializes the prefix and deserializes the pairs, the caching layer
+The metered layer serializes the prefix and deserializes the pairs (a timestamped store's
+without their timestamps, as its `RangeQuery` answers them), the caching layer
 merges its write buffer in (both registered by their kind), and every engine's key-value
 store answers through its `KeyValueStore.prefix_scan` (registered once, for the
 `KeyValueStore` interface): engines installed later are served too.
@@ -11,7 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from iqstate import KeyValueIterator, PositionBound, Query, QueryConfig, QueryResult, RangeQuery
+from iqstate import (
+    KeyValueIterator,
+    PositionBound,
+    Query,
+    QueryConfig,
+    QueryResult,
+    RangeQuery,
+    ValueAndTimestamp,
+)
 from iqstate.dispatch import answer
 from iqstate.errors import SerializationError
 from iqstate.hookspecs import hookimpl
@@ -66,9 +75,24 @@ def scan_metered(
     return raw.swap_result(store.typed(raw.result))
 
 
+def scan_timestamped(
+    store: Any, query: PrefixScanQuery[Any, Any], bound: PositionBound, config: QueryConfig
+) -> QueryResult[Any]:
+    """A timestamped store: the values without their timestamps, as its `RangeQuery`."""
+    typed = scan_metered(store, query, bound, config)
+    if typed.is_failure:
+        return typed
+    return typed.swap_result(typed.result.map(_without_timestamp))
+
+
+def _without_timestamp(pair: tuple[Any, ValueAndTimestamp[Any]]) -> tuple[Any, Any]:
+    return pair[0], pair[1].value
+
+
 @hookimpl
 def iqstate_register_query_handlers(register: Any) -> None:
     register(PrefixScanQuery, "metered.key_value", scan_metered)
+    register(PrefixScanQuery, "metered.timestamped_key_value", scan_timestamped)
     register(PrefixScanQuery, "caching.key_value", scan_cached)
     register(PrefixScanQuery, KeyValueStore, scan_engine)
 
