@@ -13,6 +13,8 @@ def test_iterates_and_closes_at_the_end() -> None:
     assert iterator.closed and closed == [True]
     iterator.close()
     assert closed == [True], "close runs its callback once"
+    with pytest.raises(ValueError, match="read once, and closes itself when read to its end"):
+        list(iterator)  # a second reading says why it cannot be
 
 
 def test_context_manager_closes_early() -> None:

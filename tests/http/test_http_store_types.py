@@ -28,10 +28,12 @@ from iqstate import (
     ACTIVE,
     Application,
     Assignment,
+    FailureReason,
     HostInfo,
     KeyQuery,
     MultiVersionedKeyQuery,
     Query,
+    RangeQuery,
     StateQueryRequest,
     StateQueryResult,
     StaticAssignment,
@@ -465,6 +467,27 @@ def test_the_routing_client_answers_each_query_type_as_app_query_does(served: Se
             expected = materialized(served.app.query(request))
             assert materialized(client.query(request)) == expected, (store, query)
         assert client.partition_for("profiles", "user-12") == partition_of("user-12")
+
+
+def test_the_routing_client_fails_a_query_type_a_store_does_not_answer_as_app_query_does(
+    served: Served,
+) -> None:
+    """Per partition, `UNKNOWN_QUERY_TYPE` naming what the store answers (it raised the
+    service's 400 as a `ValueError`, with advice for HTTP callers)."""
+    with RemoteQueryClient(served.url) as client:
+        for store, query in [
+            ("visits", KeyQuery.with_key("alice")),
+            ("visits", RangeQuery.with_no_bounds()),
+            ("prices", VersionedKeyQuery.with_key("item-33")),
+            ("per-minute", TimestampedRangeQuery.with_no_bounds()),
+        ]:
+            request = StateQueryRequest.in_store(store).with_query(query)
+            here, remote = served.app.query(request), client.query(request)
+            assert remote.partition_results.keys() == here.partition_results.keys(), store
+            for answer in remote.partition_results.values():
+                assert answer.failure_reason is FailureReason.UNKNOWN_QUERY_TYPE
+                assert f"store {store!r}" in answer.failure_message
+                assert "It answers" in answer.failure_message
 
 
 def test_the_asyncio_client_answers_versioned_queries_as_app_query_does(served: Served) -> None:

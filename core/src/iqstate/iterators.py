@@ -15,6 +15,12 @@ V2 = TypeVar("V2")
 _NOTHING = object()
 
 
+_READ_CLOSED = (
+    "cannot read from a closed KeyValueIterator: an iterator is read once, and closes "
+    "itself when read to its end (copy the pairs into a list to read them again)"
+)
+
+
 class KeyValueIterator(Generic[K, V]):
     """An iterator of `(key, value)` pairs that holds store resources until closed.
 
@@ -63,7 +69,7 @@ class KeyValueIterator(Generic[K, V]):
 
     def __next__(self) -> tuple[K, V]:
         if self._closed:
-            raise ValueError("cannot read from a closed KeyValueIterator")
+            raise ValueError(_READ_CLOSED)
         if self._convert is not None:
             self._apply_conversion()
         peeked = self._peeked
@@ -198,7 +204,7 @@ class _ReadingClosed:
         return self
 
     def __next__(self) -> Any:
-        raise ValueError("cannot read from a closed KeyValueIterator")
+        raise ValueError(_READ_CLOSED)
 
 
 T = TypeVar("T")

@@ -56,6 +56,8 @@ from iqstate.runtime.partitioner import PartitionFunction, partition_function
 from iqstate.runtime.querying import keyed
 from iqstate.serdes import Serde
 from iqstate_http.codecs import (
+    BUILTIN_CODECS,
+    STORE_QUERY_TYPES,
     failure_reason_of,
     path_segment,
     position_from_json,
@@ -310,6 +312,34 @@ def _partitions_of(key_partition: int | None, store: StoreInfo | None) -> list[i
     return [] if store is None else list(range(store.partitions))
 
 
+def _unknown_query_type(
+    store: StoreInfo, request: StateQueryRequest[Any], type_name: str, key_partition: int | None
+) -> StateQueryResult[Any] | None:
+    """The answer `app.query` gives a query type the store's type does not answer: each
+    partition asked fails with `UNKNOWN_QUERY_TYPE`, naming the query types it answers
+    (None when it answers this one, or the request names a partition the store lacks: the
+    service says why)."""
+    served = STORE_QUERY_TYPES.get(store.store_type or "")
+    if served is None or type_name in served or type_name not in BUILTIN_CODECS:
+        return None  # a plugin's query type: the store may answer it
+    named = request.partition_set
+    if named is not None:
+        if not all(0 <= number < store.partitions for number in named):
+            return None
+        asked: Iterable[int] = sorted(named)
+    else:
+        asked = range(store.partitions) if key_partition is None else (key_partition,)
+    answered = ", ".join(sorted(BUILTIN_CODECS[name].query_type.__name__ for name in served))
+    message = (
+        f"This store ({store.store_type} store {store.name!r}) doesn't know how to execute "
+        f"the given query ({request.query!r}). It answers {answered}."
+    )
+    return StateQueryResult(
+        {number: QueryResult.for_failure(FailureReason.UNKNOWN_QUERY_TYPE, message)
+         for number in asked}
+    )  # fmt: skip
+
+
 def _unreachable(url: str, reply: Reply) -> QueryResult[Any]:
     return QueryResult.for_failure(
         FailureReason.NOT_PRESENT, f"instance {url} could not be reached: {reply.error}"
@@ -325,6 +355,8 @@ class StoreInfo:
     partitions: int
     key_serde_name: str
     key_serde: Serde[Any] | None
+    store_type: str | None = None
+    """`key_value`, `window`, ... (`None`: an instance that does not say)."""
     partition_function: PartitionFunction = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -440,6 +472,7 @@ class ClientLogic:
                 int(described["partitions"]),
                 serde_name,
                 self._serde(serde_name) if default else None,
+                described.get("type"),
             )
         self.view = ClusterView(instances, infos, time.monotonic(), self.scheme)
         for url in self.view.urls():  # every known instance can answer discovery next time
@@ -491,6 +524,10 @@ class ClientLogic:
         query: Any = request.query
         if store is not None and request.is_all_partitions and keyed(query):
             partition = store.partition_of(query.key)
+        if store is not None:
+            unknown = _unknown_query_type(store, request, query_body["type"], partition)
+            if unknown is not None:
+                return unknown
         if (
             store is not None
             and partition is not None
