@@ -16,10 +16,14 @@ from typing import Any
 
 from iqstate.context import StateStoreContext
 from iqstate.engine_store import EngineStore
+from iqstate.keyspace import prefix_upper_bound
 from iqstate.position import Position, TopicPartition
+from iqstate.serdes import Serdes
 from iqstate.store import KeyValueStore
 
 _LENGTH = struct.Struct(">I")
+_MIN_TIME, _MAX_TIME = -(1 << 63), (1 << 63) - 1
+_time = Serdes.int64()  # 8 order-preserving bytes
 
 
 def insert_all(
@@ -59,6 +63,28 @@ class KeySpaceStore(EngineStore):
         super().__init__(key_value_store.name)
         self.key_value_store = key_value_store
         """The engine's store holding this store's data (a crash test abandons it)."""
+
+    def index_between(self, prefix: bytes, time_from: int, time_to: int) -> list[bytes]:
+        """The keys of the index in the key space `prefix` (`prefix + time + rest`: the
+        time as 8 order-preserving bytes) with a time in `[time_from, time_to]`, in key
+        order: each time's keys whatever their rest (0xff and more included), nothing of
+        the next key space."""
+        if time_from > time_to or time_to < _MIN_TIME or time_from > _MAX_TIME:
+            return []
+        lower = prefix + _time.serialize(max(time_from, _MIN_TIME))
+        upper = (
+            prefix_upper_bound(prefix)  # the next key space's first key
+            if time_to >= _MAX_TIME
+            else prefix + _time.serialize(time_to + 1)
+        )
+        start, end = len(prefix), len(prefix) + 8
+        found = []
+        with self.key_value_store.range(lower, upper) as entries:
+            for key, _ in entries:  # the bounds are inclusive: a key at either may be out
+                in_space = key.startswith(prefix) and len(key) >= end
+                if in_space and time_from <= _time.deserialize(key[start:end]) <= time_to:
+                    found.append(key)
+        return found
 
     @property
     def persistent(self) -> bool:

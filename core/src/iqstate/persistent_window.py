@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from iqstate.engine_store import check_window_sizes
 from iqstate.iterators import KeyValueIterator
-from iqstate.keyspace import decode_window_key, encode_window_key, time_index_upper
+from iqstate.keyspace import decode_window_key, encode_window_key
 from iqstate.layered_store import KeySpaceStore, insert_all
 from iqstate.persistent import PersistentKeyValueStore
 from iqstate.queries import Windowed, window_end
@@ -111,10 +111,7 @@ class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
 
     def _indexed_until(self, limit: int) -> list[bytes]:
         """The index-by-time keys of the windows held with a start at or before `limit`."""
-        if limit < _MIN_TIME:
-            return []
-        with self.key_value_store.range(_BY_TIME, time_index_upper(_BY_TIME, limit)) as indexed:
-            return [time_key for time_key, _ in indexed if self._start_of(time_key) <= limit]
+        return self.index_between(_BY_TIME, _MIN_TIME, limit)
 
     @staticmethod
     def _start_of(time_key: bytes) -> int:
@@ -134,14 +131,10 @@ class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
 
     def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator[Windowed[bytes], bytes]:
         self._check_open()
-        lower = _BY_TIME + _time.serialize(max(time_from, _MIN_TIME))
-        upper = time_index_upper(_BY_TIME, time_to)
-        with self.key_value_store.range(lower, upper) as indexed:
-            windows = sorted(
-                (time_key[9:], self._start_of(time_key))
-                for time_key, _ in indexed
-                if time_from <= self._start_of(time_key) <= time_to
-            )
+        windows = sorted(
+            (time_key[9:], self._start_of(time_key))
+            for time_key in self.index_between(_BY_TIME, time_from, time_to)
+        )
         size = self._window_size_ms
         found = []
         for key, start in windows:

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from iqstate.engine import Engine, SessionStoreFactory
 from iqstate.iterators import KeyValueIterator
-from iqstate.keyspace import prefix_upper_bound, time_index_upper
+from iqstate.keyspace import prefix_upper_bound
 from iqstate.layered_store import (
     KeySpaceStore,
     insert_all,
@@ -145,13 +145,7 @@ class LayeredSessionStore(KeySpaceStore, SessionStore[bytes, bytes]):
         that end at or before `limit`."""
         if limit <= MIN_TIME:
             return []
-        ended = []
-        with self.key_value_store.range(_BY_END, time_index_upper(_BY_END, limit)) as indexed:
-            for index_key, _ in indexed:
-                if _from_ts(index_key[1:9]) > limit:
-                    break
-                ended.append(index_key)
-        return ended
+        return self.index_between(_BY_END, MIN_TIME, limit)
 
     def fetch_sessions(
         self, key: bytes | None, time_from: int, time_to: int

@@ -27,7 +27,7 @@ from typing import ClassVar
 from iqstate.engine import Engine, VersionedStoreFactory
 from iqstate.errors import CorruptStateError
 from iqstate.iterators import KeyValueIterator
-from iqstate.keyspace import prefix_upper_bound, time_index_upper
+from iqstate.keyspace import prefix_upper_bound
 from iqstate.layered_store import KeySpaceStore, insert_all
 from iqstate.queries import (
     KeyQuery,
@@ -319,10 +319,8 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         index entry and its timeline read (its older versions and current one; None when
         the key holds none)."""
         store = self.key_value_store
-        with store.range(_BY_VALID_TO, time_index_upper(_BY_VALID_TO, boundary)) as ended:
-            ending = [index_key for index_key, _ in ended if _from_ts(index_key[1:9]) <= boundary]
         found: list[_Ending] = []
-        for index_key in ending:
+        for index_key in self.index_between(_BY_VALID_TO, MIN_TIME, boundary):
             key = index_key[9:]
             stored = store.get(_TIMELINE + key)
             found.append((index_key, key, None if stored is None else versions_of(stored)))
@@ -334,10 +332,9 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         passes it: a put at the boundary is still kept, so the tombstone's changelog record
         cannot be named expired yet (`expired_by`), and dropping it unnamed would leave
         that record for ever. It answers as a dropped key would (no value)."""
-        with self.key_value_store.range(
-            _TOMBSTONES, time_index_upper(_TOMBSTONES, boundary)
-        ) as tombstoned:
-            return [index_key for index_key, _ in tombstoned if _from_ts(index_key[1:9]) < boundary]
+        if boundary <= MIN_TIME:
+            return []
+        return self.index_between(_TOMBSTONES, MIN_TIME, boundary - 1)
 
     # -- reads -------------------------------------------------------------------------
 
