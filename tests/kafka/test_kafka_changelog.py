@@ -7,12 +7,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from changelog_support import Changelogs, read_events, units_by_partition
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 from iqstate_kafka import (
     BatchWriter,
     ChangelogConsumer,
@@ -21,11 +28,20 @@ from iqstate_kafka import (
     KafkaCluster,
     OffsetOutOfRange,
     Watermarks,
+    ensure_changelog_topics,
 )
 from iqstate_kafka.applying import fold
 from iqstate_kafka.format import MARKER_KEY, batch_headers, marker_value, window_data_key
+from iqstate_kafka.standalone import StandaloneReplicas
+from replica_support import eventually
 
-from iqstate import Position, TopicPartition
+from iqstate import (
+    Application,
+    Position,
+    QueryableStoreTypes,
+    StoreQueryParameters,
+    TopicPartition,
+)
 from iqstate.keyspace import decode_window_key
 
 SOURCE = Position.from_map({"events": {0: 120, 1: 98}})
@@ -464,3 +480,43 @@ def test_data_from_several_writers_is_one_unit_once_the_markers_follow(
         pytest.raises(ValueError, match="partition 3, which does not exist"),
     ):
         writer.write_data([(("counts", 3), [(b"x", b"1")])], batch_id=6, stores=stores)
+
+
+def test_a_batch_the_broker_refused_part_of_gets_no_marker_and_its_replay_restores_it(
+    cluster: KafkaCluster, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """The broker refuses the record batch holding one record (over the topic's
+    `max.message.bytes`) and takes the later ones. The markers used to follow regardless:
+    every replica applied the batch without the refused records, and fenced the replay
+    that `DeliveryError` asks for. The markers are written only once every record is
+    delivered, so the replay, same id, applies the whole batch."""
+    limited = KafkaCluster(
+        cluster.bootstrap_servers, timeout=10.0, topic_config={"max.message.bytes": "200000"}
+    )
+    application_id = unique_name("app")
+    topic = ensure_changelog_topics(limited, application_id, {"s": 1})["s"]
+    records = [(b"big", b"B" * 300_000)] + [(b"k%05d" % i, b"v") for i in range(10_500)]
+    with BatchWriter(limited, application_id) as writer:
+        with pytest.raises(DeliveryError, match="too large"):
+            writer.write({("s", 0): records}, batch_id=1, position=None, stores={"s": 1})
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        larger = ConfigResource(
+            ConfigResource.Type.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry("max.message.bytes", "2000000",
+                            incremental_operation=AlterConfigOpType.SET)
+            ],
+        )  # fmt: skip
+        for done in admin.incremental_alter_configs([larger]).values():
+            done.result(30)
+        writer.write({("s", 0): records}, batch_id=1, position=None, stores={"s": 1})
+    app = Application(application_id, tmp_path, cluster=StandaloneReplicas(limited))
+    app.key_value_store("s", 1, key_serde="bytes", value_serde="bytes")
+    with app:
+        store = app.store(
+            StoreQueryParameters.from_name_and_type("s", QueryableStoreTypes.key_value_store())
+        )
+        eventually(lambda: store.get(b"k10499") == b"v", "the replayed batch applied")
+        assert store.get(b"big") == b"B" * 300_000 and store.get(b"k00000") == b"v"
+        assert store.approximate_num_entries() == 10_501

@@ -1,8 +1,10 @@
 """`BatchWriter`: writes one batch to the changelogs and returns once all of it is durable.
 
-Per batch: every data record to exactly its store partition's changelog partition, then one
-batch marker on every changelog partition of every store the batch covers (partitions
-without data too: the position advances everywhere, SPEC 3.3), then a flush. `write`
+Per batch: every data record to exactly its store partition's changelog partition, a flush
+(every record delivered), then one batch marker on every changelog partition of every store
+the batch covers (partitions without data too: the position advances everywhere, SPEC 3.3),
+then a flush. No marker is written after a record that was not delivered: it would make
+followers apply the batch without it, and fence the replay that restores it. `write`
 returns only when the cluster acknowledged every record (`acks=all`); any delivery failure or
 timeout raises `DeliveryError`, and the producer is replaced, so nothing is reported done that
 is not durable.
@@ -194,19 +196,29 @@ class BatchWriter:
                             self._produce(producer, topic, key, value, partition, headers)
                     written += len(records)
                 if marker is not None:
+                    if written:
+                        # Every record delivered before any marker: the idempotent producer
+                        # keeps order but not every record (one that timed out in the queue,
+                        # a record batch the broker refused), and a marker after a lost
+                        # record would fence the replay that could restore it.
+                        self._flush(producer)
                     for store, partitions in stores.items():
                         for partition in range(partitions):
                             self._produce(
                                 producer, topics[store], MARKER_KEY, marker, partition,
                                 marker_header,
                             )  # fmt: skip
-                remaining = producer.flush(self._delivery_timeout + self._cluster.timeout)
-                if remaining or self._failed:
-                    raise self._error(remaining)
+                self._flush(producer)
             except BaseException:
                 self._discard(producer)
                 raise
         return written
+
+    def _flush(self, producer: Producer) -> None:
+        """Wait until everything produced is delivered; `DeliveryError` when some was not."""
+        remaining = producer.flush(self._delivery_timeout + self._cluster.timeout)
+        if remaining or self._failed:
+            raise self._error(remaining)
 
     def close(self) -> None:
         """Release the producer (there is never anything unsent between batches)."""
