@@ -42,6 +42,7 @@ def test_missing_topics_are_created_compacted_with_the_stores_partitions(
     assert partitions == 4
     assert config["cleanup.policy"] == "compact"
     assert config["segment.ms"] == "600000"
+    assert config["min.insync.replicas"] == "1", "the replication factor, up to 2"
     assert describe(cluster, topics["totals"])[0] == 1
 
 

@@ -113,7 +113,10 @@ def ensure_changelog_topics(
     existing = cluster_metadata(admin, cluster).topics
     missing = {topic: stores[store] for store, topic in topics.items() if topic not in existing}
     if missing:
-        config = {**cluster.topic_config, "cleanup.policy": CLEANUP_POLICY}
+        # A batch acknowledged (acks=all) by the leader alone would be lost with it: with
+        # replicas to spare, two must hold it (Kafka's advice), unless topic_config says.
+        in_sync = {"min.insync.replicas": str(min(2, cluster.replication_factor))}
+        config = {**in_sync, **cluster.topic_config, "cleanup.policy": CLEANUP_POLICY}
         refused = _create(admin, cluster, missing, config, _CHANGELOGS)
         if refused:
             raise ChangelogTopicError(
