@@ -183,12 +183,17 @@ class ProcessChangelogConsumer:
         by a whole batch's records, which a complete unit holds)."""
         received = self._received_frames
         deadline = time.monotonic() + timeout
-        while not any(frames.complete() or frames.ended for frames in received):
-            wait = deadline - time.monotonic()
-            ready = self._selector.select(max(0.0, wait))
+        while True:
+            # Every pipe is read each call, a frame waiting or not: a worker whose frames
+            # are buffered here must not keep the others' pipes full (their writes wait).
+            waiting = not any(frames.complete() or frames.ended for frames in received)
+            wait = max(0.0, deadline - time.monotonic()) if waiting else 0.0
+            ready = self._selector.select(wait)
             for selected, _ in ready:
                 received[selected.data].take_in()
-            if wait <= 0 and not ready:
+            if not waiting or any(frames.complete() or frames.ended for frames in received):
+                break
+            if not ready and wait <= 0:
                 break
         events: list[Event] = []
         for number, frames in enumerate(received):
