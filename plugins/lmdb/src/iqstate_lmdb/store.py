@@ -95,7 +95,6 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         path = directory / "lmdb"
         map_size = settings.initial_map_mb * 1024 * 1024
         create_environment(path, map_size=map_size, max_readers=settings.max_readers)
-        self._map_guard = MapGuard(self._closed_error)  # a closed one refuses every read
         lock = DirectoryLock(path)
         lock.acquire()  # LMDB must not be opened twice, even within one process
         try:
@@ -109,6 +108,8 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
             lock.release()
             raise
         self._env, self._lock, self._path = env, lock, path
+        # Reads of other threads, refused until now (the closed guard), begin from here.
+        self._map_guard = MapGuard(self._closed_error)
         try:
             self._data = env.open_db(DATA_DB)
             self._meta = env.open_db(OFFSETS_DB)
