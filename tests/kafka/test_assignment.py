@@ -79,6 +79,10 @@ class Progress:
         with self._lock:
             return (store, partition) in self._caught_up
 
+    def cut_off(self, store: str, partition: int) -> None:
+        with self._lock:
+            self._caught_up.discard((store, partition))
+
     def on_caught_up(self, listener: CaughtUpListener) -> None:
         self._listeners.append(listener)
 

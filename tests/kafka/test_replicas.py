@@ -209,6 +209,11 @@ def test_actives_are_announced_caught_up_once_they_reach_the_end_seen_at_activat
         static.assignment.rebalance({HOST_A: Assignment({KEY_VALUE: promoted})})
         eventually(lambda: len(announced) == 4, "the active back from the cut announced")
         assert announced[3] == ((KEY_VALUE, 0), 0)
+        # What the assignment does as it cuts its actives off: not caught up at once,
+        # whether or not the follower gets to see the cut-off role (a frozen process).
+        follower.cut_off(KEY_VALUE, 0)
+        assert not follower.caught_up(KEY_VALUE, 0)
+        eventually(lambda: len(announced) == 5, "caught up again as the active it still is")
 
 
 def test_an_active_catches_up_past_a_tail_it_cannot_apply(

@@ -354,6 +354,10 @@ class KafkaAssignment(AssignmentProvider):
                     for store, roles in mine.roles.items()
                 }
             )
+            if progress is not None:  # given back, each restores first (`with_restoring`)
+                for store, partition, role in mine.items():
+                    if role.is_active:
+                        progress.cut_off(store, partition)
         running = {
             heartbeat.member.host: heartbeat.member.actives - heartbeat.restoring
             for heartbeat in live.values()

@@ -265,6 +265,12 @@ class Follower:
             offsets = self._offsets.get((store, partition))
             return offsets is not None and offsets.caught_up
 
+    def cut_off(self, store: str, partition: int) -> None:
+        with self._lock:
+            offsets = self._offsets.get((store, partition))
+            if offsets is not None:
+                offsets.set_active(False)
+
     def on_caught_up(self, listener: CaughtUpListener) -> None:
         self._listeners.append(listener)
 

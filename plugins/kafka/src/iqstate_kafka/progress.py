@@ -37,6 +37,12 @@ class ReplicaProgress(Protocol):
         active; False until the follower itself follows it as the active."""
         ...
 
+    def cut_off(self, store: str, partition: int) -> None:
+        """The hosted active replica was cut off: it is no longer caught up, until the
+        follower follows it as an active again and it reaches a new target (whether or not
+        the follower saw the cut-off role in between)."""
+        ...
+
     def on_caught_up(self, listener: CaughtUpListener) -> None:
         """Call `listener` whenever an active replica hosted here catches up."""
         ...
