@@ -38,6 +38,9 @@ def test_settings_librdkafka_refuses_are_refused_at_once_by_name() -> None:
         ({"linger.ms": "soon"}, "Invalid value"),
         ({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}, "sasl.username"),
         ({"fetch.max.bytes": 1000}, "fetch.max.bytes"),  # a consumer's rule
+        # the idempotent writer's rules (they were refused at the first batch only)
+        ({"max.in.flight.requests.per.connection": 100}, "max.in.flight"),
+        ({"retries": 0}, "retries"),
     ):
         with pytest.raises(ValueError, match=f"client_config: .*{re.escape(named)}"):
             KafkaCluster("localhost:9092", client_config=config)

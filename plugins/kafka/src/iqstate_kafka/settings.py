@@ -168,8 +168,8 @@ _SILENT.propagate = False
 def _check_client_config(config: Mapping[str, Any]) -> None:
     """Refuse settings librdkafka refuses (an unknown name, a bad value, a certificate file
     it cannot read) now, naming them, rather than when the first client is made at start.
-    librdkafka checks them when a client is created: a producer and a consumer are, without
-    a broker to reach, and dropped (their warnings about settings for the other kind of
+    librdkafka checks them when a client is created: a producer (idempotent, as iqstate's
+    writers are) and a consumer are, without a broker to reach, and dropped (their warnings about settings for the other kind of
     client are not shown)."""
     # The user's callbacks are left out: an `oauth_cb` would fetch a real token.
     checked = {key: value for key, value in config.items() if not callable(value)}
@@ -179,7 +179,9 @@ def _check_client_config(config: Mapping[str, Any]) -> None:
 
     settings = {**checked, "bootstrap.servers": "", "logger": _SILENT}
     try:
-        Producer(settings)
+        # As the batch writer makes it: idempotence refuses some settings (retries=0, more
+        # than 5 requests in flight) that a plain producer takes.
+        Producer({**settings, "enable.idempotence": True, "acks": "all"})
         Consumer({"group.id": "iqstate-config-check", **settings}).close()
     except KafkaException as exc:
         raise ValueError(f"client_config: {exc.args[0].str()}") from None
