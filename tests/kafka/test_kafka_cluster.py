@@ -41,6 +41,7 @@ def test_settings_librdkafka_refuses_are_refused_at_once_by_name() -> None:
         # the idempotent writer's rules (they were refused at the first batch only)
         ({"max.in.flight.requests.per.connection": 100}, "max.in.flight"),
         ({"retries": 0}, "retries"),
+        ({"enable.gapless.guarantee": True}, "enable.gapless.guarantee"),  # a plain producer's
     ):
         with pytest.raises(ValueError, match=f"client_config: .*{re.escape(named)}"):
             KafkaCluster("localhost:9092", client_config=config)

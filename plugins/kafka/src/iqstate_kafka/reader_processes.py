@@ -184,13 +184,16 @@ class ProcessChangelogConsumer:
         received = self._received_frames
         deadline = time.monotonic() + timeout
         while True:
-            # Every pipe is read each call, a frame waiting or not: a worker whose frames
-            # are buffered here must not keep the others' pipes full (their writes wait).
+            # Every pipe without a whole frame here is read each call: a worker whose frame
+            # waits here must not keep the others' pipes full (their writes wait), and its
+            # own pipe stays full while its frames wait (a worker reads no further ahead).
             waiting = not any(frames.complete() or frames.ended for frames in received)
             wait = max(0.0, deadline - time.monotonic()) if waiting else 0.0
             ready = self._selector.select(wait)
             for selected, _ in ready:
-                received[selected.data].take_in()
+                frames = received[selected.data]
+                if not frames.complete():
+                    frames.take_in()
             if not waiting or any(frames.complete() or frames.ended for frames in received):
                 break
             if not ready and wait <= 0:

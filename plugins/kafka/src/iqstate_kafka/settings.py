@@ -168,9 +168,9 @@ _SILENT.propagate = False
 def _check_client_config(config: Mapping[str, Any]) -> None:
     """Refuse settings librdkafka refuses (an unknown name, a bad value, a certificate file
     it cannot read) now, naming them, rather than when the first client is made at start.
-    librdkafka checks them when a client is created: a producer (idempotent, as iqstate's
-    writers are) and a consumer are, without a broker to reach, and dropped (their warnings about settings for the other kind of
-    client are not shown)."""
+    librdkafka checks them when a client is created: producers (plain, and idempotent as the
+    batch writer's) and a consumer are, without a broker to reach, and dropped (their
+    warnings about settings for the other kind of client are not shown)."""
     # The user's callbacks are left out: an `oauth_cb` would fetch a real token.
     checked = {key: value for key, value in config.items() if not callable(value)}
     if not checked:
@@ -179,8 +179,10 @@ def _check_client_config(config: Mapping[str, Any]) -> None:
 
     settings = {**checked, "bootstrap.servers": "", "logger": _SILENT}
     try:
-        # As the batch writer makes it: idempotence refuses some settings (retries=0, more
-        # than 5 requests in flight) that a plain producer takes.
+        # Plain, as most of iqstate's producers are, and idempotent, as the batch writer's
+        # is: each refuses settings the other takes (`enable.gapless.guarantee`; retries=0,
+        # more than 5 requests in flight).
+        Producer(settings)
         Producer({**settings, "enable.idempotence": True, "acks": "all"})
         Consumer({"group.id": "iqstate-config-check", **settings}).close()
     except KafkaException as exc:

@@ -114,8 +114,9 @@ def ensure_changelog_topics(
     missing = {topic: stores[store] for store, topic in topics.items() if topic not in existing}
     if missing:
         # A batch acknowledged (acks=all) by the leader alone would be lost with it: with
-        # replicas to spare, two must hold it (Kafka's advice), unless topic_config says.
-        in_sync = {"min.insync.replicas": str(min(2, cluster.replication_factor))}
+        # three replicas, two must hold it (Kafka's advice: with two, one broker away
+        # would stop every write), unless topic_config says otherwise.
+        in_sync = {"min.insync.replicas": "2" if cluster.replication_factor >= 3 else "1"}
         config = {**in_sync, **cluster.topic_config, "cleanup.policy": CLEANUP_POLICY}
         refused = _create(admin, cluster, missing, config, _CHANGELOGS)
         if refused:

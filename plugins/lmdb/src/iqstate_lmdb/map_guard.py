@@ -23,13 +23,13 @@ class MapGuard:
     until it ends (the guard itself is the context manager, no object made per read: it is
     on every scan's path)."""
 
-    def __init__(self, closed_error: Callable[[], Exception]) -> None:
+    def __init__(self, closed_error: Callable[[], Exception], *, closed: bool = False) -> None:
         self._lock = threading.Lock()
         self._turns = threading.Condition(self._lock)
         """Waits on `_lock`: for the growth (or close) to end, or for the readers to."""
         self._readers = 0
         self._growing = False
-        self._closed = False
+        self._closed = closed
         self._closed_error = closed_error
         """The error a read begun after `closing` raises."""
 
@@ -59,6 +59,11 @@ class MapGuard:
                 self._turns.notify_all()
         finally:
             self._lock.release()
+
+    @property
+    def closed(self) -> bool:
+        """Whether reads are refused (`closing` ended)."""
+        return self._closed
 
     @contextmanager
     def growth(self) -> Iterator[None]:

@@ -80,9 +80,9 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         self._reader: Any = None
         """A read transaction reused by key reads until the next commit."""
         self._reader_lock = threading.Lock()
-        self._map_guard = MapGuard(self._closed_error)
+        self._map_guard = MapGuard(self._closed_error, closed=True)
         """Other read transactions, counted so that the map grows (and the environment
-        closes) only while none is open."""
+        closes) only while none is open; closed (reads refused) until the store is open."""
         self._path = Path()
 
     @property
@@ -108,8 +108,6 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
             lock.release()
             raise
         self._env, self._lock, self._path = env, lock, path
-        # Reads of other threads, refused until now (the closed guard), begin from here.
-        self._map_guard = MapGuard(self._closed_error)
         try:
             self._data = env.open_db(DATA_DB)
             self._meta = env.open_db(OFFSETS_DB)
@@ -143,6 +141,7 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
         except BaseException:
             self._release()
             raise
+        self._map_guard = MapGuard(self._closed_error)  # other threads' reads begin now
         return stored
 
     def _seal_existing(self, txn: Any) -> None:
@@ -251,7 +250,7 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
 
     def _begin_reader(self) -> Any:
         """Begin the reused read transaction (the caller holds `_reader_lock`)."""
-        if self._env is None:  # closed by another thread since this read began
+        if self._env is None or self._map_guard.closed:  # closed meanwhile, or not open yet
             raise self._closed_error()
         self._reader = self._env.begin(db=self._data)
         return self._reader
