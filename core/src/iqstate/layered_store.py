@@ -20,9 +20,9 @@ from iqstate.keyspace import prefix_upper_bound
 from iqstate.position import Position, TopicPartition
 from iqstate.serdes import Serdes
 from iqstate.store import KeyValueStore
+from iqstate.timestamped import MAX_MS, MIN_MS
 
 _LENGTH = struct.Struct(">I")
-_MIN_TIME, _MAX_TIME = -(1 << 63), (1 << 63) - 1
 _time = Serdes.int64()  # 8 order-preserving bytes
 
 
@@ -69,12 +69,12 @@ class KeySpaceStore(EngineStore):
         time as 8 order-preserving bytes) with a time in `[time_from, time_to]`, in key
         order: each time's keys whatever their rest (0xff and more included), nothing of
         the next key space."""
-        if time_from > time_to or time_to < _MIN_TIME or time_from > _MAX_TIME:
+        if time_from > time_to or time_to < MIN_MS or time_from > MAX_MS:
             return []
-        lower = prefix + _time.serialize(max(time_from, _MIN_TIME))
+        lower = prefix + _time.serialize(max(time_from, MIN_MS))
         upper = (
             prefix_upper_bound(prefix)  # the next key space's first key
-            if time_to >= _MAX_TIME
+            if time_to >= MAX_MS
             else prefix + _time.serialize(time_to + 1)
         )
         start, end = len(prefix), len(prefix) + 8

@@ -332,8 +332,6 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         passes it: a put at the boundary is still kept, so the tombstone's changelog record
         cannot be named expired yet (`expired_by`), and dropping it unnamed would leave
         that record for ever. It answers as a dropped key would (no value)."""
-        if boundary <= MIN_TIME:
-            return []
         return self.index_between(_TOMBSTONES, MIN_TIME, boundary - 1)
 
     # -- reads -------------------------------------------------------------------------

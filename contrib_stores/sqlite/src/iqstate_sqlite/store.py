@@ -63,14 +63,18 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
         using = self._using
         using.acquire()
         try:
-            db = self._db
-            if db is None:  # closed by another thread since this read began
-                raise self._closed_error()
-            return db.execute(sql, parameters).fetchall()
+            return self._connection().execute(sql, parameters).fetchall()
         except sqlite3.Error as error:
             raise sqlite_error(self._path, error) from error
         finally:
             using.release()
+
+    def _connection(self) -> sqlite3.Connection:
+        """The open connection (the caller holds `_using`); a store closed by another
+        thread since the caller began raises the closed-store error."""
+        if self._db is None:
+            raise self._closed_error()
+        return self._db
 
     def _open_storage(self, directory: Path, context: StateStoreContext) -> StoredState:
         settings = SQLiteSettings.from_config(context.config, store=self.name)
@@ -205,9 +209,7 @@ class SQLiteKeyValueStore(PersistentKeyValueStore):
 
     def _write(self, commit: Commit) -> None:
         with self._using:  # no other thread's statement inside the transaction
-            db = self._db
-            if db is None:
-                raise self._closed_error()
+            db = self._connection()
             try:
                 self._transaction(db, commit)
             except sqlite3.Error as error:

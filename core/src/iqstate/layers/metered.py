@@ -83,19 +83,6 @@ class SerdeLayer(WrappedStore[S], Generic[S, K, V]):
 
     _refused: frozenset[type[Query[Any]]]
 
-    def init(self, context: StateStoreContext) -> None:
-        super().init(context)
-        typed = context.handlers.query_types_of_kinds(SERDE_LAYER_KINDS)
-        self._refused = frozenset(typed - self._handlers.keys())
-        for query_type in self._refused:
-            self._handlers[query_type] = _typed_elsewhere
-
-    def handles(self, query_type: type[Query[Any]]) -> bool:
-        return super().handles(query_type) and query_type not in self._refused
-
-    def query_types(self) -> frozenset[type]:
-        return super().query_types() - self._refused
-
     def __init__(self, wrapped: S, key_serde: Serde[K], value_serde: Serde[V]) -> None:
         super().__init__(wrapped)
         self.key_serde = key_serde
@@ -108,6 +95,19 @@ class SerdeLayer(WrappedStore[S], Generic[S, K, V]):
         self.metrics = StoreMetrics(wrapped.name)
         self._commit_sensor = self.metrics.sensor("commit")
         self._refused = frozenset()
+
+    def init(self, context: StateStoreContext) -> None:
+        super().init(context)
+        typed = context.handlers.query_types_of_kinds(SERDE_LAYER_KINDS)
+        self._refused = frozenset(typed - self._handlers.keys())
+        for query_type in self._refused:
+            self._handlers[query_type] = _typed_elsewhere
+
+    def handles(self, query_type: type[Query[Any]]) -> bool:
+        return super().handles(query_type) and query_type not in self._refused
+
+    def query_types(self) -> frozenset[type]:
+        return super().query_types() - self._refused
 
     def encode_key(self, key: K) -> bytes:
         try:

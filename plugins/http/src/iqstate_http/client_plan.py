@@ -323,12 +323,9 @@ def _unknown_query_type(
     if served is None or type_name in served or type_name not in BUILTIN_CODECS:
         return None  # a plugin's query type: the store may answer it
     named = request.partition_set
-    if named is not None:
-        if not all(0 <= number < store.partitions for number in named):
-            return None
-        asked: Iterable[int] = sorted(named)
-    else:
-        asked = range(store.partitions) if key_partition is None else (key_partition,)
+    if named is not None and not all(0 <= number < store.partitions for number in named):
+        return None
+    asked = sorted(named) if named is not None else _partitions_of(key_partition, store)
     answered = ", ".join(sorted(BUILTIN_CODECS[name].query_type.__name__ for name in served))
     message = (
         f"This store ({store.store_type} store {store.name!r}) doesn't know how to execute "

@@ -187,14 +187,14 @@ class ProcessChangelogConsumer:
             # Every pipe without a whole frame here is read each call: a worker whose frame
             # waits here must not keep the others' pipes full (their writes wait), and its
             # own pipe stays full while its frames wait (a worker reads no further ahead).
-            waiting = not any(frames.complete() or frames.ended for frames in received)
+            waiting = not any(frames.to_hand_out() for frames in received)
             wait = max(0.0, deadline - time.monotonic()) if waiting else 0.0
             ready = self._selector.select(wait)
             for selected, _ in ready:
                 frames = received[selected.data]
                 if not frames.complete():
                     frames.take_in()
-            if not waiting or any(frames.complete() or frames.ended for frames in received):
+            if not waiting or any(frames.to_hand_out() for frames in received):
                 break
             if not ready and wait <= 0:
                 break
@@ -273,7 +273,11 @@ class _Frames:
 
     def complete(self) -> bool:
         """Whether a whole frame has arrived."""
-        return len(self._data) >= _FRAME.size and len(self._data) >= self._needed()
+        return len(self._data) >= self._needed()
+
+    def to_hand_out(self) -> bool:
+        """Whether `read` has something of this pipe to act on: a frame, or its end."""
+        return self.ended or self.complete()
 
     def take_in(self) -> None:
         """Read what the pipe holds (call it once the selector says it is readable)."""

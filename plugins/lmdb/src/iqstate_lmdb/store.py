@@ -172,7 +172,8 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                             # Readers stop before the write transaction ends: its abort
                             # waits until no thread is inside an LMDB call, which readers
                             # that keep reading never let happen (py-lmdb 3).
-                            stopped = self._stop_readers(growing)
+                            self._stop_readers(growing)
+                            stopped = True
                             raise
                 except lmdb.MapFullError:
                     # (Full at the commit, the transaction ended already.) LMDB resizes
@@ -189,11 +190,10 @@ class LMDBKeyValueStore(PersistentKeyValueStore):
                 except lmdb.Error as error:  # a full disk, or damage the write met
                     raise write_error(self._path, error) from error
 
-    def _stop_readers(self, until: contextlib.ExitStack) -> bool:
+    def _stop_readers(self, until: contextlib.ExitStack) -> None:
         """Stop this process's reads of the map until `until` closes (see `_in_write`)."""
         until.enter_context(self._map_guard.growth())
         until.enter_context(self._reader_lock)
-        return True
 
     def _drop_reader(self) -> None:
         """End the reused read transaction: after a commit or at a close."""
