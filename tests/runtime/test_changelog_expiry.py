@@ -30,6 +30,7 @@ from iqstate.keyspace import decode_window_key, encode_window_key
 from iqstate.plugins import default_registry
 from iqstate.runtime import ACTIVE, STANDBY
 from iqstate.runtime.assignment import PartitionRole
+from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.session_store import LayeredSessionStore, decode_session_key, encode_session_key
 from iqstate.store import SessionStore, WindowStore
@@ -287,6 +288,45 @@ def test_a_compacted_versioned_changelog_holds_the_versions_the_store_holds(
                                     logging=True)  # fmt: skip
     with again:  # restored through the tombstones of expired versions (null values)
         assert versions_held(again) == versions_logged(changelog)
+
+
+def test_what_a_unit_expired_is_owed_when_the_record_after_its_commit_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record of committed partitions is written after the store commit; when it fails
+    (a full disk) the commit stands and the follower reads on past the unit, so the unit's
+    tombstones come with the next unit's: without them compaction keeps the expired
+    versions for good, and every restore reads them."""
+    app = Application("exp", tmp_path)
+    spec = app.versioned_key_value_store("v", 1, RETENTION, engine="rocksdb")
+    directory = tmp_path / "exp" / "v" / "0"
+    directory.mkdir(parents=True)
+    context = StateStoreContext(
+        application_id="exp", store_name="v", partition=0, directory=directory,
+        changelog_partition=TopicPartition("exp-v-changelog", 0),
+        query_handlers=default_registry().query_handlers,
+    )  # fmt: skip
+    committed = CommittedPartitions(tmp_path / "exp" / "v")
+    hosted = HostedPartition(spec, 0, ACTIVE, context, committed, followed=True)
+    hosted.open()
+    def disk_full(self: CommittedPartitions, partition: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(CommittedPartitions, "add", disk_full)
+    first = [  # k@0 falls behind the retention once 100 is seen
+        encode_version_record(b"k", 0, b"a"),
+        encode_version_record(b"k", 10, b"b"),
+        encode_version_record(b"other", 100, b"y"),
+    ]
+    with pytest.raises(OSError, match="No space"):
+        hosted.apply_changelog(first, 1, Position.from_map({"s": {0: 1}}), 4)
+    monkeypatch.undo()
+    second = [encode_version_record(b"other", 110, b"z")]
+    expired = hosted.apply_changelog(second, 2, Position.from_map({"s": {0: 2}}), 6)
+    assert expired == [version_key(b"k", 0)], "the first unit's tombstone, owed till now"
+    assert 0 in CommittedPartitions(tmp_path / "exp" / "v"), "recorded at the next commit"
+    assert hosted.apply_changelog([], None, None, 7) == [], "owed once"
+    hosted.close()
 
 
 def test_an_active_versioned_replica_names_the_versions_a_unit_expired(tmp_path: Path) -> None:

@@ -87,6 +87,9 @@ class HostedPartition:
         """Where this partition's untrusted files were moved before a rebuild."""
         self._reopen_before_applying = False
         """A commit of changelog records failed: the store is opened again first."""
+        self._expired_owed: list[bytes] = []
+        """What committed units expired whose tombstones were not handed to the follower
+        (the record after their commit failed): handed over with the next unit's."""
         self._offsets: OffsetKeeper | None = None
         self._topic_ids = TopicIds()
         self._committed = committed
@@ -245,6 +248,9 @@ class HostedPartition:
             if self._reopen_before_applying:
                 self._reopen_chain()  # raises while the cause lasts: the follower retries
             expired = self.chain.expired_records(entries) if entries and self.role.is_active else []
+            if self._expired_owed and self.role.is_active:
+                expired = self._expired_owed + expired
+                self._expired_owed = []
             # where subscriptions' positions start from, read only when some follow here
             before = self.chain.position if self.changes.live else None
             kept = self.chain.kept_records(entries) if before is not None and entries else None
@@ -262,6 +268,9 @@ class HostedPartition:
                 raise
             try:
                 self._after_commit()  # may fail (its record): the commit stands
+            except BaseException:  # the follower reads on past the unit: owe its tombstones
+                self._expired_owed = expired
+                raise
             finally:  # the commit is durable: subscriptions get it, or never will
                 if before is not None:
                     if batches is None:  # one batch at a marker, else part of a batch
