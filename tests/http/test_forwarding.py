@@ -211,6 +211,36 @@ def test_one_bad_record_fails_its_partition_only(tmp_path: Path) -> None:
             assert str(damaged) in page.json()["error"]["partitions"]
 
 
+def test_a_replica_whose_store_fails_to_read_gives_way_to_the_next_one(
+    tmp_path: Path,
+) -> None:
+    """A's standby of key-0012's partition fails to read it (a damaged record), B's running
+    active holds it: a caller accepting a lag, asking A, which tries its own replica first,
+    gets B's answer, on the key route and `POST /v1/query`; with B gone, the store failure
+    is the answer (not that B is unreachable)."""
+    rows = {f"key-{i:04d}": i + 1 for i in range(60)}  # key-0012 holds 13
+    damaged = partition_of("key-0012")
+    assert damaged % 2 == 1, "an odd partition: B is its running active, A its standby"
+    with two_instances(tmp_path, rows=rows, value_serde=(_Fragile(), "int64")) as (a, b):
+        lagged = httpx.get(f"{a.url}/v1/stores/counts/keys/key-0012?acceptable_lag=0")
+        assert lagged.status_code == 200, lagged.text
+        assert lagged.json()["value"] == 13 and lagged.json()["host"] == str(b.host)
+        answer = post(a.url, {"query": {"type": "range"}, "acceptable_lag": 0}).json()
+        entry = answer["partitions"][str(damaged)]
+        assert entry["ok"] and entry["host"] == str(b.host), entry
+        assert {k: v for e in answer["partitions"].values() for k, v in e["value"]} == rows
+    with two_instances(
+        tmp_path / "alone", rows=rows, value_serde=(_Fragile(), "int64"), standby_lag=5
+    ) as (a, b):
+        b.server.stop()
+        failed = httpx.get(f"{a.url}/v1/stores/counts/keys/key-0012?acceptable_lag=5")
+        assert failed.status_code == 503
+        error = failed.json()["error"]
+        assert error["code"] == "store_exception" and "unreadable" in error["message"]
+        answer = post(a.url, {"query": {"type": "range"}, "acceptable_lag": 5}).json()
+        assert answer["partitions"][str(damaged)]["failure"] == "STORE_EXCEPTION"
+
+
 def test_range_requests_beyond_the_limits_wait_or_get_503_with_retry_after(
     tmp_path: Path,
 ) -> None:

@@ -48,16 +48,18 @@ def two_instances(
     tmp_path: Path,
     rows: Mapping[str, Any] | None = None,
     standby_lag: int = 0,
-    value_serde: str | Serde[Any] = "int64",
+    value_serde: str | Serde[Any] | tuple[str | Serde[Any], str | Serde[Any]] = "int64",
     **service: Any,
 ) -> Iterator[tuple[Instance, Instance]]:
-    """Instances A and B serving `counts` (see the module doc); `service` goes to
-    `start_background` (limits, `max_rows`, ...)."""
+    """Instances A and B serving `counts` (see the module doc), each with `value_serde`
+    (or A and B with one each, a pair); `service` goes to `start_background` (limits,
+    `max_rows`, ...)."""
+    serdes = value_serde if isinstance(value_serde, tuple) else (value_serde, value_serde)
     hosts = [HostInfo("127.0.0.1", free_port()) for _ in range(2)]
     cluster = layout(*hosts)
     started: list[Instance] = []
     try:
-        for name, host in zip("ab", hosts, strict=True):
+        for name, host, serde in zip("ab", hosts, serdes, strict=True):
             mine = cluster[host]
             assignment = StaticAssignment(
                 {host: Assignment({"counts": dict.fromkeys(range(PARTITIONS), ACTIVE)})},
@@ -68,7 +70,7 @@ def two_instances(
                 },
             )
             app = Application("pair", tmp_path / name, str(host), assignment=assignment)
-            app.key_value_store("counts", PARTITIONS, value_serde=value_serde)
+            app.key_value_store("counts", PARTITIONS, value_serde=serde)
             app.start()
             with app.begin_batch(position=POSITION, batch_id=1) as batch:
                 batch.put_all("counts", list((rows if rows is not None else ROWS).items()))

@@ -309,6 +309,7 @@ def test_what_a_unit_expired_is_owed_when_the_record_after_its_commit_fails(
     committed = CommittedPartitions(tmp_path / "exp" / "v")
     hosted = HostedPartition(spec, 0, ACTIVE, context, committed, followed=True)
     hosted.open()
+
     def disk_full(self: CommittedPartitions, partition: int) -> None:
         raise OSError(28, "No space left on device")
 

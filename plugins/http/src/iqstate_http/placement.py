@@ -2,8 +2,10 @@
 
 Round n asks each pending partition's next candidate (`ReplicaChoice` orders them); a
 partition whose answer is a failure another replica may not have (`NOT_ACTIVE`,
-`NOT_PRESENT`, `NOT_UP_TO_BOUND`, or no answer at all) is pending again, until it runs out
-of candidates and keeps its last failure. No I/O here: the service does the asking.
+`NOT_PRESENT`, `NOT_UP_TO_BOUND`, `STORE_EXCEPTION`, or no answer at all) is pending again,
+until it runs out of candidates and keeps its last failure, or the first
+`STORE_EXCEPTION`: what a store failed to read says more than that the next replica was
+too far behind. No I/O here: the service does the asking.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any
 from iqstate_http.local_answers import failure_entry
 from iqstate_http.replica_choice import Replica, ReplicaChoice
 
-RETRY_ELSEWHERE = frozenset({"NOT_ACTIVE", "NOT_PRESENT", "NOT_UP_TO_BOUND"})
+RETRY_ELSEWHERE = frozenset({"NOT_ACTIVE", "NOT_PRESENT", "NOT_UP_TO_BOUND", "STORE_EXCEPTION"})
+STORE_FAILED = "STORE_EXCEPTION"
 
 
 class Placement:
@@ -57,14 +60,23 @@ class Placement:
 
     def record(self, partition: int, entry: dict[str, Any]) -> None:
         """One partition's answer from the replica it was asked in this round."""
-        self.final[partition] = entry
-        if not entry["ok"] and entry["failure"] in RETRY_ELSEWHERE:
+        if entry["ok"]:
+            self.final[partition] = entry
+            return
+        self._failed(partition, entry)
+        if entry["failure"] in RETRY_ELSEWHERE:
             self._pending.add(partition)
 
     def retry(self, partition: int, entry: dict[str, Any]) -> None:
         """A partition whose replica gave no answer: its failure, and the next candidate."""
-        self.final[partition] = entry
+        self._failed(partition, entry)
         self._pending.add(partition)
+
+    def _failed(self, partition: int, entry: dict[str, Any]) -> None:
+        """A failure for `partition`: its final entry unless a store already failed it."""
+        earlier = self.final.get(partition)
+        if earlier is None or earlier["ok"] or earlier["failure"] != STORE_FAILED:
+            self.final[partition] = entry
 
     def again(self, partition: int) -> None:
         """Ask the partition's replica of this round again next round (its answer was

@@ -142,6 +142,7 @@ KEY_ROUTE = "/v1/stores/{store}/keys/{key}"
 OTHER_ROUTE = "other"
 """The route label of a request that matched no route."""
 _FORWARDED = FORWARDED_HEADER.encode()
+_STORE_FAILED = FailureReason.STORE_EXCEPTION.name.lower()
 _RUNNING, _NO_LAG = json_bytes(RUNNING), b"0"
 """The role and lag of the key route's answer from this instance's running active (the
 busiest answer)."""
@@ -634,7 +635,8 @@ class QueryService:
     ) -> bytes:
         """The key route's body from a replica other than this instance's running active: a
         local standby or restoring replica `lag` accepts, or another instance's (one hop);
-        `ApiError` 503 with the last failure when none answers."""
+        `ApiError` 503 with the last failure when none answers (the first store failure
+        when one failed to read the key: the next replica too far behind says less)."""
         partition = spec.partition_of(key, spec.key_serde.serialize(key))
         failure: tuple[str, str] | None = None
         for replica in self.replicas.candidates(spec.name, partition, lag):
@@ -647,10 +649,17 @@ class QueryService:
                     # standby rebuilt since holds nothing, and would answer absent.
                     now = self.replicas.here_now(spec.name, (partition,))[partition]
                     local = now if now is not None and now.within(lag) else None
-                body = None if local is None else self._local_key_body(spec, read, key, local)
+                try:
+                    body = None if local is None else self._local_key_body(spec, read, key, local)
+                except ApiError as exc:
+                    if exc.code != _STORE_FAILED:
+                        raise
+                    failure = (exc.code, exc.message)  # another replica may read it
+                    continue
                 if body is not None:
                     return body
-                failure = ("not_active", f"the replica on {replica.host} may not answer now")
+                if failure is None or failure[0] != _STORE_FAILED:
+                    failure = ("not_active", f"the replica on {replica.host} may not answer now")
                 continue
             if forwarded:  # one hop: this instance's replica or nothing
                 continue
@@ -662,7 +671,8 @@ class QueryService:
                 return answer.body
             if answer.unreachable:
                 self.replicas.invalidate()
-            failure = (failure_reason_of(answer.code).name.lower(), answer.message)
+            if failure is None or failure[0] != _STORE_FAILED:  # what failed to read says most
+                failure = (failure_reason_of(answer.code).name.lower(), answer.message)
         if failure is None:
             reason, message = self.replicas.why_none(spec.name, partition, lag, forwarded)
             failure = (reason.name.lower(), message)
