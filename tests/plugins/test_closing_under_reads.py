@@ -23,7 +23,7 @@ from iqstate_sqlite import SQLiteKeyValueStore
 store_class = {
     "lmdb": LMDBKeyValueStore, "rocksdb": RocksDBKeyValueStore, "sqlite": SQLiteKeyValueStore
 }[sys.argv[1]]
-root, rounds = Path(sys.argv[2]), int(sys.argv[3])
+root, rounds, reopen = Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "reopen"
 wrong, closed_errors = [], 0
 for round_ in range(rounds):
     store = store_class("s")
@@ -55,9 +55,14 @@ for round_ in range(rounds):
     go.set()
     time.sleep(0.005)
     store.close()
+    if reopen:  # the same object opened again under the readers: a new handle
+        store.init(make_context(root / str(round_), "s"))
+        time.sleep(0.005)
     done.set()
     for thread in threads:
         thread.join()
+    if reopen:
+        store.close()
     reopened = store_class("s")
     reopened.init(make_context(root / str(round_), "s"))
     assert reopened.get(b"k004999") == b"v" * 100
@@ -66,12 +71,14 @@ print(json.dumps({"wrong": sorted(set(wrong)), "closed_errors": closed_errors}))
 """
 
 
+@pytest.mark.parametrize("then", ["close", "reopen"])
 @pytest.mark.parametrize("engine", ["lmdb", "rocksdb", "sqlite"])
 def test_a_close_under_other_threads_reads_is_a_closed_store_never_damage_or_a_crash(
-    engine: str, tmp_path: Path
+    engine: str, then: str, tmp_path: Path
 ) -> None:
+    """`reopen`: the store object is opened again at once, while the readers go on."""
     child = subprocess.run(
-        [sys.executable, "-c", READERS_AND_A_CLOSE, engine, str(tmp_path), "15"],
+        [sys.executable, "-c", READERS_AND_A_CLOSE, engine, str(tmp_path), "15", then],
         capture_output=True,
         text=True,
         timeout=300,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rocksdict import ReadOptions, WriteBatch
+from rocksdict import Rdict, ReadOptions, WriteBatch
 
 from iqstate.codec import (
     decode_position,
@@ -130,16 +130,18 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
             raise database_error(self._path, error) from error
 
     def _read(self, key: bytes) -> bytes | None:
+        db = self._db
         try:
-            value: bytes | None = self._db.get(key)
+            value: bytes | None = db.get(key)
         except Exception as error:
-            raise self._read_failed(error) from error
+            raise self._read_failed(error, db) from error
         return value
 
-    def _read_failed(self, error: Exception) -> Exception:
-        """The error to raise for a read that failed with `error`: a read of a store
-        another thread closed meanwhile is not damage."""
-        if self._db is None:
+    def _read_failed(self, error: Exception, db: Rdict | None) -> Exception:
+        """The error to raise for a read of handle `db` that failed with `error`: a read
+        of a store another thread closed meanwhile (and maybe opened again: a new handle)
+        is not damage."""
+        if self._db is None or self._db is not db:
             return self._closed_error()
         if isinstance(error, CorruptStateError):
             return error
@@ -183,22 +185,23 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
             if (
                 len(pairs) == limit
                 or _reached_bound(pairs, lower, upper, reverse, upper_inclusive)
-                or self._ended(options, pairs, lower, reverse)
+                or self._ended(db, options, pairs, lower, reverse)
             ):
                 return pairs
             checked = checked_items(
                 db, self._path, lower, upper, reverse=reverse, upper_inclusive=upper_inclusive
             )
         except Exception as error:
-            raise self._read_failed(error) from error
+            raise self._read_failed(error, db) from error
         return checked if limit is None else checked[:limit]
 
+    @staticmethod
     def _ended(
-        self, options: ReadOptions, pairs: list[Pair], lower: bytes | None, reverse: bool
+        db: Rdict, options: ReadOptions, pairs: list[Pair], lower: bytes | None, reverse: bool
     ) -> bool:
-        """Whether the range ends after `pairs`: a raw iterator placed past the last pair
-        read finds nothing left in range. Raises when the iterator reports an error."""
-        iterator = self._db.iter(options)
+        """Whether the range ends after `pairs`: a raw iterator of `db` placed past the last
+        pair read finds nothing left in range. Raises when the iterator reports an error."""
+        iterator = db.iter(options)
         if pairs:
             iterator.seek(pairs[-1][0])
             if reverse:
@@ -217,10 +220,11 @@ class RocksDBKeyValueStore(PersistentKeyValueStore):
         return True
 
     def _count(self) -> int:
+        db = self._db
         try:
-            return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
+            return int(db.property_int_value("rocksdb.estimate-num-keys") or 0)
         except Exception as error:
-            raise self._read_failed(error) from error
+            raise self._read_failed(error, db) from error
 
     def _write(self, commit: Commit) -> None:
         # In key order: RocksDB inserts a batch into its memtable (a skip list) one key
