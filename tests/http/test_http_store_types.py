@@ -408,6 +408,32 @@ def test_merged_pages_of_a_versioned_range(served: Served, as_of: int | None) ->
     assert len({key for key, _ in rows}) == len(rows)  # never a key twice
 
 
+@pytest.mark.parametrize("as_of", [None, 150])
+def test_the_routing_client_pages_any_range_type_query_with_typed_rows(
+    served: Served, as_of: int | None
+) -> None:
+    versioned = VersionedRangeQuery.with_range(None, None)
+    if as_of is not None:
+        versioned = versioned.as_of(as_of)
+    expected = [(user, version_at(i, as_of)) for i, user in enumerate(USERS)]
+    stamped = TimestampedRangeQuery.with_range("item-05", "item-54")
+    with RemoteQueryClient(served.url) as client:
+        rows = list(client.scan("profiles", versioned, page_size=6))
+        assert rows == [(user, record) for user, record in expected if record is not None]
+        prices = list(client.scan("prices", stamped, page_size=7))
+        assert prices == [(f"item-{i:02d}", ValueAndTimestamp(i, 1000 + i)) for i in range(5, 55)]
+        with pytest.raises(TypeError, match="KeyQuery cannot be paged"):
+            client.scan("prices", KeyQuery.with_key("item-01"))
+        with pytest.raises(ValueError, match="page_size"):
+            client.scan("prices", stamped, page_size=0)
+
+    async def scanned() -> list[tuple[Any, Any]]:
+        async with AsyncRemoteQueryClient(served.url) as client:
+            return [row async for row in client.scan("profiles", versioned, page_size=10)]
+
+    assert asyncio.run(scanned()) == rows
+
+
 def test_a_versioned_range_page_cursor_belongs_to_its_query(served: Served) -> None:
     first = served.query(
         "profiles", {"type": "versioned_range", "as_of": 150}, merge=True, limit=5

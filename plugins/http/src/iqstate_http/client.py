@@ -30,16 +30,18 @@ from typing import Any
 import httpx
 from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
 
-from iqstate import ChangeBatch, Position, StateQueryRequest, StateQueryResult
+from iqstate import ChangeBatch, Position, Query, StateQueryRequest, StateQueryResult
 from iqstate_http.client_plan import (
     Call,
     ClientLogic,
     NoInstanceReached,
+    Paging,
     Plan,
     Reply,
     Wait,
     bounded,
     query_json,
+    range_query,
     run_plan,
 )
 from iqstate_http.client_subscribe import (
@@ -178,7 +180,26 @@ class RemoteQueryClient:
         """Every `(key, value)` of `store` from `lower` to `upper` (inclusive, either may be
         None), in key order across partitions, read page by page on one monotonic
         session; keys and values in their JSON forms."""
-        paging = self._logic.pages(store, lower, upper, order, page_size, acceptable_lag)
+        query = range_query(lower, upper, order)
+        return self.scan(store, query, page_size=page_size, acceptable_lag=acceptable_lag)
+
+    def scan(
+        self,
+        store: str,
+        query: Query[Any],
+        *,
+        page_size: int = 1000,
+        acceptable_lag: int | None = None,
+    ) -> Iterator[tuple[Any, Any]]:
+        """Every row of a range-type `query` (`RangeQuery`, `TimestampedRangeQuery`,
+        `VersionedRangeQuery`) over all of `store`, merged across partitions in the
+        query's key order and read page by page on one monotonic session: `(key, value)`,
+        `(key, ValueAndTimestamp)`, `(key, VersionedRecord)`; keys and values in their JSON
+        forms. A `TypeError` for another query type, before anything is sent."""
+        paging = self._logic.pages(store, query, page_size, acceptable_lag)
+        return self._rows(paging)
+
+    def _rows(self, paging: Paging) -> Iterator[tuple[Any, Any]]:
         while (plan := paging.next_page()) is not None:
             yield from self._run(plan)
 
@@ -299,7 +320,7 @@ class AsyncRemoteQueryClient:
         info = view.stores.get(store)
         return None if info is None else info.partition_of(key)
 
-    async def range(
+    def range(
         self,
         store: str,
         lower: Any = None,
@@ -310,7 +331,22 @@ class AsyncRemoteQueryClient:
         acceptable_lag: int | None = None,
     ) -> AsyncIterator[tuple[Any, Any]]:
         """`RemoteQueryClient.range` for asyncio: `async for key, value in client.range(...)`."""
-        paging = self._logic.pages(store, lower, upper, order, page_size, acceptable_lag)
+        query = range_query(lower, upper, order)
+        return self.scan(store, query, page_size=page_size, acceptable_lag=acceptable_lag)
+
+    def scan(
+        self,
+        store: str,
+        query: Query[Any],
+        *,
+        page_size: int = 1000,
+        acceptable_lag: int | None = None,
+    ) -> AsyncIterator[tuple[Any, Any]]:
+        """`RemoteQueryClient.scan` for asyncio: `async for key, row in client.scan(...)`."""
+        paging = self._logic.pages(store, query, page_size, acceptable_lag)
+        return self._rows(paging)
+
+    async def _rows(self, paging: Paging) -> AsyncIterator[tuple[Any, Any]]:
         while (plan := paging.next_page()) is not None:
             for row in await self._run(plan):
                 yield row

@@ -269,6 +269,18 @@ _RESULTS: dict[type[Any], Callable[[Any], Any]] = {
 """How a result's JSON becomes the result `app.query` gives (a `key` result is its JSON)."""
 
 
+_ROW_VALUES: dict[type[Any], Callable[[Any], Any]] = {
+    RangeQuery: lambda value: value,
+    TimestampedRangeQuery: _stamped,
+    VersionedRangeQuery: _version,
+}
+"""The query types a merged page reads, and how a row's value JSON becomes what the query's
+result holds."""
+
+_MAX_PAGE = 100_000
+"""The most rows a merged page holds (the service's limit)."""
+
+
 def _value(query: Query[Any], value: Any) -> Any:
     read = _most_specific(_RESULTS, query)
     return value if read is None else read(value)
@@ -695,17 +707,28 @@ class ClientLogic:
     # -- merged pages ------------------------------------------------------------------------
 
     def pages(
-        self, store: str, lower: Any, upper: Any, order: str, page_size: int,
-        acceptable_lag: int | None,
-    ) -> Paging:  # fmt: skip
-        """The merged pages of a range over `store`, read one after another on one
-        monotonic session (`RemoteQueryClient.range`)."""
-        return Paging(self, store, range_query(lower, upper, order), page_size, acceptable_lag)
+        self, store: str, query: Query[Any], page_size: int, acceptable_lag: int | None
+    ) -> Paging:
+        """The merged pages of a range-type `query` over `store`, read one after another on
+        one monotonic session (`RemoteQueryClient.range` and `scan`)."""
+        row_value = _most_specific(_ROW_VALUES, query)
+        if row_value is None:
+            raise TypeError(
+                f"a {type(query).__name__} cannot be paged: scan takes a RangeQuery, "
+                "TimestampedRangeQuery or VersionedRangeQuery"
+            )
+        if (
+            not isinstance(page_size, int)
+            or isinstance(page_size, bool)
+            or not (1 <= page_size <= _MAX_PAGE)
+        ):
+            raise ValueError(f"page_size must be from 1 to {_MAX_PAGE}, got {page_size!r}")
+        return Paging(self, store, query, row_value, page_size, acceptable_lag)
 
     def page(
         self,
         store: str,
-        query: RangeQuery[Any, Any],
+        query: Query[Any],
         page_size: int,
         acceptable_lag: int | None,
         cursor: str | None,
@@ -751,11 +774,13 @@ class Paging:
         self,
         logic: ClientLogic,
         store: str,
-        query: RangeQuery[Any, Any],
+        query: Query[Any],
+        row_value: Callable[[Any], Any],
         page_size: int,
         acceptable_lag: int | None,
     ) -> None:
         self._logic, self._store, self._query = logic, store, query
+        self._row_value = row_value
         self._page_size, self._acceptable_lag = page_size, acceptable_lag
         self._cursor: str | None = None
         self._position = Position.empty()
@@ -775,7 +800,8 @@ class Paging:
         )  # fmt: skip
         self._position = self._position.merge(read)
         self._done = self._cursor is None
-        return [(key, value) for key, value in rows]
+        row_value = self._row_value
+        return [(key, row_value(value)) for key, value in rows]
 
 
 class RemoteServiceError(RuntimeError):
