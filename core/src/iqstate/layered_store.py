@@ -20,7 +20,7 @@ from iqstate.keyspace import prefix_upper_bound
 from iqstate.position import Position, TopicPartition
 from iqstate.serdes import Serdes
 from iqstate.store import KeyValueStore
-from iqstate.timestamped import MAX_MS, MIN_MS
+from iqstate.times import MAX_MS, MIN_MS
 
 _LENGTH = struct.Struct(">I")
 _time = Serdes.int64()  # 8 order-preserving bytes

@@ -25,11 +25,10 @@ from iqstate.persistent import PersistentKeyValueStore
 from iqstate.queries import Windowed, window_end
 from iqstate.serdes import Serdes
 from iqstate.store import WindowStore
+from iqstate.times import MAX_MS, MIN_MS
 
 _DATA, _BY_TIME = b"\x00", b"\x01"
 _STREAM_TIME = b"\x02stream-time"
-_MIN_TIME = -(1 << 63)
-_MAX_TIME = (1 << 63) - 1
 _time = Serdes.int64()
 
 
@@ -43,7 +42,7 @@ class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
         super().__init__(self.key_value_class(name))
         self._window_size_ms = window_size_ms
         self._retention_ms = retention_ms
-        self._stream_time = _MIN_TIME
+        self._stream_time = MIN_MS
 
     @property
     def window_size_ms(self) -> int:
@@ -55,7 +54,7 @@ class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
 
     def opened(self) -> None:
         stored = self.key_value_store.get(_STREAM_TIME)
-        self._stream_time = _time.deserialize(stored) if stored is not None else _MIN_TIME
+        self._stream_time = _time.deserialize(stored) if stored is not None else MIN_MS
 
     def abandon(self) -> None:
         """Release without committing or marking closed, as a killed process would."""
@@ -111,7 +110,7 @@ class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
 
     def _indexed_until(self, limit: int) -> list[bytes]:
         """The index-by-time keys of the windows held with a start at or before `limit`."""
-        return self.index_between(_BY_TIME, _MIN_TIME, limit)
+        return self.index_between(_BY_TIME, MIN_MS, limit)
 
     @staticmethod
     def _start_of(time_key: bytes) -> int:
@@ -119,8 +118,8 @@ class PersistentWindowStore(KeySpaceStore, WindowStore[bytes, bytes]):
 
     def fetch(self, key: bytes, time_from: int, time_to: int) -> KeyValueIterator[int, bytes]:
         self._check_open()
-        lower = _DATA + encode_window_key(key, max(time_from, _MIN_TIME))
-        upper = _DATA + encode_window_key(key, min(time_to, _MAX_TIME))
+        lower = _DATA + encode_window_key(key, max(time_from, MIN_MS))
+        upper = _DATA + encode_window_key(key, min(time_to, MAX_MS))
         with self.key_value_store.range(lower, upper) as stored:
             found = []
             for data_key, value in stored:

@@ -14,6 +14,7 @@ from typing import Any, Generic, Self, TypeVar
 
 from iqstate.iterators import KeyValueIterator, VersionedRecordIterator
 from iqstate.slotted import slot_constructor
+from iqstate.times import MAX_MS, MIN_MS, Time, milliseconds, stored_ms
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -209,21 +210,11 @@ class Windowed(Generic[K]):
     end_ms: int
 
 
-LATEST_MS = (1 << 63) - 1
-"""The latest time a window can end at (Kafka's `Long.MAX_VALUE`)."""
-
-
 def window_end(start_ms: int, size_ms: int) -> int:
-    """Where the window of `size_ms` from `start_ms` ends: at `LATEST_MS` when it would end
+    """Where the window of `size_ms` from `start_ms` ends: at `MAX_MS` when it would end
     past it, as Kafka's window key schema truncates an end that overflows a long."""
     end = start_ms + size_ms
-    return end if end <= LATEST_MS else LATEST_MS
-
-
-def _check_time_range(query: str, time_from: int, time_to: int) -> None:
-    for label, value in (("time_from", time_from), ("time_to", time_to)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{query}: {label} must be an int (ms), got {type(value).__name__}")
+    return end if end <= MAX_MS else MAX_MS
 
 
 class WindowKeyQuery(Query[KeyValueIterator[int, V]], Generic[K, V]):
@@ -235,22 +226,18 @@ class WindowKeyQuery(Query[KeyValueIterator[int, V]], Generic[K, V]):
     time_from: int
     time_to: int
 
-    def __init__(self, key: K, time_from: int, time_to: int) -> None:
+    def __init__(self, key: K, time_from: Time, time_to: Time) -> None:
         if key is None:
             raise ValueError("WindowKeyQuery: the key must not be None")
-        _check_time_range("WindowKeyQuery", time_from, time_to)
         _set(self, "key", key)
-        _set(self, "time_from", time_from)
-        _set(self, "time_to", time_to)
+        _set(self, "time_from", milliseconds(time_from, "WindowKeyQuery: time_from"))
+        _set(self, "time_to", milliseconds(time_to, "WindowKeyQuery: time_to"))
 
     @classmethod
     def with_key_and_window_start_range(
-        cls, key: K, time_from: int, time_to: int
+        cls, key: K, time_from: Time, time_to: Time
     ) -> WindowKeyQuery[K, V]:
         return cls(key, time_from, time_to)
-
-
-_MIN_TIME, _MAX_TIME = -(1 << 63), (1 << 63) - 1
 
 
 class WindowRangeQuery(Query[KeyValueIterator[Windowed[K], V]], Generic[K, V]):
@@ -263,14 +250,13 @@ class WindowRangeQuery(Query[KeyValueIterator[Windowed[K], V]], Generic[K, V]):
     time_to: int
     key: K | None
 
-    def __init__(self, time_from: int, time_to: int, key: K | None = None) -> None:
-        _check_time_range("WindowRangeQuery", time_from, time_to)
-        _set(self, "time_from", time_from)
-        _set(self, "time_to", time_to)
+    def __init__(self, time_from: Time, time_to: Time, key: K | None = None) -> None:
+        _set(self, "time_from", milliseconds(time_from, "WindowRangeQuery: time_from"))
+        _set(self, "time_to", milliseconds(time_to, "WindowRangeQuery: time_to"))
         _set(self, "key", key)
 
     @classmethod
-    def with_window_start_range(cls, time_from: int, time_to: int) -> WindowRangeQuery[K, V]:
+    def with_window_start_range(cls, time_from: Time, time_to: Time) -> WindowRangeQuery[K, V]:
         return cls(time_from, time_to)
 
     @classmethod
@@ -278,7 +264,7 @@ class WindowRangeQuery(Query[KeyValueIterator[Windowed[K], V]], Generic[K, V]):
         """Every window (every session, on a session store) of `key`, ordered by start."""
         if key is None:
             raise ValueError("WindowRangeQuery.with_key: the key must not be None")
-        return cls(_MIN_TIME, _MAX_TIME, key)
+        return cls(MIN_MS, MAX_MS, key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,20 +285,18 @@ class VersionedRecord(Generic[V]):
     valid_to: int | None = None
 
 
-def _check_timestamp(query: str, label: str, value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise TypeError(f"{query}: {label} must be an int (ms), got {type(value).__name__}")
+def _timestamp(query: str, label: str, value: Time | None) -> int | None:
+    """A time of `query`, or None: ms, or an aware `datetime` turned into ms."""
+    return None if value is None else milliseconds(value, f"{query}: {label}")
 
 
-def _check_as_of(query: str, value: int | None) -> None:
-    """An `as_of` instant: an int of ms in the signed 64-bit range stores keep times in (a
-    bound of a time range may lie beyond it, an instant to look up may not)."""
-    _check_timestamp(query, "as_of", value)
-    if value is not None and not _MIN_TIME <= value <= _MAX_TIME:
-        raise ValueError(f"{query}: as_of={value} is outside the signed 64-bit range of ms")
+def _as_of(query: str, value: Time | None) -> int | None:
+    """An `as_of` instant: ms in the signed 64-bit range stores keep times in (a bound of a
+    time range may lie beyond it, an instant to look up may not)."""
+    return None if value is None else stored_ms(value, f"{query}: as_of")
 
 
-def _as_of_given(query: str, value: int | None) -> int:
+def _as_of_given(query: str, value: Time | None) -> Time:
     """The instant `as_of(value)` names: None is refused, as Kafka refuses a null `asOf`
     (a query without `as_of` asks for the current version)."""
     if value is None:
@@ -370,18 +354,17 @@ class VersionedKeyQuery(Query[VersionedRecord[V] | None], Generic[K, V]):
     key: K
     as_of_timestamp: int | None
 
-    def __init__(self, key: K, as_of_timestamp: int | None = None) -> None:
+    def __init__(self, key: K, as_of_timestamp: Time | None = None) -> None:
         if key is None:
             raise ValueError("VersionedKeyQuery: the key must not be None")
-        _check_as_of("VersionedKeyQuery", as_of_timestamp)
         _set(self, "key", key)
-        _set(self, "as_of_timestamp", as_of_timestamp)
+        _set(self, "as_of_timestamp", _as_of("VersionedKeyQuery", as_of_timestamp))
 
     @classmethod
     def with_key(cls, key: K) -> VersionedKeyQuery[K, V]:
         return cls(key)
 
-    def as_of(self, timestamp: int) -> VersionedKeyQuery[K, V]:
+    def as_of(self, timestamp: Time) -> VersionedKeyQuery[K, V]:
         return VersionedKeyQuery(self.key, _as_of_given("VersionedKeyQuery", timestamp))
 
 
@@ -399,14 +382,14 @@ class MultiVersionedKeyQuery(Query[VersionedRecordIterator[V]], Generic[K, V]):
     def __init__(
         self,
         key: K,
-        from_timestamp: int | None = None,
-        to_timestamp: int | None = None,
+        from_timestamp: Time | None = None,
+        to_timestamp: Time | None = None,
         ascending: bool = False,
     ) -> None:
         if key is None:
             raise ValueError("MultiVersionedKeyQuery: the key must not be None")
-        _check_timestamp("MultiVersionedKeyQuery", "from_time", from_timestamp)
-        _check_timestamp("MultiVersionedKeyQuery", "to_time", to_timestamp)
+        from_timestamp = _timestamp("MultiVersionedKeyQuery", "from_time", from_timestamp)
+        to_timestamp = _timestamp("MultiVersionedKeyQuery", "to_time", to_timestamp)
         if (
             from_timestamp is not None
             and to_timestamp is not None
@@ -425,10 +408,10 @@ class MultiVersionedKeyQuery(Query[VersionedRecordIterator[V]], Generic[K, V]):
     def with_key(cls, key: K) -> MultiVersionedKeyQuery[K, V]:
         return cls(key)
 
-    def from_time(self, timestamp: int) -> MultiVersionedKeyQuery[K, V]:
+    def from_time(self, timestamp: Time) -> MultiVersionedKeyQuery[K, V]:
         return MultiVersionedKeyQuery(self.key, timestamp, self.to_timestamp, self.ascending)
 
-    def to_time(self, timestamp: int) -> MultiVersionedKeyQuery[K, V]:
+    def to_time(self, timestamp: Time) -> MultiVersionedKeyQuery[K, V]:
         return MultiVersionedKeyQuery(self.key, self.from_timestamp, timestamp, self.ascending)
 
     def with_ascending_timestamps(self) -> MultiVersionedKeyQuery[K, V]:
@@ -453,12 +436,11 @@ class VersionedRangeQuery(Query[KeyValueIterator[K, VersionedRecord[V]]], Generi
         self,
         lower_bound: K | None = None,
         upper_bound: K | None = None,
-        as_of_timestamp: int | None = None,
+        as_of_timestamp: Time | None = None,
     ) -> None:
-        _check_as_of("VersionedRangeQuery", as_of_timestamp)
         _set(self, "lower_bound", lower_bound)
         _set(self, "upper_bound", upper_bound)
-        _set(self, "as_of_timestamp", as_of_timestamp)
+        _set(self, "as_of_timestamp", _as_of("VersionedRangeQuery", as_of_timestamp))
 
     @classmethod
     def with_range(cls, lower: K | None, upper: K | None) -> VersionedRangeQuery[K, V]:
@@ -476,7 +458,7 @@ class VersionedRangeQuery(Query[KeyValueIterator[K, VersionedRecord[V]]], Generi
     def with_no_bounds(cls) -> VersionedRangeQuery[K, V]:
         return cls()
 
-    def as_of(self, timestamp: int) -> VersionedRangeQuery[K, V]:
+    def as_of(self, timestamp: Time) -> VersionedRangeQuery[K, V]:
         return VersionedRangeQuery(
             self.lower_bound, self.upper_bound, _as_of_given("VersionedRangeQuery", timestamp)
         )
@@ -499,16 +481,19 @@ class LimitedVersionedRangeQuery(Query[KeyValueIterator[K, VersionedRecord[V]]],
     limit: int
 
     def __init__(
-        self, lower_bound: K | None, upper_bound: K | None, as_of_timestamp: int | None, limit: int
+        self,
+        lower_bound: K | None,
+        upper_bound: K | None,
+        as_of_timestamp: Time | None,
+        limit: int,
     ) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(
                 f"LimitedVersionedRangeQuery: limit must be an int >= 1, got {limit!r}"
             )
-        _check_as_of("LimitedVersionedRangeQuery", as_of_timestamp)
         _set(self, "lower_bound", lower_bound)
         _set(self, "upper_bound", upper_bound)
-        _set(self, "as_of_timestamp", as_of_timestamp)
+        _set(self, "as_of_timestamp", _as_of("LimitedVersionedRangeQuery", as_of_timestamp))
         _set(self, "limit", limit)
 
     @classmethod

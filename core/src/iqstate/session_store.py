@@ -30,10 +30,9 @@ from iqstate.layered_store import (
 from iqstate.queries import Windowed
 from iqstate.serdes import Serdes
 from iqstate.store import KeyValueStore, SessionStore
-from iqstate.timestamped import MAX_MS, MIN_MS
+from iqstate.times import MAX_MS, MIN_MS
 
 _DATA, _BY_END, _STREAM_TIME = b"\x00", b"\x01", b"\x02"
-MIN_TIME = -(1 << 63)
 _time = Serdes.int64()
 _ts, _from_ts = _time.serialize, _time.deserialize
 
@@ -78,7 +77,7 @@ class LayeredSessionStore(KeySpaceStore, SessionStore[bytes, bytes]):
         if isinstance(retention_ms, bool) or not isinstance(retention_ms, int) or retention_ms < 0:
             raise ValueError(f"retention_ms must be an int >= 0, got {retention_ms!r}")
         self._retention = retention_ms
-        self._stream_time = MIN_TIME
+        self._stream_time = MIN_MS
 
     @property
     def retention_ms(self) -> int:
@@ -86,13 +85,13 @@ class LayeredSessionStore(KeySpaceStore, SessionStore[bytes, bytes]):
 
     def opened(self) -> None:
         stored = self.key_value_store.get(_STREAM_TIME)
-        self._stream_time = _from_ts(stored) if stored is not None else MIN_TIME
+        self._stream_time = _from_ts(stored) if stored is not None else MIN_MS
 
     def _limit(self) -> int:
-        return max(MIN_TIME, self._stream_time - self._retention)
+        return max(MIN_MS, self._stream_time - self._retention)
 
     def keeps(self, end_ms: int) -> bool:
-        return end_ms > max(MIN_TIME, max(self._stream_time, end_ms) - self._retention)
+        return end_ms > max(MIN_MS, max(self._stream_time, end_ms) - self._retention)
 
     def put(self, key: bytes, value: bytes | None, start_ms: int, end_ms: int) -> None:
         self._check_open()
@@ -143,9 +142,9 @@ class LayeredSessionStore(KeySpaceStore, SessionStore[bytes, bytes]):
     def _ended_by(self, limit: int) -> list[bytes]:
         """The index-by-end keys (`0x01 + end + length + key + start`) of the sessions held
         that end at or before `limit`."""
-        if limit <= MIN_TIME:
+        if limit <= MIN_MS:
             return []
-        return self.index_between(_BY_END, MIN_TIME, limit)
+        return self.index_between(_BY_END, MIN_MS, limit)
 
     def fetch_sessions(
         self, key: bytes | None, time_from: int, time_to: int

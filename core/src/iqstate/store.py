@@ -25,6 +25,7 @@ from iqstate.iterators import KeyValueIterator
 from iqstate.position import Position, PositionBound, TopicPartition
 from iqstate.queries import Query, VersionedRecord, Windowed
 from iqstate.results import QueryResult
+from iqstate.times import MAX_MS, MIN_MS
 
 if TYPE_CHECKING:
     from iqstate.context import StateStoreContext
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
 K = TypeVar("K")
 V = TypeVar("V")
 R = TypeVar("R")
-
-_MIN_MS = -(1 << 63)
 
 
 class QueryConfig:
@@ -244,9 +243,9 @@ class WindowStore(StateStore, Generic[K, V]):
         change-logging layer writes tombstones for, so that compaction removes expired
         windows from the changelog. A store with an index by time overrides this scan."""
         limit = window_start - self.retention_ms
-        if limit < _MIN_MS:
+        if limit < MIN_MS:
             return []
-        with self.fetch_all(_MIN_MS, limit) as windows:
+        with self.fetch_all(MIN_MS, limit) as windows:
             return [(window.key, window.start_ms) for window, _ in windows]
 
     @abstractmethod
@@ -258,7 +257,7 @@ class WindowStore(StateStore, Generic[K, V]):
         """Every key's windows with starts in `[time_from, time_to]`, by key then start."""
 
     def all(self) -> KeyValueIterator[Windowed[K], V]:
-        return self.fetch_all(_MIN_MS, (1 << 63) - 1)
+        return self.fetch_all(MIN_MS, MAX_MS)
 
 
 class VersionedKeyValueStore(StateStore, Generic[K, V]):
@@ -381,9 +380,9 @@ class SessionStore(StateStore, Generic[K, V]):
         `retention_ms`): what a change-logging layer writes tombstones for. A store with an
         index by end overrides this scan of every session."""
         limit = end_ms - self.retention_ms
-        if limit < _MIN_MS:
+        if limit < MIN_MS:
             return []
-        with self.fetch_sessions(None, _MIN_MS, limit) as sessions:
+        with self.fetch_sessions(None, MIN_MS, limit) as sessions:
             return [
                 (session.key, session.start_ms, session.end_ms)
                 for session, _ in sessions

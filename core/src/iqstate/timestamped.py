@@ -13,9 +13,9 @@ from typing import Any, Generic, TypeVar
 
 from iqstate.queries import ValueAndTimestamp
 from iqstate.serdes import Serde, Serdes
+from iqstate.times import stored_ms
 
 V = TypeVar("V")
-MIN_MS, MAX_MS = -(1 << 63), (1 << 63) - 1
 """The times a store keeps: 8 bytes each."""
 _time = Serdes.int64()
 _ts, _from_ts = _time.serialize, _time.deserialize
@@ -27,17 +27,13 @@ def stamped(timestamp: int, value_bytes: bytes) -> bytes:
 
 
 def check_timestamp(store: str, timestamp: Any, writes: str = "a put") -> int:
-    """`timestamp` if it is an int of ms in the signed 64-bit range; an error naming the
-    store (and `writes`, the writes that need it) otherwise."""
-    if isinstance(timestamp, bool) or not isinstance(timestamp, int):
+    """`timestamp` in ms (an aware `datetime` converted) if a store can keep it; an error
+    naming the store (and `writes`, the writes that need it) otherwise."""
+    if timestamp is None:
         raise TypeError(
-            f"store {store!r}: {writes} needs timestamp=<ms> (an int), got {timestamp!r}"
+            f"store {store!r}: {writes} needs timestamp=<ms> (an int, or a timezone-aware datetime)"
         )
-    if not MIN_MS <= timestamp <= MAX_MS:
-        raise ValueError(
-            f"store {store!r}: timestamp={timestamp} is outside the signed 64-bit range of ms"
-        )
-    return timestamp
+    return stored_ms(timestamp, f"store {store!r}: the timestamp of {writes}")
 
 
 class TimestampedSerde(Serde[ValueAndTimestamp[V]], Generic[V]):

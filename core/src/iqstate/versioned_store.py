@@ -44,6 +44,7 @@ from iqstate.store_handlers import (
     answer_versioned_key_query,
     answer_versioned_range_query,
 )
+from iqstate.times import MAX_MS, MIN_MS
 from iqstate.version_history import (
     Found,
     History,
@@ -67,7 +68,6 @@ _EARLIER_LAYOUT = (b"\x00", b"\x01")
 """Where the first layout kept current versions and histories apart: no key of this one
 starts with these."""
 _VALUE, _TOMBSTONE = b"\x01", b"\x00"
-MIN_TIME, MAX_TIME = -(1 << 63), (1 << 63) - 1
 _time = Serdes.int64()
 _ts, _from_ts = _time.serialize, _time.deserialize
 _RANGE_CHUNK = 1_000
@@ -147,7 +147,7 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         if history_retention_ms < 0:
             raise ValueError(f"history_retention_ms must be >= 0, got {history_retention_ms}")
         self._retention = history_retention_ms
-        self._stream_time = MIN_TIME
+        self._stream_time = MIN_MS
 
     @property
     def history_retention_ms(self) -> int:
@@ -184,11 +184,11 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
                     "read: rebuild it from its changelog or by re-running the pipeline"
                 )
         stored = store.get(_STREAM_TIME)
-        self._stream_time = _from_ts(stored) if stored is not None else MIN_TIME
+        self._stream_time = _from_ts(stored) if stored is not None else MIN_MS
 
     def _boundary(self) -> int:
         """The oldest time a query can still be answered for."""
-        return max(MIN_TIME, self._stream_time - self._retention)
+        return max(MIN_MS, self._stream_time - self._retention)
 
     # -- writes ------------------------------------------------------------------------
 
@@ -270,7 +270,7 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         """Drop the older versions that ended at or before the boundary and, with
         `deleted_keys`, the keys whose current version is a tombstone from before it."""
         boundary = self._boundary()
-        if boundary == MIN_TIME:
+        if boundary == MIN_MS:
             return
         writes: list[tuple[bytes, bytes | None]] = []
         for index_key, key, timeline in self._ending(boundary):
@@ -292,8 +292,8 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         older versions that stopped being valid before the retention, and every version of
         a key whose current version is a tombstone from before it."""
         self._check_open()
-        boundary = max(MIN_TIME, max(self._stream_time, timestamp) - self._retention)
-        if boundary == MIN_TIME:
+        boundary = max(MIN_MS, max(self._stream_time, timestamp) - self._retention)
+        if boundary == MIN_MS:
             return []
         expired: dict[tuple[bytes, int], None] = {}
         for _, key, timeline in self._ending(boundary):
@@ -320,7 +320,7 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         the key holds none)."""
         store = self.key_value_store
         found: list[_Ending] = []
-        for index_key in self.index_between(_BY_VALID_TO, MIN_TIME, boundary):
+        for index_key in self.index_between(_BY_VALID_TO, MIN_MS, boundary):
             key = index_key[9:]
             stored = store.get(_TIMELINE + key)
             found.append((index_key, key, None if stored is None else versions_of(stored)))
@@ -332,7 +332,7 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
         passes it: a put at the boundary is still kept, so the tombstone's changelog record
         cannot be named expired yet (`expired_by`), and dropping it unnamed would leave
         that record for ever. It answers as a dropped key would (no value)."""
-        return self.index_between(_TOMBSTONES, MIN_TIME, boundary - 1)
+        return self.index_between(_TOMBSTONES, MIN_MS, boundary - 1)
 
     # -- reads -------------------------------------------------------------------------
 
@@ -356,8 +356,8 @@ class LayeredVersionedStore(KeySpaceStore, VersionedKeyValueStore[bytes, bytes])
     ) -> list[VersionedRecord[bytes]]:
         self._check_open()
         stored = self.key_value_store.get(_TIMELINE + key)
-        start = MIN_TIME if time_from is None else time_from
-        end = MAX_TIME if time_to is None else time_to
+        start = MIN_MS if time_from is None else time_from
+        end = MAX_MS if time_to is None else time_to
         if stored is None or start > end:
             return []
         history, current = versions_of(stored)

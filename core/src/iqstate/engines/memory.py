@@ -22,6 +22,7 @@ from iqstate.keyspace import prefix_upper_bound
 from iqstate.position import TopicPartition
 from iqstate.queries import Windowed, window_end
 from iqstate.store import KeyValueStore, WindowStore
+from iqstate.times import MIN_MS
 
 
 class MemoryKeyValueStore(EngineStore, KeyValueStore[bytes, bytes]):
@@ -127,7 +128,7 @@ class MemoryWindowStore(EngineStore, WindowStore[bytes, bytes]):
     def _reset(self) -> None:
         self._data: SortedDict = SortedDict()
         self._by_time: SortedList = SortedList()
-        self._observed_stream_time = -(1 << 63)
+        self._observed_stream_time = MIN_MS
 
     @property
     def window_size_ms(self) -> int:

@@ -19,6 +19,7 @@ from iqstate.errors import UnknownStateStoreError
 from iqstate.position import Position
 from iqstate.runtime.spec import NO_EXTRAS, PutExtras, StoreSpec
 from iqstate.serdes import Serde, encoding_error
+from iqstate.times import Time
 
 StorePartition = tuple[str, int]
 
@@ -118,15 +119,16 @@ class Batch:
         store: str,
         key: Any,
         value: Any,
-        window_start: int | None = None,
+        window_start: Time | None = None,
         *,
-        timestamp: int | None = None,
-        session: tuple[int, int] | None = None,
+        timestamp: Time | None = None,
+        session: tuple[Time, Time] | None = None,
     ) -> None:
         """Set `key` to `value`; a `None` value deletes. What else a put names depends on
         the store's type: `window_start=ms` for a window store, `timestamp=ms` for a
         timestamped or versioned store (on a versioned store a `None` value is a tombstone
-        version at that time), `session=(start_ms, end_ms)` for a session store.
+        version at that time), `session=(start_ms, end_ms)` for a session store. A time may
+        be a timezone-aware `datetime` instead of ms since the epoch.
         """
         writer = self._writer(store)
         spec = writer.spec
@@ -225,10 +227,10 @@ class Batch:
         self,
         store: str,
         key: Any,
-        window_start: int | None = None,
+        window_start: Time | None = None,
         *,
-        timestamp: int | None = None,
-        session: tuple[int, int] | None = None,
+        timestamp: Time | None = None,
+        session: tuple[Time, Time] | None = None,
     ) -> None:
         """Delete `key`: its window at `window_start` (window stores), a tombstone version at
         `timestamp` (versioned stores), its `session` (session stores)."""

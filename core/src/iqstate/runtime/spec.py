@@ -24,7 +24,8 @@ from iqstate.queries import KeyQuery, VersionedKeyQuery
 from iqstate.runtime.partitioner import Partitioner, PartitionFunction, partition_function
 from iqstate.serdes import Serde
 from iqstate.session_store import check_session, encode_session_key, session_store_factory
-from iqstate.timestamped import MAX_MS, MIN_MS, check_timestamp, stamped
+from iqstate.times import stored_ms
+from iqstate.timestamped import check_timestamp, stamped
 from iqstate.versioned_store import (
     decode_version_record,
     encode_version_record,
@@ -252,17 +253,13 @@ class WindowStoreSpec(StoreSpec):
         self, key_bytes: bytes, value_bytes: bytes | None, put: PutExtras
     ) -> tuple[bytes, int, bytes | None]:
         self._refuse_extras("window_start", put)
-        window_start = put.window_start
-        if isinstance(window_start, bool) or not isinstance(window_start, int):
+        if put.window_start is None:
             raise TypeError(
                 f"store {self.name!r} is a window store: put and delete need "
-                f"window_start=<ms> (an int), got {window_start!r}"
+                "window_start=<ms> (an int, or a timezone-aware datetime)"
             )
-        if not MIN_MS <= window_start <= MAX_MS:  # checked here, not at the batch's commit
-            raise ValueError(
-                f"store {self.name!r}: window_start={window_start} is outside the signed "
-                "64-bit range of ms"
-            )
+        # checked here, not at the batch's commit
+        window_start = stored_ms(put.window_start, f"store {self.name!r}: window_start")
         return key_bytes, window_start, value_bytes
 
 
@@ -382,7 +379,8 @@ class SessionStoreSpec(StoreSpec):
                 f"store {self.name!r} is a session store: put and delete need "
                 f"session=(start_ms, end_ms), got {session!r}"
             )
-        start, end = session
+        start = stored_ms(session[0], f"store {self.name!r}: a session's start")
+        end = stored_ms(session[1], f"store {self.name!r}: a session's end")
         check_session(self.name, start, end)
         return encode_session_key(key_bytes, start, end), value_bytes
 

@@ -22,12 +22,12 @@ from iqstate.serdes import Serdes
 from iqstate.session_store import decode_session_key, encode_session_key
 from iqstate.subscriptions.changes import Change
 from iqstate.subscriptions.filters import KeyFilter
+from iqstate.times import MAX_MS, MIN_MS
 from iqstate.versioned_store import decode_version_record, encode_version_record
 
 Decoded = tuple[bytes, Change]
 """An entry's serialized key (what filters compare) and its change."""
 Decoder = Callable[[Any], Decoded]
-_MIN, _MAX = -(1 << 63), (1 << 63) - 1
 _from_ts = Serdes.int64().deserialize
 
 
@@ -91,12 +91,12 @@ def read_snapshot(spec: StoreSpec, chain: StoreChain[Any], keys: KeyFilter) -> l
     rows: list[Any]
     if kind == "window":
         if keys.key is not None:
-            with store.fetch(keys.key, _MIN, _MAX) as windows:
+            with store.fetch(keys.key, MIN_MS, MAX_MS) as windows:
                 return [(keys.key, start, value) for start, value in windows]
         with store.all() as windows:
             rows = [(w.key, w.start_ms, value) for w, value in windows]
     elif kind == "session":
-        with store.fetch_sessions(keys.key, _MIN, _MAX) as sessions:
+        with store.fetch_sessions(keys.key, MIN_MS, MAX_MS) as sessions:
             rows = [(encode_session_key(s.key, s.start_ms, s.end_ms), v) for s, v in sessions]
         return [row for row in rows if keys.matches(decode_session_key(row[0])[0])]
     elif kind == "versioned_key_value":

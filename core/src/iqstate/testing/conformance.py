@@ -64,7 +64,7 @@ from iqstate.store import (
 from iqstate.testing.factory import StoreFactory, make_context
 from iqstate.testing.state_machine import StoreStateMachine
 from iqstate.testing.type_machines import SessionStoreMachine, VersionedStoreMachine
-from iqstate.testing.type_models import MIN_TIME
+from iqstate.times import MIN_MS
 
 CHANGELOG = "conformance-changelog"
 WINDOW_SIZE_MS = 1_000
@@ -558,7 +558,7 @@ class StoreConformance:
             else:
                 store = open_session("crash", 1 << 40)
                 assert isinstance(store, SessionStore)
-                with store.fetch_sessions(None, MIN_TIME, 1 << 60) as sessions:
+                with store.fetch_sessions(None, MIN_MS, 1 << 60) as sessions:
                     by_key: dict[bytes, list[int]] = {}
                     for session, _ in sessions:
                         by_key.setdefault(session.key, []).append(session.start_ms // 10)
@@ -874,7 +874,7 @@ class StoreConformance:
         assert not store.keeps(900), "keeps says which puts the store drops"
         assert store.keeps(11_000 - RETENTION_MS + 1) and not store.keeps(11_000 - RETENTION_MS)
         store.put(b"k", b"late", 500, 900)  # dropped as it arrives
-        with store.fetch_sessions(None, MIN_TIME, 1 << 40) as sessions:
+        with store.fetch_sessions(None, MIN_MS, 1 << 40) as sessions:
             assert list(sessions) == [(Windowed(b"k", 10_500, 11_000), b"new")]
         with pytest.raises(ValueError, match="after its end"):
             store.put(b"k", b"x", 20, 10)
@@ -890,7 +890,7 @@ class StoreConformance:
         assert store.expired_by(2_000) == []
         assert sorted(store.expired_by(at)) == [(b"j", 1_000, 1_500), (b"k", 2_000, 2_000)]
         store.put(b"x", b"4", at, at)
-        with store.fetch_sessions(None, MIN_TIME, 1 << 40) as sessions:
+        with store.fetch_sessions(None, MIN_MS, 1 << 40) as sessions:
             assert [(s.key, s.start_ms) for s, _ in sessions] == [(b"k", 0), (b"x", at)]
         assert store.expired_by(at) == []
 
@@ -903,7 +903,7 @@ class StoreConformance:
         store.put(b"k", b"2", 300, 400)  # not committed
         store.close()
         reopened = open_session()
-        with reopened.fetch_sessions(b"k", MIN_TIME, 1 << 40) as sessions:
+        with reopened.fetch_sessions(b"k", MIN_MS, 1 << 40) as sessions:
             assert list(sessions) == [(Windowed(b"k", 100, 200), b"1")]
 
     # -- the model-based state machine --------------------------------------------------------

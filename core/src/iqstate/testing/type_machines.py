@@ -29,7 +29,8 @@ from iqstate.queries import (
 from iqstate.results import QueryResult
 from iqstate.store import SessionStore, StateStore, VersionedKeyValueStore
 from iqstate.testing.factory import StoreFactory, make_context
-from iqstate.testing.type_models import MIN_TIME, SessionModel, VersionedModel
+from iqstate.testing.type_models import SessionModel, VersionedModel
+from iqstate.times import MIN_MS
 
 RETENTION_MS = 20
 """Short against the times drawn (0-60), so retention drops versions and sessions."""
@@ -252,5 +253,5 @@ class SessionStoreMachine(_TypeMachine[SessionStore[bytes, bytes], SessionModel]
 
     @invariant()
     def every_session_is_there(self) -> None:
-        with self.store.fetch_sessions(None, MIN_TIME, 1 << 40) as found:
-            assert list(found) == self.model.fetch(None, MIN_TIME, 1 << 40)
+        with self.store.fetch_sessions(None, MIN_MS, 1 << 40) as found:
+            assert list(found) == self.model.fetch(None, MIN_MS, 1 << 40)

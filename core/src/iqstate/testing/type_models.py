@@ -7,8 +7,7 @@ from __future__ import annotations
 import copy
 
 from iqstate.queries import VersionedRecord, Windowed
-
-MIN_TIME, MAX_TIME = -(1 << 63), (1 << 63) - 1
+from iqstate.times import MAX_MS, MIN_MS
 
 
 class VersionedModel:
@@ -17,13 +16,13 @@ class VersionedModel:
     def __init__(self, history_retention_ms: int) -> None:
         self.retention = history_retention_ms
         self.versions: dict[bytes, dict[int, bytes | None]] = {}
-        self.stream_time = MIN_TIME
+        self.stream_time = MIN_MS
 
     def copy(self) -> VersionedModel:
         return copy.deepcopy(self)
 
     def boundary(self) -> int:
-        return max(MIN_TIME, self.stream_time - self.retention)
+        return max(MIN_MS, self.stream_time - self.retention)
 
     def put(self, key: bytes, value: bytes | None, timestamp: int) -> None:
         if timestamp < self.boundary():
@@ -40,7 +39,7 @@ class VersionedModel:
         ]
 
     def get(self, key: bytes, as_of: int | None = None) -> VersionedRecord[bytes] | None:
-        at = MAX_TIME if as_of is None else as_of
+        at = MAX_MS if as_of is None else as_of
         timeline = self._timeline(key)
         if as_of is not None and as_of < self.boundary():
             # Before the history kept: only the current version, if valid then.
@@ -53,8 +52,8 @@ class VersionedModel:
     def versions_of(
         self, key: bytes, time_from: int | None, time_to: int | None, ascending: bool
     ) -> list[VersionedRecord[bytes]]:
-        start = MIN_TIME if time_from is None else time_from
-        end = MAX_TIME if time_to is None else time_to
+        start = MIN_MS if time_from is None else time_from
+        end = MAX_MS if time_to is None else time_to
         if start > end:
             return []
         if end < self.boundary():
@@ -90,13 +89,13 @@ class SessionModel:
     def __init__(self, retention_ms: int) -> None:
         self.retention = retention_ms
         self.sessions: dict[tuple[bytes, int, int], bytes] = {}
-        self.stream_time = MIN_TIME
+        self.stream_time = MIN_MS
 
     def copy(self) -> SessionModel:
         return copy.deepcopy(self)
 
     def limit(self) -> int:
-        return max(MIN_TIME, self.stream_time - self.retention)
+        return max(MIN_MS, self.stream_time - self.retention)
 
     def put(self, key: bytes, value: bytes | None, start: int, end: int) -> None:
         if end > self.stream_time:

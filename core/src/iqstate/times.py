@@ -1,0 +1,48 @@
+"""Times as iqstate keeps them: milliseconds since the epoch in Kafka's signed 64-bit range.
+
+A caller may name an instant with a timezone-aware `datetime` instead (Kafka's IQv2 takes an
+`Instant`); `milliseconds` turns either into the int every store and changelog record holds.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+MIN_MS, MAX_MS = -(1 << 63), (1 << 63) - 1
+"""The earliest and latest times a store keeps (Kafka's `Long.MIN_VALUE`, `MAX_VALUE`)."""
+
+Time = int | datetime
+"""A time as a caller may give it: ms since the epoch, or a timezone-aware datetime."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
+
+
+def milliseconds(value: Time, what: str) -> int:
+    """`value` in ms since the epoch: an int as it is, an aware `datetime` converted exactly
+    (microseconds dropped, toward the past). `TypeError` naming `what` for anything else,
+    a naive `datetime` included: which timezone it meant is not known."""
+    if type(value) is int:
+        return value
+    if isinstance(value, datetime):
+        if value.utcoffset() is None:
+            raise TypeError(
+                f"{what} is a datetime without a timezone ({value.isoformat()}): give it one "
+                "(datetime.now(timezone.utc), say) or ms since the epoch"
+            )
+        return (value - _EPOCH) // _ONE_MS
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)  # an int subclass (an IntEnum, numpy's are not ints)
+    raise TypeError(
+        f"{what} must be an int (ms since the epoch) or a timezone-aware datetime, "
+        f"got {type(value).__name__}"
+    )
+
+
+def stored_ms(value: Time, what: str) -> int:
+    """`milliseconds(value, what)`, which a store can keep: `ValueError` outside the signed
+    64-bit range."""
+    ms = milliseconds(value, what)
+    if not MIN_MS <= ms <= MAX_MS:
+        raise ValueError(f"{what} ({ms}) is outside the signed 64-bit range of ms")
+    return ms
