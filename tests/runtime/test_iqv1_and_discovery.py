@@ -257,6 +257,30 @@ def test_lags_from_the_changelog_and_the_provider(
             app.local_store_partition_lags("nope")
 
 
+def test_a_standby_whose_end_nobody_knows_has_an_unknown_lag_never_zero(
+    make_app: MakeApp,
+) -> None:
+    """Without a cluster nothing fills a standby, and only a `StaticAssignment`'s
+    `end_offsets` say where its changelog ends: without them its lag is unknown. At lag 0
+    it would answer a caller accepting any lag with absent for every key."""
+    layout = StaticAssignment(
+        {
+            HOST: Assignment({"s": {0: ACTIVE, 1: STANDBY}}),
+            OTHER: Assignment({"s": {1: ACTIVE, 0: STANDBY}}),
+        }
+    )
+    app = make_app(assignment=layout)
+    app.key_value_store("s", 2)
+    with app:
+        with app.begin_batch() as batch:
+            batch.put("s", key_in(0), 1)
+        lags = app.all_local_store_partition_lags()["s"]
+        assert lags[0].offset_lag == 0, "a running active is its own end"
+        assert lags[1].end_offset_position is None and lags[1].offset_lag is None
+        layout.set_end_offset("s", 1, 4)
+        assert app.local_store_partition_lags("s", [1])[1] == LagInfo(0, 4)
+
+
 def test_rebalance_moves_promotes_and_restores(make_app: MakeApp) -> None:
     provider = StaticAssignment({HOST: Assignment({"s": {0: ACTIVE, 1: STANDBY}})})
     app = make_app(assignment=provider)

@@ -95,8 +95,11 @@ class MetadataState:
         return KeyQueryMetadata(active, frozenset(standbys), partition)
 
     def local_lags(self) -> dict[str, dict[int, LagInfo]]:
-        """Without a cluster every partition is its own changelog's end; with one, the end is
-        the broker's, unknown (`None`) until fetched and while contact is lost."""
+        """Without a cluster a running active is its own changelog's end, and any other
+        replica's end is what the assignment says (`StaticAssignment`'s `end_offsets`) or
+        unknown: nothing fills it, so lag 0 would let it answer absent for every key. With
+        a cluster, the end is the broker's, unknown (`None`) until fetched and while
+        contact is lost."""
         lags: dict[str, dict[int, LagInfo]] = {}
         for name in self._partitions.store_names():
             found = self.store_lags(name)
@@ -117,10 +120,11 @@ class MetadataState:
                 continue
             current = hosted.applied_offset()
             end = None if lost else self._assignment.end_offset(name, partition)
-            if end is None and contact is None:
-                end = current  # no cluster, no end offset but its own
-            if end is not None and hosted.role.is_running_active:
-                end = max(current, end)
+            if hosted.role.is_running_active:
+                if end is None and contact is None:
+                    end = current  # no cluster: its own end
+                elif end is not None:
+                    end = max(current, end)
             lags[partition] = LagInfo(current, end, hosted.rebuilt)
         return lags
 
