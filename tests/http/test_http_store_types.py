@@ -299,6 +299,42 @@ def test_key_route_answers_timestamped_versioned_and_global_stores(served: Serve
     assert setting["partition"] == 0
 
 
+@pytest.mark.parametrize("at", [99, 100, 150, 199, 200, 250, 300, 10**12, -(2**63)])
+def test_key_route_answers_a_versioned_key_as_of_an_instant(served: Served, at: int) -> None:
+    for i in (4, 5, 7):
+        answer = served.http.get(f"/v1/stores/profiles/keys/user-{i:02d}?as_of={at}")
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        found = version_at(i, at)
+        expected = version_json(found) or {"value": None, "timestamp": None, "valid_to": None}
+        assert {name: body[name] for name in expected} == expected, (i, at)
+        with_lag = served.http.get(
+            f"/v1/stores/profiles/keys/user-{i:02d}?as_of={at}&acceptable_lag=0"
+        )
+        assert with_lag.json()["value"] == expected["value"]
+    current = served.http.get("/v1/stores/profiles/keys/user-04").json()
+    assert current["valid_to"] is None and current["value"] == 40
+
+
+@pytest.mark.parametrize(
+    ("path", "named"),
+    [
+        ("/v1/stores/prices/keys/item-07?as_of=5", "'as_of' reads a versioned store"),
+        ("/v1/stores/profiles/keys/user-04?as_of=soon", "'as_of' must be a whole number"),
+        ("/v1/stores/profiles/keys/user-04?as_of=1.5", "'as_of' must be a whole number"),
+        ("/v1/stores/profiles/keys/user-04?as_of=" + "9" * 20, "'as_of' must be a whole number"),
+        ("/v1/stores/profiles/keys/user-04?as_of=1&as_of=2", "'as_of' is given more than once"),
+        ("/v1/stores/profiles/keys/user-04?asof=1", "unknown query parameter 'asof'"),
+    ],
+)
+def test_key_route_refuses_a_malformed_or_misplaced_as_of(
+    served: Served, path: str, named: str
+) -> None:
+    refused = served.http.get(path)
+    assert refused.status_code == 400, refused.text
+    assert named in refused.json()["error"]["message"]
+
+
 def test_key_route_refuses_session_stores_as_it_refuses_window_stores(served: Served) -> None:
     for store, hint in (("visits", "'window_range' query with a 'key'"), ("per-minute",
                         "'window_key' query")):  # fmt: skip
@@ -583,8 +619,12 @@ def test_openapi_lists_the_new_store_and_query_types(served: Served) -> None:
     for name in ("ResultTimestampedKey", "ResultVersionedRange", "ResultMultiVersionedKey"):
         assert name in schemas
     paths = document["paths"]
-    stamped = paths["/v1/stores/profiles/keys/{key}"]["get"]["responses"]["200"]
-    assert "timestamp" in stamped["content"]["application/json"]["schema"]["required"]
+    versioned = paths["/v1/stores/profiles/keys/{key}"]["get"]
+    required = versioned["responses"]["200"]["content"]["application/json"]["schema"]["required"]
+    assert {"timestamp", "valid_to"} <= set(required)
+    assert [p["name"] for p in versioned["parameters"]][-1] == "as_of"
+    stamped = paths["/v1/stores/prices/keys/{key}"]["get"]
+    assert "as_of" not in [p["name"] for p in stamped["parameters"]]
     assert "/v1/stores/settings/keys/{key}" in paths
     assert "/v1/stores/visits/keys/{key}" not in paths  # a 400 there, like window stores
     store_types = paths["/v1/stores"]["get"]["responses"]["200"]["content"]["application/json"]
@@ -722,6 +762,9 @@ def test_a_versioned_key_query_is_forwarded_to_the_instance_hosting_the_key(
         looked_up = httpx.get(f"{a.url}/v1/stores/profiles/keys/{theirs}", timeout=30).json()
         assert (looked_up["value"], looked_up["timestamp"]) == (i * 10, 200)
         assert looked_up["host"] == b.url.removeprefix("http://")
+        then = httpx.get(f"{a.url}/v1/stores/profiles/keys/{theirs}?as_of=150", timeout=30)
+        assert then.json()["value"] == i and then.json()["valid_to"] == 200  # forwarded with it
+        assert then.json()["host"] == b.url.removeprefix("http://")
         page = httpx.post(
             b.url + "/v1/query",
             json={"store": "profiles", "query": {"type": "versioned_range"}, "merge": True,

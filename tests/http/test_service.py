@@ -60,7 +60,7 @@ def test_the_key_route_refuses_query_parameters_it_does_not_know(client: httpx.C
     misspelt = client.get("/v1/stores/counts/keys/kafka?acceptable_lags=5")
     assert misspelt.status_code == 400
     assert misspelt.json()["error"]["message"] == (
-        "unknown query parameter 'acceptable_lags'; known: ['acceptable_lag']"
+        "unknown query parameter 'acceptable_lags'; known: ['acceptable_lag', 'as_of']"
     )
     assert client.get("/v1/stores/counts/keys/kafka?acceptable_lag").status_code == 400
     assert client.get("/v1/stores/counts/keys/kafka?acceptable_lag=5").json()["value"] == 5

@@ -2,8 +2,9 @@
 
 `GET /v1/stores/{store}/keys/{key}` reads a key-value or global store with `KeyQuery`
 (`"value"`), a timestamped store with `TimestampedKeyQuery` and a versioned store with
-`VersionedKeyQuery`, its current version: `"value"` with the `"timestamp"` it was put with
-(both `null` for an absent key, or a versioned key whose current version is a delete).
+`VersionedKeyQuery`, its current version, or with `?as_of=T` the version valid at T:
+`"value"` with the `"timestamp"` it was put with (both `null` for an absent key, or a
+versioned key whose version then is a delete); a versioned answer has `"valid_to"` too.
 Window and session stores have no key route: a key's windows are asked with a query.
 """
 
@@ -27,6 +28,8 @@ class KeyRead:
     """The answer's leading JSON members (`"value":...`, no braces) from the query's result."""
     stamped: bool
     """Whether the answer carries a `"timestamp"`."""
+    at: Callable[[Any, int], Query[Any]] | None = None
+    """The query of a key as of an instant (ms), on a store that keeps versions."""
 
 
 def _value(result: Any) -> bytes:
@@ -34,17 +37,25 @@ def _value(result: Any) -> bytes:
 
 
 def _stamped(result: Any) -> bytes:
-    """A `ValueAndTimestamp` or `VersionedRecord` (or None) as its value and timestamp."""
+    """A `ValueAndTimestamp` (or None) as its value and timestamp."""
     if result is None:
         return b'"value":null,"timestamp":null'
     return b'"value":%b,"timestamp":%d' % (json_bytes(to_json(result.value)), result.timestamp)
+
+
+def _version(result: Any) -> bytes:
+    """A `VersionedRecord` (or None) as its value, timestamp and end (`null`: current)."""
+    if result is None:
+        return b'"value":null,"timestamp":null,"valid_to":null'
+    valid_to = b"null" if result.valid_to is None else b"%d" % result.valid_to
+    return b'%b,"valid_to":%b' % (_stamped(result), valid_to)
 
 
 KEY_READS: dict[str, KeyRead] = {
     "key_value": KeyRead(KeyQuery.with_key, _value, False),
     "global_key_value": KeyRead(KeyQuery.with_key, _value, False),
     "timestamped_key_value": KeyRead(TimestampedKeyQuery.with_key, _stamped, True),
-    "versioned_key_value": KeyRead(VersionedKeyQuery.with_key, _stamped, True),
+    "versioned_key_value": KeyRead(VersionedKeyQuery.with_key, _version, True, VersionedKeyQuery),
 }
 """The store types the key route answers, by `store_type`."""
 

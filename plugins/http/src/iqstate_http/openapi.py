@@ -224,15 +224,30 @@ _KEY_ANSWER = {
 _STAMPED_KEY_ANSWER = {
     "type": "object",
     "required": [*_KEY_FIELDS, "timestamp"],
-    "description": "a timestamped or versioned store's key",
+    "description": "a timestamped store's key",
     "properties": {
-        "value": {
-            "description": "the value as JSON (a versioned store's current version); null "
-            "for an absent key"
-        },
+        "value": {"description": "the value as JSON; null for an absent key"},
         "timestamp": {
             "type": ["integer", "null"],
             "description": "the timestamp the value was put with (ms); null for an absent key",
+        },
+        **_WHERE_FROM,
+    },
+}
+_VERSIONED_KEY_ANSWER = {
+    "type": "object",
+    "required": [*_KEY_FIELDS, "timestamp", "valid_to"],
+    "description": "a versioned store's key: its current version, or the one valid at as_of",
+    "properties": {
+        "value": {"description": "the version's value as JSON; null for an absent key"},
+        "timestamp": {
+            "type": ["integer", "null"],
+            "description": "the version's timestamp (ms); null for an absent key",
+        },
+        "valid_to": {
+            "type": ["integer", "null"],
+            "description": "when the version stopped being valid (ms, exclusive); null for "
+            "the current version or an absent key",
         },
         **_WHERE_FROM,
     },
@@ -369,6 +384,16 @@ _ACCEPTABLE_LAG = {
     "required": False,
     "description": "offsets a standby may lag and still answer (default: the running active)",
     "schema": {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+}
+
+
+_AS_OF = {
+    "name": "as_of",
+    "in": "query",
+    "required": False,
+    "description": "the version valid at this instant (ms since the epoch; default: the "
+    "current version)",
+    "schema": {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX},
 }
 
 
@@ -789,10 +814,14 @@ def openapi_document(
         }  # fmt: skip
         read = KEY_READS.get(spec.store_type)
         if read is not None:
-            answer = _STAMPED_KEY_ANSWER if read.stamped else _KEY_ANSWER
+            if read.at is not None:
+                answer, parameters = _VERSIONED_KEY_ANSWER, [key, _ACCEPTABLE_LAG, _AS_OF]
+            else:
+                answer = _STAMPED_KEY_ANSWER if read.stamped else _KEY_ANSWER
+                parameters = [key, _ACCEPTABLE_LAG]
             paths[f"/v1/stores/{spec.name}/keys/{{key}}"] = {
                 "get": ops.operation(f"look a key of {spec.name!r} up", answer,
-                                     parameters=[key, _ACCEPTABLE_LAG])
+                                     parameters=parameters)
             }  # fmt: skip
     for spec in specs:
         paths[f"/v1/stores/{spec.name}/changes"] = {

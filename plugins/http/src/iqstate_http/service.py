@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, quote
+from urllib.parse import quote
 
 import httpx
 from sse_starlette import EventSourceResponse
@@ -39,7 +39,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from iqstate import Application, AppState, FailureReason, StateQueryRequest
+from iqstate import Application, AppState, FailureReason, Query, StateQueryRequest
 from iqstate.runtime.metadata import InstanceStatus, StreamsMetadata
 from iqstate.runtime.partitioner import follows_kafka_default
 from iqstate.runtime.querying import keyed
@@ -59,7 +59,6 @@ from iqstate_http.codecs import (
     key_from_path,
     position_json_bytes,
     position_to_json,
-    whole_number_parameter,
 )
 from iqstate_http.errors import (
     HANDLERS,
@@ -69,6 +68,7 @@ from iqstate_http.errors import (
     unexpected_error_response,
 )
 from iqstate_http.forwarding import FORWARDED_HEADER, Forwarded, Forwarder
+from iqstate_http.key_params import NONE_ASKED, KeyParams, key_params
 from iqstate_http.key_reads import ANSWER, ASKED_INSTEAD, KEY_READS, KeyRead
 from iqstate_http.limits import DEFAULT_MAX_BODY, DEFAULT_MAX_ROWS
 from iqstate_http.metrics import PROMETHEUS_TEXT, ServiceMetrics
@@ -284,24 +284,16 @@ def _acceptable_lag(value: Any) -> int | None:
     return number
 
 
-def _lag_in(scope: Scope) -> int | None:
-    """The key route's `?acceptable_lag=N`, its only query parameter; `BadRequest` when it
-    is malformed or repeated, or another parameter is given (a misspelt one would otherwise
-    read the running active silently, as the change stream's route refuses it too)."""
-    params = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-    unknown = sorted(set(params) - {"acceptable_lag"})
-    if unknown:
-        raise BadRequest(f"unknown query parameter {unknown[0]!r}; known: ['acceptable_lag']")
-    values = params.get("acceptable_lag")
-    if not values:
-        return None
-    if len(values) > 1:
-        raise BadRequest("'acceptable_lag' is given more than once")
-    return whole_number_parameter(
-        values[0],
-        "acceptable_lag",
-        hint="offsets a standby may be behind; leave it out to read running actives only",
-    )
+def _key_query(spec: StoreSpec, read: KeyRead, key: Any, asked: KeyParams) -> Query[Any]:
+    """The query a key request asks: the key's current value, or with `as_of` the version
+    valid then (a 400 on a store without versions)."""
+    if asked.as_of is None:
+        return read.query(key)
+    if read.at is None:
+        raise BadRequest(
+            f"'as_of' reads a versioned store; store {spec.name!r} is a {spec.store_type} store"
+        )
+    return read.at(key, asked.as_of)
 
 
 _QUERY_FIELDS = frozenset(
@@ -593,12 +585,13 @@ class QueryService:
         params = scope["path_params"]
         spec, read = self._key_read(params["store"])
         key = self._guard(lambda: key_from_path(spec, params["key"]))
-        lag = self._guard(lambda: _lag_in(scope))
-        if lag is None and (body := self._local_key_body(spec, read, key, None)) is not None:
+        asked = self._guard(lambda: key_params(scope))
+        query = self._guard(lambda: _key_query(spec, read, key, asked))
+        if asked.lag is None and (body := self._local_key_body(spec, read, query, None)):
             return Response(body, media_type="application/json")
         forwarded = FORWARDED_HEADER in headers
         body = await self._key_elsewhere(
-            spec, read, key, lag, forwarded, scope, headers.get("authorization")
+            spec, read, key, query, asked, forwarded, scope, headers.get("authorization")
         )
         return Response(body, media_type="application/json")
 
@@ -606,7 +599,7 @@ class QueryService:
         """The body of a `GET` of the key route when it is a 200, answered here or
         forwarded; None for any other path, or when a token must be checked (the routed app
         answers those). `ApiError` for an error answer: an unknown store, a malformed key or
-        `acceptable_lag`, no replica of the key's partition answering."""
+        parameter, no replica of the key's partition answering."""
         path = scope["path"]
         if self.token is not None or not path.startswith(_KEY_ROUTE_PREFIX):
             return None
@@ -617,18 +610,24 @@ class QueryService:
             return None  # the routed app refuses it
         spec, read = self._key_read(store)
         key = self._guard(lambda: key_from_path(spec, key_text))
-        lag = self._guard(lambda: _lag_in(scope)) if scope.get("query_string") else None
-        if lag is None and (body := self._local_key_body(spec, read, key, None)) is not None:
+        asked = self._guard(lambda: key_params(scope)) if scope.get("query_string") else NONE_ASKED
+        query = (
+            read.query(key)
+            if asked is NONE_ASKED
+            else self._guard(lambda: _key_query(spec, read, key, asked))
+        )
+        if asked.lag is None and (body := self._local_key_body(spec, read, query, None)):
             return body
         forwarded = any(name == _FORWARDED for name, _ in scope["headers"])
-        return await self._key_elsewhere(spec, read, key, lag, forwarded, scope, None)
+        return await self._key_elsewhere(spec, read, key, query, asked, forwarded, scope, None)
 
     async def _key_elsewhere(
         self,
         spec: StoreSpec,
         read: KeyRead,
         key: Any,
-        lag: int | None,
+        query: Query[Any],
+        asked: KeyParams,
         forwarded: bool,
         scope: Scope,
         authorization: str | None,
@@ -638,6 +637,7 @@ class QueryService:
         `ApiError` 503 with the last failure when none answers (the first store failure
         when one failed to read the key: the next replica too far behind says less)."""
         partition = spec.partition_of(key, spec.key_serde.serialize(key))
+        lag = asked.lag
         failure: tuple[str, str] | None = None
         for replica in self.replicas.candidates(spec.name, partition, lag):
             if replica.local:
@@ -650,7 +650,7 @@ class QueryService:
                     now = self.replicas.here_now(spec.name, (partition,))[partition]
                     local = now if now is not None and now.within(lag) else None
                 try:
-                    body = None if local is None else self._local_key_body(spec, read, key, local)
+                    body = None if local is None else self._local_key_body(spec, read, query, local)
                 except ApiError as exc:
                     if exc.code != _STORE_FAILED:
                         raise
@@ -663,9 +663,7 @@ class QueryService:
                 continue
             if forwarded:  # one hop: this instance's replica or nothing
                 continue
-            path = scope.get("raw_path") or quote(scope["path"]).encode()
-            if lag is not None:
-                path += b"?acceptable_lag=%d" % lag
+            path = (scope.get("raw_path") or quote(scope["path"]).encode()) + asked.query_string()
             answer = await self.forwarder.get(replica.host, path.decode("latin-1"), authorization)
             if isinstance(answer, Forwarded):
                 return answer.body
@@ -677,8 +675,7 @@ class QueryService:
             reason, message = self.replicas.why_none(spec.name, partition, lag, forwarded)
             failure = (reason.name.lower(), message)
         if not forwarded:  # counted once, where the caller asked
-            query = type(read.query(key))
-            self.metrics.unanswered(spec.name, query, failure_reason_of(failure[0]))
+            self.metrics.unanswered(spec.name, type(query), failure_reason_of(failure[0]))
         raise ApiError(503, *failure)
 
     def _key_read(self, store: str) -> tuple[StoreSpec, KeyRead]:
@@ -706,13 +703,13 @@ class QueryService:
         return text
 
     def _local_key_body(
-        self, spec: StoreSpec, read: KeyRead, key: Any, replica: Replica | None
+        self, spec: StoreSpec, read: KeyRead, query: Query[Any], replica: Replica | None
     ) -> bytes | None:
         """The key route's JSON body answered by this instance's replica of the key's
         partition: its running active (`replica` None or running), or the standby or
         restoring `replica` a request's `acceptable_lag` accepts. None when this instance
         has no such replica; an error that is this replica's own is an `ApiError` 503."""
-        request = StateQueryRequest.in_store(spec.name).with_query(read.query(key))
+        request = StateQueryRequest.in_store(spec.name).with_query(query)
         if replica is None or replica.state == RUNNING:
             request = request.require_active()
         try:
