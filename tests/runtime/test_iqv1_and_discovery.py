@@ -105,6 +105,50 @@ def test_window_facade(make_app: MakeApp) -> None:
         assert len(list(windows.all())) == 3
 
 
+SESSIONS = {"a": [(0, 5, 1), (10, 10, 2), (20, 40, 3)], "b": [(3, 30, 4)]}
+"""Sessions `(start, end, value)` by key, for the session facade."""
+
+
+@pytest.mark.parametrize("engine", ["memory", "rocksdb", "lmdb"])
+def test_session_facade_finds_overlapping_sessions_as_kafka_does(
+    make_app: MakeApp, engine: str
+) -> None:
+    app = make_app()
+    app.session_store("s", 2, retention_ms=1_000, engine=engine, value_serde=Serdes.int64())
+    with app:
+        with app.begin_batch() as batch:
+            for key, sessions in SESSIONS.items():
+                for start, end, value in sessions:
+                    batch.put("s", key, value, session=(start, end))
+        store = app.store(
+            StoreQueryParameters.from_name_and_type("s", QueryableStoreTypes.session_store())
+        )
+        assert list(store.fetch("a")) == [(Windowed("a", s, e), v) for s, e, v in SESSIONS["a"]]
+        assert list(store.backward_fetch("a")) == list(store.fetch("a"))[::-1]
+        assert list(store.fetch("nobody")) == []
+        times = range(-1, 43, 3)
+        for key, sessions in SESSIONS.items():
+            for earliest_end in times:
+                for latest_start in times:
+                    overlapping = [
+                        (Windowed(key, s, e), v)
+                        for s, e, v in sessions
+                        if e >= earliest_end and s <= latest_start
+                    ]
+                    found = store.find_sessions(key, earliest_end, latest_start)
+                    assert list(found) == overlapping, (key, earliest_end, latest_start)
+                    backward = store.backward_find_sessions(key, earliest_end, latest_start)
+                    assert list(backward) == overlapping[::-1]
+            for start, end, value in sessions:
+                assert store.fetch_session(key, start, end) == value
+                assert store.fetch_session(key, start, end + 1) is None
+        assert store.fetch_session("a", 1, 5) is None
+        with pytest.raises(TypeError, match="earliest_session_end_time must be an int"):
+            store.find_sessions("a", "soon", 5)
+        with pytest.raises(InvalidStateStoreError, match="QueryableStoreTypes|does not accept"):
+            app.store(StoreQueryParameters.from_name_and_type("s", KV))
+
+
 def test_a_timestamped_store_read_as_a_key_value_store_has_plain_values(
     make_app: MakeApp,
 ) -> None:

@@ -29,6 +29,7 @@ from iqstate.queries import (
     VersionedKeyQuery,
     VersionedRangeQuery,
     VersionedRecord,
+    Windowed,
 )
 from iqstate.results import QueryResult
 from iqstate.serdes import Serde
@@ -170,10 +171,23 @@ class MeteredSessionStore(SerdeLayer[SessionStore[bytes, bytes], K, V]):
     ) -> None:
         super().__init__(wrapped, key_serde, value_serde)
         self._put_sensor = self.metrics.sensor("put")
+        self._fetch_sensor = self.metrics.sensor("fetch")
 
     @property
     def retention_ms(self) -> int:
         return self.wrapped.retention_ms
+
+    def fetch_sessions(
+        self, key: K | None, time_from: int, time_to: int
+    ) -> KeyValueIterator[Windowed[K], V]:
+        """Sessions starting in `[time_from, time_to]`, of `key` (every key's for `None`),
+        decoded (the IQv1 facade's reads)."""
+        start = _now()
+        raw_key = None if key is None else self.encode_key(key)
+        result = self.typed_windows(self.wrapped.fetch_sessions(raw_key, time_from, time_to))
+        end = _now()
+        self._fetch_sensor.record(end - start, end)
+        return result
 
     def put_all_serialized(self, entries: Iterable[tuple[bytes, int, int, bytes | None]]) -> None:
         """Write `(key, start, end, value)` sessions already serialized (runtime batches)."""

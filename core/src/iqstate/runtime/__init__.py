@@ -17,6 +17,7 @@ from iqstate.runtime.assignment import (
 from iqstate.runtime.batch import Batch
 from iqstate.runtime.iqv1 import (
     CompositeReadOnlyKeyValueStore,
+    CompositeReadOnlySessionStore,
     CompositeReadOnlyWindowStore,
     QueryableStoreType,
     QueryableStoreTypes,
@@ -44,6 +45,7 @@ __all__ = [
     "AssignmentProvider",
     "Batch",
     "CompositeReadOnlyKeyValueStore",
+    "CompositeReadOnlySessionStore",
     "CompositeReadOnlyWindowStore",
     "Contact",
     "Departure",

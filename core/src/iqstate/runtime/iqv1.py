@@ -18,12 +18,14 @@ from iqstate.queries import ValueAndTimestamp, Windowed
 from iqstate.runtime.hosted import HostedPartition
 from iqstate.runtime.spec import (
     KeyValueStoreSpec,
+    SessionStoreSpec,
     StoreSpec,
     StoreType,
     TimestampedKeyValueStoreSpec,
     WindowStoreSpec,
 )
 from iqstate.serdes import encoding_error
+from iqstate.times import MAX_MS, MIN_MS, Time, milliseconds
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -65,6 +67,11 @@ class QueryableStoreTypes:
     @staticmethod
     def window_store() -> QueryableStoreType[CompositeReadOnlyWindowStore]:
         return QueryableStoreType(WindowStoreSpec, CompositeReadOnlyWindowStore)
+
+    @staticmethod
+    def session_store() -> QueryableStoreType[CompositeReadOnlySessionStore]:
+        """A session store (Kafka's `ReadOnlySessionStore`)."""
+        return QueryableStoreType(SessionStoreSpec, CompositeReadOnlySessionStore)
 
 
 @dataclass(frozen=True)
@@ -232,3 +239,57 @@ class CompositeReadOnlyWindowStore(_Composite):
 
     def all(self) -> KeyValueIterator[Windowed[Any], Any]:
         return self._concatenate(lambda store: store.all())
+
+
+class CompositeReadOnlySessionStore(_Composite):
+    """Reads of a session store across the partitions hosted here (Kafka's
+    `ReadOnlySessionStore` for one key: a key's sessions live in its partition)."""
+
+    def fetch(self, key: Any) -> KeyValueIterator[Windowed[Any], Any]:
+        """Every session of `key`, by start (then end)."""
+        return self.find_sessions(key, MIN_MS, MAX_MS)
+
+    def backward_fetch(self, key: Any) -> KeyValueIterator[Windowed[Any], Any]:
+        """Every session of `key`, latest start first."""
+        return _backward(self.fetch(key))
+
+    def find_sessions(
+        self, key: Any, earliest_session_end_time: Time, latest_session_start_time: Time
+    ) -> KeyValueIterator[Windowed[Any], Any]:
+        """The sessions of `key` that overlap `[earliest_session_end_time,
+        latest_session_start_time]`: ending at or after the one, starting at or before the
+        other (Kafka's `findSessions`), by start."""
+        earliest_end = milliseconds(earliest_session_end_time, "earliest_session_end_time")
+        latest_start = milliseconds(latest_session_start_time, "latest_session_start_time")
+        sessions = self._read(
+            self._key_partition(key),
+            lambda store: store.fetch_sessions(key, MIN_MS, latest_start),
+        )
+        overlapping = (pair for pair in sessions if pair[0].end_ms >= earliest_end)
+        return KeyValueIterator(overlapping, sessions.close)
+
+    def backward_find_sessions(
+        self, key: Any, earliest_session_end_time: Time, latest_session_start_time: Time
+    ) -> KeyValueIterator[Windowed[Any], Any]:
+        """`find_sessions`, latest start first."""
+        return _backward(
+            self.find_sessions(key, earliest_session_end_time, latest_session_start_time)
+        )
+
+    def fetch_session(self, key: Any, session_start_time: Time, session_end_time: Time) -> Any:
+        """The value of `key`'s session `[session_start_time, session_end_time]`, `None` if
+        there is none."""
+        start = milliseconds(session_start_time, "session_start_time")
+        end = milliseconds(session_end_time, "session_end_time")
+        with self._read(
+            self._key_partition(key), lambda store: store.fetch_sessions(key, start, start)
+        ) as sessions:
+            return next((value for window, value in sessions if window.end_ms == end), None)
+
+
+def _backward(sessions: KeyValueIterator[Any, Any]) -> KeyValueIterator[Any, Any]:
+    """`sessions` (one key's, read into memory by the store) in reverse."""
+    with sessions:
+        rows = list(sessions)
+    rows.reverse()
+    return KeyValueIterator.of_rows(rows)
