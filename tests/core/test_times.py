@@ -64,3 +64,13 @@ def test_queries_take_datetimes_and_hold_milliseconds() -> None:
         MultiVersionedKeyQuery.with_key("k").from_time(noon).to_time(noon - timedelta(1))
     with pytest.raises(TypeError, match="VersionedKeyQuery: as_of is a datetime without"):
         VersionedKeyQuery.with_key("k").as_of(datetime(2026, 11, 30))
+
+
+def test_pandas_timestamps_are_instants_and_nat_is_refused_by_name() -> None:
+    pd = pytest.importorskip("pandas")
+    stamp = pd.Timestamp("2026-11-30 12:00:00.000999999", tz="UTC")
+    assert milliseconds(stamp, "as_of") == 1_796_040_000_000  # nanoseconds floored
+    with pytest.raises(TypeError, match="as_of is not an instant: NaT"):
+        milliseconds(pd.NaT, "as_of")
+    with pytest.raises(TypeError, match="as_of is a datetime without a timezone"):
+        milliseconds(pd.Timestamp("2026-11-30"), "as_of")

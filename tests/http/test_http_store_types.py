@@ -462,6 +462,7 @@ def test_the_routing_client_pages_any_range_type_query_with_typed_rows(
             client.scan("prices", KeyQuery.with_key("item-01"))
         with pytest.raises(ValueError, match="page_size"):
             client.scan("prices", stamped, page_size=0)
+        assert list(client.scan("prices", stamped, page_size=7.0)) == prices  # as JSON's 7
 
     async def scanned() -> list[tuple[Any, Any]]:
         async with AsyncRemoteQueryClient(served.url) as client:

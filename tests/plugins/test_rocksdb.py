@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from iqstate_rocksdb import ROCKSDB_ENGINE, RocksDBKeyValueStore
@@ -14,6 +15,7 @@ from support.engine_stores import opened
 
 from iqstate import (
     Application,
+    ClosedStoreError,
     CorruptStateError,
     FailureReason,
     KeyQuery,
@@ -391,3 +393,52 @@ def test_store_types_kept_in_a_rocksdb_store_settle_it(tmp_path: Path) -> None:
     assert inner.memtable_entries == 0
     assert versioned.get(b"k") is not None
     versioned.close()
+
+
+class _Handle:
+    """A RocksDB handle that runs `before_get` (once) at the start of its next `get`."""
+
+    def __init__(self, db: Rdict) -> None:
+        self.db = db
+        self.before_get: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+    def get(self, key: bytes) -> Any:
+        hook, self.before_get = self.before_get, None
+        if hook is not None:
+            hook()
+        return self.db.get(key)
+
+
+def test_a_read_whose_handle_was_closed_and_opened_again_meanwhile_is_no_damage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another thread closes the store object and opens it again while a read is on the old
+    handle: the read fails as a read of a closed store (the caller asks again), never as
+    damage, which would set the partition's files aside for a rebuild."""
+    import iqstate_rocksdb.store as rocksdb_store
+
+    handles: list[_Handle] = []
+    real_open = rocksdb_store.open_database
+
+    def opening(*args: Any, **kwargs: Any) -> _Handle:
+        handles.append(_Handle(real_open(*args, **kwargs)))
+        return handles[-1]
+
+    monkeypatch.setattr(rocksdb_store, "open_database", opening)
+    store = RocksDBKeyValueStore("s")
+    store.init(make_context(tmp_path, "s"))
+    store.put_all([(b"k", b"v")])
+    store.commit({TopicPartition("t", 0): 1})
+
+    def close_and_open_again() -> None:
+        store.close()
+        store.init(make_context(tmp_path, "s"))
+
+    handles[-1].before_get = close_and_open_again
+    with pytest.raises(ClosedStoreError):
+        store.get(b"k")
+    assert store.get(b"k") == b"v", "the store opened again reads its data"
+    store.close()

@@ -32,6 +32,7 @@ from iqstate.runtime import ACTIVE, STANDBY
 from iqstate.runtime.assignment import PartitionRole
 from iqstate.runtime.committed import CommittedPartitions
 from iqstate.runtime.hosted import HostedPartition
+from iqstate.runtime.offsets import OffsetKeeper
 from iqstate.session_store import LayeredSessionStore, decode_session_key, encode_session_key
 from iqstate.store import SessionStore, WindowStore
 from iqstate.versioned_store import decode_version_record, encode_version_record, version_key
@@ -295,8 +296,9 @@ def test_what_a_unit_expired_is_owed_when_the_record_after_its_commit_fails(
 ) -> None:
     """The record of committed partitions is written after the store commit; when it fails
     (a full disk) the commit stands and the follower reads on past the unit, so the unit's
-    tombstones come with the next unit's: without them compaction keeps the expired
-    versions for good, and every restore reads them."""
+    tombstones come with the next unit that commits (the next may fail to, on the same
+    full disk): without them compaction keeps the expired versions for good, and every
+    restore reads them."""
     app = Application("exp", tmp_path)
     spec = app.versioned_key_value_store("v", 1, RETENTION, engine="rocksdb")
     directory = tmp_path / "exp" / "v" / "0"
@@ -323,7 +325,17 @@ def test_what_a_unit_expired_is_owed_when_the_record_after_its_commit_fails(
         hosted.apply_changelog(first, 1, Position.from_map({"s": {0: 1}}), 4)
     monkeypatch.undo()
     second = [encode_version_record(b"other", 110, b"z")]
-    expired = hosted.apply_changelog(second, 2, Position.from_map({"s": {0: 2}}), 6)
+    unit = (second, 2, Position.from_map({"s": {0: 2}}), 6)
+    commit = OffsetKeeper.commit
+
+    def full_once(self: OffsetKeeper, changes: dict[TopicPartition, int | None]) -> None:
+        monkeypatch.setattr(OffsetKeeper, "commit", commit)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(OffsetKeeper, "commit", full_once)  # the disk is still full
+    with pytest.raises(OSError, match="No space"):
+        hosted.apply_changelog(*unit)
+    expired = hosted.apply_changelog(*unit)  # the follower's retry
     assert expired == [version_key(b"k", 0)], "the first unit's tombstone, owed till now"
     assert 0 in CommittedPartitions(tmp_path / "exp" / "v"), "recorded at the next commit"
     assert hosted.apply_changelog([], None, None, 7) == [], "owed once"

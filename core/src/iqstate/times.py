@@ -25,18 +25,29 @@ def milliseconds(value: Time, what: str) -> int:
     if type(value) is int:
         return value
     if isinstance(value, datetime):
-        if value.utcoffset() is None:
-            raise TypeError(
-                f"{what} is a datetime without a timezone ({value.isoformat()}): give it one "
-                "(datetime.now(timezone.utc), say) or ms since the epoch"
-            )
-        return (value - _EPOCH) // _ONE_MS
+        return _datetime_ms(value, what)
     if isinstance(value, int) and not isinstance(value, bool):
         return int(value)  # an int subclass (an IntEnum, numpy's are not ints)
     raise TypeError(
         f"{what} must be an int (ms since the epoch) or a timezone-aware datetime, "
         f"got {type(value).__name__}"
     )
+
+
+def _datetime_ms(value: datetime, what: str) -> int:
+    """An aware datetime's ms; `TypeError` naming `what` for a naive one, and for one that
+    is no instant at all (pandas' `NaT` is a datetime whose every method raises)."""
+    try:
+        offset = value.utcoffset()
+        ms = None if offset is None else (value - _EPOCH) // _ONE_MS
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TypeError(f"{what} is not an instant: {value!r} ({exc})") from exc
+    if ms is None:
+        raise TypeError(
+            f"{what} is a datetime without a timezone ({value.isoformat()}): give it one "
+            "(datetime.now(timezone.utc), say) or ms since the epoch"
+        )
+    return int(ms)
 
 
 def stored_ms(value: Time, what: str) -> int:

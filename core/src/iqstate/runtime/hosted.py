@@ -249,8 +249,7 @@ class HostedPartition:
                 self._reopen_chain()  # raises while the cause lasts: the follower retries
             expired = self.chain.expired_records(entries) if entries and self.role.is_active else []
             if self._expired_owed and self.role.is_active:
-                expired = self._expired_owed + expired
-                self._expired_owed = []
+                expired = self._expired_owed + expired  # owed until this unit commits
             # where subscriptions' positions start from, read only when some follow here
             before = self.chain.position if self.changes.live else None
             kept = self.chain.kept_records(entries) if before is not None and entries else None
@@ -266,6 +265,8 @@ class HostedPartition:
                 # the retry writes them again); files are opened again, as they are.
                 self._reopen_before_applying = self.chain.persistent
                 raise
+            if self.role.is_active:
+                self._expired_owed = []  # handed over below, with this unit's
             try:
                 self._after_commit()  # may fail (its record): the commit stands
             except BaseException:  # the follower reads on past the unit: owe its tombstones

@@ -55,6 +55,7 @@ from iqstate.plugins import default_registry
 from iqstate.runtime.partitioner import PartitionFunction, partition_function
 from iqstate.runtime.querying import keyed
 from iqstate.serdes import Serde
+from iqstate_http import jsonin
 from iqstate_http.codecs import (
     BUILTIN_CODECS,
     STORE_QUERY_TYPES,
@@ -717,13 +718,10 @@ class ClientLogic:
                 f"a {type(query).__name__} cannot be paged: scan takes a RangeQuery, "
                 "TimestampedRangeQuery or VersionedRangeQuery"
             )
-        if (
-            not isinstance(page_size, int)
-            or isinstance(page_size, bool)
-            or not (1 <= page_size <= _MAX_PAGE)
-        ):
+        rows = jsonin.integer(page_size)  # as the service reads a page's limit
+        if rows is None or not 1 <= rows <= _MAX_PAGE:
             raise ValueError(f"page_size must be from 1 to {_MAX_PAGE}, got {page_size!r}")
-        return Paging(self, store, query, row_value, page_size, acceptable_lag)
+        return Paging(self, store, query, row_value, rows, acceptable_lag)
 
     def page(
         self,

@@ -654,7 +654,8 @@ class QueryService:
                 except ApiError as exc:
                     if exc.code != _STORE_FAILED:
                         raise
-                    failure = (exc.code, exc.message)  # another replica may read it
+                    if failure is None or failure[0] != _STORE_FAILED:
+                        failure = (exc.code, exc.message)  # another replica may read it
                     continue
                 if body is not None:
                     return body
