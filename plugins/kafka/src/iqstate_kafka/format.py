@@ -240,6 +240,8 @@ def _batch_id(data: bytes, where: str) -> int | None:
 
 
 def _header_batch_id(data: bytes) -> int | None:
+    if len(data) != _BATCH.size:  # the marker's value goes on; a header ends there
+        raise ValueError(f"the header has {len(data)} bytes, not {_BATCH.size}")
     batch_id = _batch_id(data, "header")
     if len(_BATCH_IDS) >= _BATCH_IDS_KEPT:
         _BATCH_IDS.clear()
