@@ -38,9 +38,12 @@ def test_an_int_is_kept_and_other_values_are_refused_naming_what_was_given() -> 
 
     assert milliseconds(-5, "t") == -5 and milliseconds(Level.HIGH, "t") == 7
     assert type(milliseconds(Level.HIGH, "t")) is int
+    numpy = pytest.importorskip("numpy")
+    assert milliseconds(numpy.int64(-9), "t") == -9  # what pandas and Spark code holds
+    assert type(milliseconds(numpy.int64(-9), "t")) is int
     with pytest.raises(TypeError, match="as_of is a datetime without a timezone"):
         milliseconds(datetime(2026, 11, 30, 12, 0), "as_of")
-    for wrong in (True, 1.5, "2026-11-30", None):
+    for wrong in (True, 1.5, 2.0, "2026-11-30", None):
         with pytest.raises(TypeError, match="t must be an int .* or a timezone-aware datetime"):
             milliseconds(wrong, "t")  # type: ignore[arg-type]
     assert stored_ms(MAX_MS, "t") == MAX_MS and stored_ms(MIN_MS, "t") == MIN_MS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from support.keys import key_in as support_key_in
@@ -103,6 +104,13 @@ def test_window_facade(make_app: MakeApp) -> None:
             (Windowed("b", 10, 20), 3),
         ]
         assert len(list(windows.all())) == 3
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
+        at_10 = epoch + timedelta(milliseconds=10)
+        assert list(windows.fetch("a", epoch, at_10)) == [(0, 1), (10, 2)]  # datetimes too
+        assert windows.fetch("a", at_10) == 2
+        assert len(list(windows.fetch_all(at_10, at_10))) == 2
+        with pytest.raises(TypeError, match="time_from is a datetime without a timezone"):
+            windows.fetch("a", datetime(1970, 1, 1), at_10)
 
 
 SESSIONS = {"a": [(0, 5, 1), (10, 10, 2), (20, 40, 3)], "b": [(3, 30, 4)]}

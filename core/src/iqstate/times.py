@@ -6,6 +6,7 @@ A caller may name an instant with a timezone-aware `datetime` instead (Kafka's I
 
 from __future__ import annotations
 
+import operator
 from datetime import UTC, datetime, timedelta
 
 MIN_MS, MAX_MS = -(1 << 63), (1 << 63) - 1
@@ -26,8 +27,11 @@ def milliseconds(value: Time, what: str) -> int:
         return value
     if isinstance(value, datetime):
         return _datetime_ms(value, what)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return int(value)  # an int subclass (an IntEnum, numpy's are not ints)
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)  # an IntEnum, numpy's and pandas' integers
+        except TypeError:
+            pass
     raise TypeError(
         f"{what} must be an int (ms since the epoch) or a timezone-aware datetime, "
         f"got {type(value).__name__}"

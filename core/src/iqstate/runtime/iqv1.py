@@ -218,24 +218,25 @@ class CompositeReadOnlyWindowStore(_Composite):
     """Reads of a window store across the partitions hosted here."""
 
     @overload
-    def fetch(self, key: Any, time_from: int) -> Any: ...
+    def fetch(self, key: Any, time_from: Time) -> Any: ...
 
     @overload
-    def fetch(self, key: Any, time_from: int, time_to: int) -> KeyValueIterator[int, Any]: ...
+    def fetch(self, key: Any, time_from: Time, time_to: Time) -> KeyValueIterator[int, Any]: ...
 
-    def fetch(self, key: Any, time_from: int, time_to: int | None = None) -> Any:
+    def fetch(self, key: Any, time_from: Time, time_to: Time | None = None) -> Any:
         """`fetch(key, time_from, time_to)`: `(window start, value)` of `key`'s windows
         starting in that range; `fetch(key, time)`: the value of its window starting at
         `time`, `None` if there is none (Kafka's two `ReadOnlyWindowStore.fetch`)."""
+        start = milliseconds(time_from, "time_from")
         if time_to is None:
-            with self.fetch(key, time_from, time_from) as windows:
-                return next((value for start, value in windows if start == time_from), None)
-        return self._read(
-            self._key_partition(key), lambda store: store.fetch(key, time_from, time_to)
-        )
+            with self.fetch(key, start, start) as windows:
+                return next((value for begins, value in windows if begins == start), None)
+        end = milliseconds(time_to, "time_to")
+        return self._read(self._key_partition(key), lambda store: store.fetch(key, start, end))
 
-    def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator[Windowed[Any], Any]:
-        return self._concatenate(lambda store: store.fetch_all(time_from, time_to))
+    def fetch_all(self, time_from: Time, time_to: Time) -> KeyValueIterator[Windowed[Any], Any]:
+        start, end = milliseconds(time_from, "time_from"), milliseconds(time_to, "time_to")
+        return self._concatenate(lambda store: store.fetch_all(start, end))
 
     def all(self) -> KeyValueIterator[Windowed[Any], Any]:
         return self._concatenate(lambda store: store.all())
