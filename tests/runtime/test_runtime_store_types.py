@@ -265,10 +265,33 @@ def test_a_put_without_what_its_store_needs_is_refused(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="after its end"):
             with app.begin_batch() as writes:
                 writes.put("s", "k", 1, session=(9, 3))
-        with pytest.raises(TypeError, match="put_all takes the pairs"):
+        with pytest.raises(TypeError, match=r"put_all takes \(key, value, timestamp\) entries"):
             with app.begin_batch() as writes:
                 writes.put_all("t", [("k", 1)])
+        with pytest.raises(TypeError, match="put_all takes .* entries; use put"):
+            with app.begin_batch() as writes:
+                writes.put_all("v", {"k": 1})
         assert ask(app, "v", KeyQuery.with_key("k")) == [], "nothing of a refused batch lands"
+
+
+def test_put_all_writes_timed_entries_as_put_does(tmp_path: Path, engine: str) -> None:
+    with declared(tmp_path, engine) as app:
+        with app.begin_batch() as batch:
+            batch.put_all("t", [("a", 1, 10), ("b", 2, 20)])
+            batch.put_all("v", [("a", "old", 5), ("a", "new", 15), ("b", None, 3)])
+            batch.put_all("s", [("a", 7, (1, 4)), ("a", 8, (10, 12))])
+        assert sorted(ask(app, "t", TimestampedRangeQuery.with_no_bounds())) == [
+            ("a", ValueAndTimestamp(1, 10)),
+            ("b", ValueAndTimestamp(2, 20)),
+        ]
+        assert ask(app, "v", VersionedKeyQuery.with_key("a").as_of(9)) == [
+            VersionedRecord("old", 5, 15)
+        ]
+        assert ask(app, "v", VersionedKeyQuery.with_key("b")) == []  # a tombstone version
+        assert ask(app, "s", WindowRangeQuery.with_key("a")) == [
+            (Windowed("a", 1, 4), 7),
+            (Windowed("a", 10, 12), 8),
+        ]
 
 
 def test_window_range_with_a_key_on_a_window_store(tmp_path: Path) -> None:
@@ -278,12 +301,12 @@ def test_window_range_with_a_key_on_a_window_store(tmp_path: Path) -> None:
     with app:
         with app.begin_batch() as batch:
             batch.put("w", "a", 1, window_start=0)
-            batch.put("w", "a", 2, window_start=20)
-            batch.put("w", "b", 3, window_start=10)
+            batch.put_all("w", [("a", 2, 20), ("b", 3, 10)])  # (key, value, window_start)
         assert ask(app, "w", WindowRangeQuery.with_key("a")) == [
             (Windowed("a", 0, 10), 1),
             (Windowed("a", 20, 30), 2),
         ]
+        assert ask(app, "w", WindowRangeQuery.with_key("b")) == [(Windowed("b", 10, 20), 3)]
 
 
 def test_a_query_no_layer_answers_names_the_store_and_what_its_layers_answer(

@@ -146,22 +146,22 @@ class Batch:
             entries = writer.entries[partition] = []
         entries.append(entry)
 
-    def put_all(self, store: str, entries: Iterable[tuple[Any, Any]] | Mapping[Any, Any]) -> None:
+    def put_all(self, store: str, entries: Iterable[tuple[Any, ...]] | Mapping[Any, Any]) -> None:
         """`put` for many `(key, value)` pairs of a key-value store (`None` deletes), or
-        the items of a mapping.
+        the items of a mapping; for the other store types, `(key, value, time)` entries,
+        the time being what `put` names for the type: `timestamp` (timestamped and
+        versioned stores), `window_start` (window stores), `session` (`(start, end)`).
 
-        The bulk path the pipeline sinks use: one look-up of the store, keys and values
-        encoded in one call each (`Serde.serialize_many`), then a tight loop. If any of them
-        fails to encode, the pairs are put one by one, which adds those before it and raises
-        the error naming it, exactly as `put` would.
+        The key-value path is the bulk path the pipeline sinks use: one look-up of the
+        store, keys and values encoded in one call each (`Serde.serialize_many`), then a
+        tight loop. If any of them fails to encode, the pairs are put one by one, which
+        adds those before it and raises the error naming it, exactly as `put` would.
         """
         writer = self._writer(store)
         spec = writer.spec
         if not spec.bulk_pairs:
-            raise TypeError(
-                f"store {store!r} is a {spec.store_type} store: put_all takes the pairs of a "
-                "key-value store; use put with what its type needs"
-            )
+            self._put_timed(store, spec, entries)
+            return
         if isinstance(entries, Mapping):
             pairs = list(entries.items())
         else:
@@ -200,6 +200,27 @@ class Batch:
             if bucket is None:
                 bucket = by_partition[partition] = []
             bucket.append((raw_key, raw_value))
+
+    def _put_timed(
+        self, store: str, spec: StoreSpec, entries: Iterable[tuple[Any, ...]] | Mapping[Any, Any]
+    ) -> None:
+        """`put_all`'s `(key, value, time)` entries of a store whose puts name a time."""
+        time_named = _TIME_NAMED.get(spec.store_type)
+        shape = f"(key, value, {time_named}) entries" if time_named else "no entries"
+        if time_named is None or isinstance(entries, Mapping):
+            raise TypeError(
+                f"store {store!r} is a {spec.store_type} store: put_all takes {shape}; use "
+                "put with what its type needs"
+            )
+        for entry in entries:
+            try:
+                key, value, time = entry
+            except (TypeError, ValueError):
+                raise TypeError(
+                    f"store {store!r} is a {spec.store_type} store: put_all takes {shape}, "
+                    f"got {entry!r}"
+                ) from None
+            self.put(store, key, value, **{time_named: time})
 
     @staticmethod
     def _put_each(writer: _StoreWriter, pairs: list[tuple[Any, Any]]) -> None:
@@ -277,6 +298,15 @@ def _encoded_values(serde: Serde[Any], values: list[Any]) -> Sequence[bytes | No
         return serde.serialize_many(values)
     encoded = iter(serde.serialize_many([value for value in values if value is not None]))
     return [None if value is None else next(encoded) for value in values]
+
+
+_TIME_NAMED = {
+    "window": "window_start",
+    "timestamped_key_value": "timestamp",
+    "versioned_key_value": "timestamp",
+    "session": "session",
+}
+"""What a put of each store type whose puts name a time calls it (`put_all`'s third)."""
 
 
 def _not_a_pair(entries: list[Any]) -> Any:
