@@ -342,6 +342,49 @@ def test_what_a_unit_expired_is_owed_when_the_record_after_its_commit_fails(
     hosted.close()
 
 
+def test_owed_tombstones_outlast_a_spell_as_a_standby(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standby owes no tombstones of its own, and keeps the ones it owed as an active:
+    they are handed over once it is an active again and a unit commits."""
+    app = Application("exp", tmp_path)
+    spec = app.versioned_key_value_store("v", 1, RETENTION, engine="rocksdb")
+    directory = tmp_path / "exp" / "v" / "0"
+    directory.mkdir(parents=True)
+    context = StateStoreContext(
+        application_id="exp", store_name="v", partition=0, directory=directory,
+        changelog_partition=TopicPartition("exp-v-changelog", 0),
+        query_handlers=default_registry().query_handlers,
+    )  # fmt: skip
+    hosted = HostedPartition(
+        spec, 0, ACTIVE, context, CommittedPartitions(tmp_path / "exp" / "v"), followed=True
+    )
+    hosted.open()
+
+    def disk_full(self: CommittedPartitions, partition: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(CommittedPartitions, "add", disk_full)
+    first = [
+        encode_version_record(b"k", 0, b"a"),
+        encode_version_record(b"k", 10, b"b"),
+        encode_version_record(b"other", 100, b"y"),
+    ]
+    with pytest.raises(OSError, match="No space"):
+        hosted.apply_changelog(first, 1, Position.from_map({"s": {0: 1}}), 4)
+    hosted.take_role(STANDBY)
+    with pytest.raises(OSError, match="No space"):  # still full, as a standby
+        second = [encode_version_record(b"x", 101, b"q")]
+        hosted.apply_changelog(second, 2, Position.from_map({"s": {0: 2}}), 6)
+    monkeypatch.undo()
+    assert hosted.apply_changelog([], None, None, 7) == [], "a standby hands nothing over"
+    hosted.take_role(ACTIVE)
+    third = [encode_version_record(b"x", 102, b"r")]
+    expired = hosted.apply_changelog(third, 3, Position.from_map({"s": {0: 3}}), 9)
+    assert expired == [version_key(b"k", 0)]
+    hosted.close()
+
+
 def test_an_active_versioned_replica_names_the_versions_a_unit_expired(tmp_path: Path) -> None:
     hosted = followed(tmp_path, "v", ACTIVE)
     first = [

@@ -153,6 +153,11 @@ def test_session_facade_finds_overlapping_sessions_as_kafka_does(
         assert store.fetch_session("a", 1, 5) is None
         with pytest.raises(TypeError, match="earliest_session_end_time must be an int"):
             store.find_sessions("a", "soon", 5)
+        for read in (store.fetch, store.backward_fetch):
+            with pytest.raises(ValueError, match="key must not be None"):
+                read(None)
+        with pytest.raises(ValueError, match="key must not be None"):
+            store.fetch_session(None, 0, 5)
         with pytest.raises(InvalidStateStoreError, match="QueryableStoreTypes|does not accept"):
             app.store(StoreQueryParameters.from_name_and_type("s", KV))
 

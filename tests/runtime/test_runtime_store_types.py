@@ -268,9 +268,13 @@ def test_a_put_without_what_its_store_needs_is_refused(tmp_path: Path) -> None:
         with pytest.raises(TypeError, match=r"put_all takes \(key, value, timestamp\) entries"):
             with app.begin_batch() as writes:
                 writes.put_all("t", [("k", 1)])
-        with pytest.raises(TypeError, match="put_all takes .* entries; use put"):
+        with pytest.raises(TypeError, match="or \\(key, value, time\\) entries; use put"):
             with app.begin_batch() as writes:
                 writes.put_all("v", {"k": 1})
+        with app.begin_batch() as writes:  # a malformed entry: nothing of the call is put
+            with pytest.raises(TypeError, match="got \\('y',\\); nothing of this call"):
+                writes.put_all("t", [("x", 1, 1), ("y",)])
+            assert writes.pending() == {}
         assert ask(app, "v", KeyQuery.with_key("k")) == [], "nothing of a refused batch lands"
 
 
@@ -301,7 +305,7 @@ def test_window_range_with_a_key_on_a_window_store(tmp_path: Path) -> None:
     with app:
         with app.begin_batch() as batch:
             batch.put("w", "a", 1, window_start=0)
-            batch.put_all("w", [("a", 2, 20), ("b", 3, 10)])  # (key, value, window_start)
+            batch.put_all_windows("w", [("a", 20, 2), ("b", 10, 3)])
         assert ask(app, "w", WindowRangeQuery.with_key("a")) == [
             (Windowed("a", 0, 10), 1),
             (Windowed("a", 20, 30), 2),

@@ -148,9 +148,9 @@ class Batch:
 
     def put_all(self, store: str, entries: Iterable[tuple[Any, ...]] | Mapping[Any, Any]) -> None:
         """`put` for many `(key, value)` pairs of a key-value store (`None` deletes), or
-        the items of a mapping; for the other store types, `(key, value, time)` entries,
-        the time being what `put` names for the type: `timestamp` (timestamped and
-        versioned stores), `window_start` (window stores), `session` (`(start, end)`).
+        the items of a mapping; for timestamped, versioned and session stores, `(key,
+        value, time)` entries, the time being what `put` names for the type: `timestamp`,
+        or `session` (`(start, end)`). Window stores have `put_all_windows`.
 
         The key-value path is the bulk path the pipeline sinks use: one look-up of the
         store, keys and values encoded in one call each (`Serde.serialize_many`), then a
@@ -204,22 +204,23 @@ class Batch:
     def _put_timed(
         self, store: str, spec: StoreSpec, entries: Iterable[tuple[Any, ...]] | Mapping[Any, Any]
     ) -> None:
-        """`put_all`'s `(key, value, time)` entries of a store whose puts name a time."""
+        """`put_all`'s `(key, value, time)` entries of a store whose puts name a time, each
+        checked for its shape before any is put."""
         time_named = _TIME_NAMED.get(spec.store_type)
-        shape = f"(key, value, {time_named}) entries" if time_named else "no entries"
         if time_named is None or isinstance(entries, Mapping):
+            instead = _INSTEAD.get(spec.store_type, "put with what its type needs")
             raise TypeError(
-                f"store {store!r} is a {spec.store_type} store: put_all takes {shape}; use "
-                "put with what its type needs"
+                f"store {store!r} is a {spec.store_type} store: put_all takes the pairs of a "
+                f"key-value store, or (key, value, time) entries; use {instead}"
             )
-        for entry in entries:
-            try:
-                key, value, time = entry
-            except (TypeError, ValueError):
-                raise TypeError(
-                    f"store {store!r} is a {spec.store_type} store: put_all takes {shape}, "
-                    f"got {entry!r}"
-                ) from None
+        listed = list(entries)
+        wrong = next((entry for entry in listed if not _is_triple(entry)), _NONE_WRONG)
+        if wrong is not _NONE_WRONG:
+            raise TypeError(
+                f"store {store!r} is a {spec.store_type} store: put_all takes (key, value, "
+                f"{time_named}) entries, got {wrong!r}; nothing of this call was put"
+            )
+        for key, value, time in listed:
             self.put(store, key, value, **{time_named: time})
 
     @staticmethod
@@ -301,12 +302,24 @@ def _encoded_values(serde: Serde[Any], values: list[Any]) -> Sequence[bytes | No
 
 
 _TIME_NAMED = {
-    "window": "window_start",
     "timestamped_key_value": "timestamp",
     "versioned_key_value": "timestamp",
     "session": "session",
 }
 """What a put of each store type whose puts name a time calls it (`put_all`'s third)."""
+
+_INSTEAD = {"window": "put_all_windows with (key, window_start, value) entries"}
+"""The bulk write of a store type `put_all` does not take."""
+
+_NONE_WRONG = object()
+
+
+def _is_triple(entry: Any) -> bool:
+    try:
+        _, _, _ = entry
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _not_a_pair(entries: list[Any]) -> Any:

@@ -270,7 +270,8 @@ class HostedPartition:
             try:
                 self._after_commit()  # may fail (its record): the commit stands
             except BaseException:  # the follower reads on past the unit: owe its tombstones
-                self._expired_owed = expired
+                if self.role.is_active:  # a standby's debt is still owed as it was
+                    self._expired_owed = expired
                 raise
             finally:  # the commit is durable: subscriptions get it, or never will
                 if before is not None:

@@ -260,6 +260,7 @@ class CompositeReadOnlySessionStore(_Composite):
         """The sessions of `key` that overlap `[earliest_session_end_time,
         latest_session_start_time]`: ending at or after the one, starting at or before the
         other (Kafka's `findSessions`), by start."""
+        _check_key(key)
         earliest_end = milliseconds(earliest_session_end_time, "earliest_session_end_time")
         latest_start = milliseconds(latest_session_start_time, "latest_session_start_time")
         sessions = self._read(
@@ -280,12 +281,19 @@ class CompositeReadOnlySessionStore(_Composite):
     def fetch_session(self, key: Any, session_start_time: Time, session_end_time: Time) -> Any:
         """The value of `key`'s session `[session_start_time, session_end_time]`, `None` if
         there is none."""
+        _check_key(key)
         start = milliseconds(session_start_time, "session_start_time")
         end = milliseconds(session_end_time, "session_end_time")
         with self._read(
             self._key_partition(key), lambda store: store.fetch_sessions(key, start, start)
         ) as sessions:
             return next((value for window, value in sessions if window.end_ms == end), None)
+
+
+def _check_key(key: Any) -> None:
+    """A session facade reads one key: `None` is none (Kafka refuses a null key too)."""
+    if key is None:
+        raise ValueError("a session store's key must not be None")
 
 
 def _backward(sessions: KeyValueIterator[Any, Any]) -> KeyValueIterator[Any, Any]:
