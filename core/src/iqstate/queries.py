@@ -287,13 +287,13 @@ class VersionedRecord(Generic[V]):
 
 def _timestamp(query: str, label: str, value: Time | None) -> int | None:
     """A time of `query`, or None: ms, or an aware `datetime` turned into ms."""
-    return None if value is None else milliseconds(value, f"{query}: {label}")
+    return None if value is None else milliseconds(value, "{}: {}", query, label)
 
 
 def _as_of(query: str, value: Time | None) -> int | None:
     """An `as_of` instant: ms in the signed 64-bit range stores keep times in (a bound of a
     time range may lie beyond it, an instant to look up may not)."""
-    return None if value is None else stored_ms(value, f"{query}: as_of")
+    return None if value is None else stored_ms(value, "{}: as_of", query)
 
 
 def _as_of_given(query: str, value: Time | None) -> Time:

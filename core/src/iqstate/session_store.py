@@ -30,7 +30,7 @@ from iqstate.layered_store import (
 from iqstate.queries import Windowed
 from iqstate.serdes import Serdes
 from iqstate.store import KeyValueStore, SessionStore
-from iqstate.times import MAX_MS, MIN_MS
+from iqstate.times import MIN_MS, Time, stored_ms
 
 _DATA, _BY_END, _STREAM_TIME = b"\x00", b"\x01", b"\x02"
 _time = Serdes.int64()
@@ -49,22 +49,15 @@ def decode_session_key(data: bytes) -> tuple[bytes, int, int]:
     return data[:-16], _from_ts(data[-16:-8]), _from_ts(data[-8:])
 
 
-def check_session(store: str, start_ms: int, end_ms: int) -> None:
-    """A session is two int times, its start at or before its end."""
-    for label, value in (("start", start_ms), ("end", end_ms)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(
-                f"store {store!r}: a session's {label} must be an int (ms), got {value!r}"
-            )
-        if not MIN_MS <= value <= MAX_MS:
-            raise ValueError(
-                f"store {store!r}: a session's {label} ({value}) is outside the signed "
-                "64-bit range of ms"
-            )
+def check_session(store: str, start: Time, end: Time) -> tuple[int, int]:
+    """A session's start and end in ms (`stored_ms`), the start at or before the end."""
+    start_ms = stored_ms(start, "store {!r}: a session's start", store)
+    end_ms = stored_ms(end, "store {!r}: a session's end", store)
     if start_ms > end_ms:
         raise ValueError(
             f"store {store!r}: a session's start ({start_ms}) is after its end ({end_ms})"
         )
+    return start_ms, end_ms
 
 
 class LayeredSessionStore(KeySpaceStore, SessionStore[bytes, bytes]):
@@ -106,7 +99,7 @@ class LayeredSessionStore(KeySpaceStore, SessionStore[bytes, bytes]):
 
     def _insert(self, key: bytes, start_ms: int, end_ms: int, value: bytes | None) -> bool:
         """Write one session unless it is expired; True when the stream time advanced."""
-        check_session(self.name, start_ms, end_ms)
+        start_ms, end_ms = check_session(self.name, start_ms, end_ms)
         store = self.key_value_store
         advanced = end_ms > self._stream_time
         if advanced:

@@ -19,23 +19,29 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
 
 
-def milliseconds(value: Time, what: str) -> int:
+def milliseconds(value: Time, what: str, *args: object) -> int:
     """`value` in ms since the epoch: an int as it is, an aware `datetime` converted exactly
     (microseconds dropped, toward the past). `TypeError` naming `what` for anything else,
-    a naive `datetime` included: which timezone it meant is not known."""
+    a naive `datetime` included: which timezone it meant is not known. `what` is filled in
+    with `args` (`str.format`) only for an error, so that puts and queries pay nothing
+    for the name."""
     if type(value) is int:
         return value
     if isinstance(value, datetime):
-        return _datetime_ms(value, what)
+        return _datetime_ms(value, _named(what, args))
     if not isinstance(value, bool):
         try:
             return operator.index(value)  # an IntEnum, numpy's and pandas' integers
         except TypeError:
             pass
     raise TypeError(
-        f"{what} must be an int (ms since the epoch) or a timezone-aware datetime, "
-        f"got {type(value).__name__}"
+        f"{_named(what, args)} must be an int (ms since the epoch) or a timezone-aware "
+        f"datetime, got {type(value).__name__}"
     )
+
+
+def _named(what: str, args: tuple[object, ...]) -> str:
+    return what.format(*args) if args else what
 
 
 def _datetime_ms(value: datetime, what: str) -> int:
@@ -54,10 +60,12 @@ def _datetime_ms(value: datetime, what: str) -> int:
     return int(ms)
 
 
-def stored_ms(value: Time, what: str) -> int:
-    """`milliseconds(value, what)`, which a store can keep: `ValueError` outside the signed
-    64-bit range."""
-    ms = milliseconds(value, what)
+def stored_ms(value: Time, what: str, *args: object) -> int:
+    """`milliseconds(value, what, *args)`, which a store can keep: `ValueError` outside the
+    signed 64-bit range."""
+    if type(value) is int and MIN_MS <= value <= MAX_MS:
+        return value  # the common case, on the write path: one call, no more
+    ms = milliseconds(value, what, *args)
     if not MIN_MS <= ms <= MAX_MS:
-        raise ValueError(f"{what} ({ms}) is outside the signed 64-bit range of ms")
+        raise ValueError(f"{_named(what, args)} ({ms}) is outside the signed 64-bit range of ms")
     return ms

@@ -16,8 +16,8 @@ from iqstate.serdes import Serde, Serdes
 from iqstate.times import stored_ms
 
 V = TypeVar("V")
-"""The times a store keeps: 8 bytes each."""
 _time = Serdes.int64()
+"""The times a store keeps: 8 bytes each."""
 _ts, _from_ts = _time.serialize, _time.deserialize
 
 
@@ -33,7 +33,7 @@ def check_timestamp(store: str, timestamp: Any, writes: str = "a put") -> int:
         raise TypeError(
             f"store {store!r}: {writes} needs timestamp=<ms> (an int, or a timezone-aware datetime)"
         )
-    return stored_ms(timestamp, f"store {store!r}: the timestamp of {writes}")
+    return stored_ms(timestamp, "store {!r}: the timestamp of {}", store, writes)
 
 
 class TimestampedSerde(Serde[ValueAndTimestamp[V]], Generic[V]):

@@ -259,7 +259,7 @@ class WindowStoreSpec(StoreSpec):
                 "window_start=<ms> (an int, or a timezone-aware datetime)"
             )
         # checked here, not at the batch's commit
-        window_start = stored_ms(put.window_start, f"store {self.name!r}: window_start")
+        window_start = stored_ms(put.window_start, "store {!r}: window_start", self.name)
         return key_bytes, window_start, value_bytes
 
 
@@ -379,9 +379,7 @@ class SessionStoreSpec(StoreSpec):
                 f"store {self.name!r} is a session store: put and delete need "
                 f"session=(start_ms, end_ms), got {session!r}"
             )
-        start = stored_ms(session[0], f"store {self.name!r}: a session's start")
-        end = stored_ms(session[1], f"store {self.name!r}: a session's end")
-        check_session(self.name, start, end)
+        start, end = check_session(self.name, *session)
         return encode_session_key(key_bytes, start, end), value_bytes
 
     def describe(self) -> dict[str, Any]:

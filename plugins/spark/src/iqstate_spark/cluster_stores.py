@@ -66,8 +66,8 @@ def _versioned_entry(key: bytes, value: bytes | None, timestamp: int) -> tuple[b
 def _session_entry(
     name: str, key: bytes, value: bytes | None, session: tuple[int, int]
 ) -> tuple[bytes, bytes | None]:
-    check_session(name, *session)
-    return encode_session_key(key, *session), value
+    start, end = check_session(name, *session)
+    return encode_session_key(key, start, end), value
 
 
 _ENTRIES: dict[StoreType, EntryFunction] = {
