@@ -291,14 +291,10 @@ def test_a_compacted_versioned_changelog_holds_the_versions_the_store_holds(
         assert versions_held(again) == versions_logged(changelog)
 
 
-def test_what_a_unit_expired_is_owed_when_the_record_after_its_commit_fails(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The record of committed partitions is written after the store commit; when it fails
-    (a full disk) the commit stands and the follower reads on past the unit, so the unit's
-    tombstones come with the next unit that commits (the next may fail to, on the same
-    full disk): without them compaction keeps the expired versions for good, and every
-    restore reads them."""
+def owing_k_at_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> HostedPartition:
+    """An active followed RocksDB partition of versioned store `v` whose first unit
+    committed and expired `k@0`, but whose record of committed partitions failed after it
+    (a full disk, which stays full: `CommittedPartitions.add` keeps failing)."""
     app = Application("exp", tmp_path)
     spec = app.versioned_key_value_store("v", 1, RETENTION, engine="rocksdb")
     directory = tmp_path / "exp" / "v" / "0"
@@ -323,6 +319,18 @@ def test_what_a_unit_expired_is_owed_when_the_record_after_its_commit_fails(
     ]
     with pytest.raises(OSError, match="No space"):
         hosted.apply_changelog(first, 1, Position.from_map({"s": {0: 1}}), 4)
+    return hosted
+
+
+def test_what_a_unit_expired_is_owed_when_the_record_after_its_commit_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record of committed partitions is written after the store commit; when it fails
+    (a full disk) the commit stands and the follower reads on past the unit, so the unit's
+    tombstones come with the next unit that commits (the next may fail to, on the same
+    full disk): without them compaction keeps the expired versions for good, and every
+    restore reads them."""
+    hosted = owing_k_at_0(tmp_path, monkeypatch)
     monkeypatch.undo()
     second = [encode_version_record(b"other", 110, b"z")]
     unit = (second, 2, Position.from_map({"s": {0: 2}}), 6)
@@ -347,31 +355,7 @@ def test_owed_tombstones_outlast_a_spell_as_a_standby(
 ) -> None:
     """A standby owes no tombstones of its own, and keeps the ones it owed as an active:
     they are handed over once it is an active again and a unit commits."""
-    app = Application("exp", tmp_path)
-    spec = app.versioned_key_value_store("v", 1, RETENTION, engine="rocksdb")
-    directory = tmp_path / "exp" / "v" / "0"
-    directory.mkdir(parents=True)
-    context = StateStoreContext(
-        application_id="exp", store_name="v", partition=0, directory=directory,
-        changelog_partition=TopicPartition("exp-v-changelog", 0),
-        query_handlers=default_registry().query_handlers,
-    )  # fmt: skip
-    hosted = HostedPartition(
-        spec, 0, ACTIVE, context, CommittedPartitions(tmp_path / "exp" / "v"), followed=True
-    )
-    hosted.open()
-
-    def disk_full(self: CommittedPartitions, partition: int) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(CommittedPartitions, "add", disk_full)
-    first = [
-        encode_version_record(b"k", 0, b"a"),
-        encode_version_record(b"k", 10, b"b"),
-        encode_version_record(b"other", 100, b"y"),
-    ]
-    with pytest.raises(OSError, match="No space"):
-        hosted.apply_changelog(first, 1, Position.from_map({"s": {0: 1}}), 4)
+    hosted = owing_k_at_0(tmp_path, monkeypatch)
     hosted.take_role(STANDBY)
     with pytest.raises(OSError, match="No space"):  # still full, as a standby
         second = [encode_version_record(b"x", 101, b"q")]
