@@ -284,6 +284,12 @@ def _acceptable_lag(value: Any) -> int | None:
     return number
 
 
+def _kept(earlier: tuple[str, str] | None, later: tuple[str, str]) -> tuple[str, str]:
+    """The key route's failure to report after `later`: the first store failure, which
+    says more than that the next replica was too far behind, else the latest."""
+    return earlier if earlier is not None and earlier[0] == _STORE_FAILED else later
+
+
 def _key_query(spec: StoreSpec, read: KeyRead, key: Any, asked: KeyParams) -> Query[Any]:
     """The query a key request asks: the key's current value, or with `as_of` the version
     valid then (a 400 on a store without versions)."""
@@ -654,13 +660,13 @@ class QueryService:
                 except ApiError as exc:
                     if exc.code != _STORE_FAILED:
                         raise
-                    if failure is None or failure[0] != _STORE_FAILED:
-                        failure = (exc.code, exc.message)  # another replica may read it
+                    failure = _kept(failure, (exc.code, exc.message))  # another may read it
                     continue
                 if body is not None:
                     return body
-                if failure is None or failure[0] != _STORE_FAILED:
-                    failure = ("not_active", f"the replica on {replica.host} may not answer now")
+                failure = _kept(
+                    failure, ("not_active", f"the replica on {replica.host} may not answer now")
+                )
                 continue
             if forwarded:  # one hop: this instance's replica or nothing
                 continue
@@ -670,8 +676,7 @@ class QueryService:
                 return answer.body
             if answer.unreachable:
                 self.replicas.invalidate()
-            if failure is None or failure[0] != _STORE_FAILED:  # what failed to read says most
-                failure = (failure_reason_of(answer.code).name.lower(), answer.message)
+            failure = _kept(failure, (failure_reason_of(answer.code).name.lower(), answer.message))
         if failure is None:
             reason, message = self.replicas.why_none(spec.name, partition, lag, forwarded)
             failure = (reason.name.lower(), message)
