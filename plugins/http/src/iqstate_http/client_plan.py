@@ -64,6 +64,7 @@ from iqstate_http.codecs import (
     position_from_json,
     position_to_json,
 )
+from iqstate_http.limits import MAX_LIMIT
 
 REFUSALS = (400, 401, 403, 404, 422)
 """Answers every instance would give (bad input, a wrong token or URL): a subscription
@@ -277,9 +278,6 @@ _ROW_VALUES: dict[type[Any], Callable[[Any], Any]] = {
 }
 """The query types a merged page reads, and how a row's value JSON becomes what the query's
 result holds."""
-
-_MAX_PAGE = 100_000
-"""The most rows a merged page holds (the service's limit)."""
 
 
 def _value(query: Query[Any], value: Any) -> Any:
@@ -719,8 +717,8 @@ class ClientLogic:
                 "TimestampedRangeQuery or VersionedRangeQuery"
             )
         rows = jsonin.integer(page_size)  # as the service reads a page's limit
-        if rows is None or not 1 <= rows <= _MAX_PAGE:
-            raise ValueError(f"page_size must be from 1 to {_MAX_PAGE}, got {page_size!r}")
+        if rows is None or not 1 <= rows <= MAX_LIMIT:
+            raise ValueError(f"page_size must be from 1 to {MAX_LIMIT}, got {page_size!r}")
         return Paging(self, store, query, row_value, rows, acceptable_lag)
 
     def page(

@@ -15,6 +15,9 @@ with a token a few hundred."""
 DEFAULT_MAX_ROWS = 100_000
 """Unmerged range answers over this many rows are answered 422 (the service's `max_rows`)."""
 
+MAX_LIMIT = 100_000
+"""The most rows a merged page may hold (`"limit"`; the routing client's `page_size`)."""
+
 
 def _default_max_connections() -> int:
     """1,000, or half the process's file descriptor limit if that is lower: the stores'

@@ -28,8 +28,7 @@ from iqstate_http.codecs import (
 )
 from iqstate_http.jsonin import MAX_DEPTH
 from iqstate_http.key_reads import KEY_READS
-from iqstate_http.limits import DEFAULT_MAX_ROWS
-from iqstate_http.paging import MAX_LIMIT
+from iqstate_http.limits import DEFAULT_MAX_ROWS, MAX_LIMIT
 
 _INT64 = {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX}
 _FLOAT64_MAX = 1.7976931348623157e308

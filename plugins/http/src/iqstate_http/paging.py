@@ -52,9 +52,9 @@ from iqstate_http.codecs import (
     resume_range,
     to_json,
 )
+from iqstate_http.limits import MAX_LIMIT
 
 DEFAULT_LIMIT = 1000
-MAX_LIMIT = 100_000
 
 Row = tuple[bytes, Any]
 """A row of a page: its key's bytes (the merge order) and its JSON form."""
